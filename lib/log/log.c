@@ -1,0 +1,249 @@
+#include "log/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <systemd/sd-journal.h>
+#include <unistd.h>
+
+#include "util/buf.h"
+#include "util/strutil.h"
+#include "util/time.h"
+
+static struct {
+	const char *ident;
+	enum log_format format;
+	int max_level;
+	char worker_id[160];
+} L = {"lessee", LOG_FORMAT_LOGFMT, LOG_INFO, ""};
+
+static const char *const level_names[] = {
+	[LOG_EMERG] = "emerg",   [LOG_ALERT] = "alert",   [LOG_CRIT] = "crit",
+	[LOG_ERR] = "error",     [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	[LOG_INFO] = "info",     [LOG_DEBUG] = "debug",
+};
+
+const char *log_level_name(int prio)
+{
+	return prio >= 0 && prio <= LOG_DEBUG ? level_names[prio] : "info";
+}
+
+int log_parse_level(const char *s, int *ret)
+{
+	for (int i = 0; i <= LOG_DEBUG; i++)
+		if (streq(s, level_names[i])) {
+			*ret = i;
+			return 0;
+		}
+	if (streq(s, "warn")) {
+		*ret = LOG_WARNING;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int log_parse_format(const char *s, enum log_format *ret)
+{
+	static const char *const names[] = {"auto", "logfmt", "json", "journal"};
+
+	for (size_t i = 0; i < ELEMENTSOF(names); i++)
+		if (streq(s, names[i])) {
+			*ret = (enum log_format)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* systemd sets JOURNAL_STREAM=<dev>:<ino> when stderr is connected to journald. */
+static int stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (!e || sscanf(e, "%llu:%llu", &dev, &ino) != 2)
+		return 0;
+	if (fstat(STDERR_FILENO, &st) < 0)
+		return 0;
+	return st.st_dev == (dev_t)dev && st.st_ino == (ino_t)ino;
+}
+
+void log_setup(const char *ident, enum log_format format, int max_level)
+{
+	L.ident = ident;
+	L.max_level = max_level;
+	if (format == LOG_FORMAT_AUTO)
+		format = stderr_is_journal() ? LOG_FORMAT_JOURNAL : LOG_FORMAT_LOGFMT;
+	L.format = format;
+}
+
+void log_set_max_level(int prio)
+{
+	L.max_level = prio;
+}
+
+int log_get_max_level(void)
+{
+	return L.max_level;
+}
+
+enum log_format log_get_format(void)
+{
+	return L.format;
+}
+
+void log_set_worker_id(const char *id)
+{
+	snprintf(L.worker_id, sizeof(L.worker_id), "%s", id ? id : "");
+}
+
+static void logfmt_value(struct buf *b, const char *v)
+{
+	bool quote = !*v || strpbrk(v, " =\"\t\n\\") != NULL;
+
+	if (!quote) {
+		buf_appends(b, v);
+		return;
+	}
+	buf_append(b, "\"", 1);
+	for (const char *p = v; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			buf_printf(b, "\\%c", *p);
+		else if (*p == '\n')
+			buf_appends(b, "\\n");
+		else if ((unsigned char)*p < 0x20)
+			buf_printf(b, "\\x%02x", (unsigned char)*p);
+		else
+			buf_append(b, p, 1);
+	}
+	buf_append(b, "\"", 1);
+}
+
+static void json_value(struct buf *b, const char *v)
+{
+	buf_append(b, "\"", 1);
+	for (const char *p = v; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			buf_printf(b, "\\%c", *p);
+		else if (*p == '\n')
+			buf_appends(b, "\\n");
+		else if ((unsigned char)*p < 0x20)
+			buf_printf(b, "\\u%04x", (unsigned char)*p);
+		else
+			buf_append(b, p, 1);
+	}
+	buf_append(b, "\"", 1);
+}
+
+static void field(struct buf *b, bool json, const char *key, const char *val)
+{
+	if (!val || !*val)
+		return;
+	if (json) {
+		buf_printf(b, ",\"%s\":", key);
+		json_value(b, val);
+	} else {
+		buf_printf(b, " %s=", key);
+		logfmt_value(b, val);
+	}
+}
+
+static void emit_text(int prio, const struct log_fields *f, const char *msg)
+{
+	struct buf b = BUF_INIT(0);
+	char ts[TIME_RFC3339_MAX], attempt[16] = "";
+	bool json = L.format == LOG_FORMAT_JSON;
+
+	time_format_rfc3339(ts, sizeof(ts), time_real());
+	if (f && f->attempt)
+		snprintf(attempt, sizeof(attempt), "%u", f->attempt);
+	if (json)
+		buf_printf(&b, "{\"ts\":\"%s\",\"level\":\"%s\"", ts, log_level_name(prio));
+	else
+		buf_printf(&b, "ts=%s level=%s", ts, log_level_name(prio));
+	field(&b, json, "msg", msg);
+	field(&b, json, "worker_id", L.worker_id);
+	if (f) {
+		field(&b, json, "run_id", f->run_id);
+		field(&b, json, "workflow", f->workflow);
+		field(&b, json, "attempt", attempt);
+		field(&b, json, "outcome", f->outcome);
+	}
+	buf_appends(&b, json ? "}\n" : "\n");
+	if (b.data)
+		(void)!write(STDERR_FILENO, b.data, b.len); /* one write: lines never interleave */
+	buf_done(&b);
+}
+
+static void iov_field(struct iovec *iov, char bufs[][256], int *n, const char *key,
+		      const char *val)
+{
+	if (!val || !*val)
+		return;
+	snprintf(bufs[*n], 256, "%s=%s", key, val);
+	iov[*n] = (struct iovec){bufs[*n], strlen(bufs[*n])};
+	(*n)++;
+}
+
+/* Only the fields that have a value: an empty RUN_ID= would match every filter. */
+static void emit_journal(int prio, const struct log_fields *f, const char *msg)
+{
+	char bufs[7][256], attempt[16] = "", p[2] = {(char)('0' + prio), 0};
+	struct buf m = BUF_INIT(0);
+	struct iovec iov[8];
+	int n = 0;
+
+	buf_printf(&m, "MESSAGE=%s", msg);
+	iov[n++] = (struct iovec){m.data, m.len};
+	iov_field(iov, bufs, &n, "PRIORITY", p);
+	iov_field(iov, bufs, &n, "SYSLOG_IDENTIFIER", L.ident);
+	iov_field(iov, bufs, &n, "WORKER_ID", L.worker_id);
+	if (f) {
+		if (f->attempt)
+			snprintf(attempt, sizeof(attempt), "%u", f->attempt);
+		iov_field(iov, bufs, &n, "RUN_ID", f->run_id);
+		iov_field(iov, bufs, &n, "WORKFLOW", f->workflow);
+		iov_field(iov, bufs, &n, "ATTEMPT", attempt);
+		iov_field(iov, bufs, &n, "OUTCOME", f->outcome);
+	}
+	if (m.data)
+		sd_journal_sendv(iov, n);
+	buf_done(&m);
+}
+
+void log_emitv(int prio, const struct log_fields *f, const char *fmt, va_list ap)
+{
+	char msg[2048];
+	int saved = errno;
+
+	if (prio > L.max_level)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (L.format == LOG_FORMAT_JOURNAL)
+		emit_journal(prio, f, msg);
+	else
+		emit_text(prio, f, msg);
+	errno = saved;
+}
+
+void log_emit(int prio, const struct log_fields *f, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emitv(prio, f, fmt, ap);
+	va_end(ap);
+}
+
+int log_errno(int prio, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emitv(prio, NULL, fmt, ap);
+	va_end(ap);
+	return err < 0 ? err : -err;
+}

@@ -1,0 +1,127 @@
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/macro.h"
+#include "util/strutil.h"
+
+char *tu_tmpdir(const char *tag)
+{
+	const char *base = getenv("TMPDIR");
+	char *p;
+
+	if (asprintf(&p, "%s/lessee-test-%s-XXXXXX", base ? base : "/tmp", tag) < 0)
+		return NULL;
+	if (!mkdtemp(p)) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+int tu_free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+int tu_wait_port(int port, usec_t timeout)
+{
+	usec_t end = time_mono() + timeout;
+
+	do {
+		struct sockaddr_in a = {.sin_family = AF_INET,
+					.sin_port = htons((uint16_t)port),
+					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int r = connect(fd, (struct sockaddr *)&a, sizeof(a));
+
+		close(fd);
+		if (r == 0)
+			return 0;
+		tu_sleep(10 * USEC_PER_MSEC);
+	} while (time_mono() < end);
+	return -ETIMEDOUT;
+}
+
+const char *tu_backend(void)
+{
+	const char *b = getenv("LESSEE_IO_BACKEND");
+
+	return b && *b ? b : "io_uring";
+}
+
+static const char *env_or(const char *name, const char *fallback)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : fallback;
+}
+
+const char *tu_lessee_bin(void)
+{
+	return env_or("LESSEE_BIN", "build/default/lessee");
+}
+
+const char *tu_lessor_bin(void)
+{
+	return env_or("LESSOR_BIN", "build/default/lessor");
+}
+
+char *tu_aux_bin(const char *name)
+{
+	char *p;
+
+	if (asprintf(&p, "%s/%s", env_or("LESSEE_TEST_AUX", "build/default/tests/aux"), name) < 0)
+		return NULL;
+	return p;
+}
+
+char **tu_wrap_argv(void)
+{
+	const char *w = getenv("LESSEE_WRAP");
+	char **v = NULL;
+
+	if (!w || !*w)
+		return NULL;
+	if (strv_split(w, " ", &v) < 0)
+		return NULL;
+	return v;
+}
+
+void tu_sleep(usec_t u)
+{
+	struct timespec ts = {.tv_sec = (time_t)(u / USEC_PER_SEC),
+			      .tv_nsec = (long)(u % USEC_PER_SEC) * 1000};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+		;
+}
+
+int tu_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

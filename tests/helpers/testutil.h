@@ -1,0 +1,27 @@
+/* Shared test helpers (linked into every test and bench binary). */
+#pragma once
+
+#include <check.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "util/time.h"
+
+/* A fresh private directory under $TMPDIR (or /tmp); caller frees and rm_rf's. */
+char *tu_tmpdir(const char *tag);
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int tu_free_port(void);
+/* Poll until something accepts on 127.0.0.1:port, or timeout. */
+int tu_wait_port(int port, usec_t timeout);
+/* The loop backend this run is for ("io_uring"/"epoll"), from $LESSEE_IO_BACKEND. */
+const char *tu_backend(void);
+/* Path of a built program: $LESSEE_BIN / $LESSOR_BIN / $LESSEE_TEST_AUX/<name>. */
+const char *tu_lessee_bin(void);
+const char *tu_lessor_bin(void);
+char *tu_aux_bin(const char *name);
+/* argv prefix from $LESSEE_WRAP (valgrind under `make valgrind-check`), or NULL. */
+char **tu_wrap_argv(void);
+/* Sleep on the monotonic clock. */
+void tu_sleep(usec_t u);
+/* Run a suite with Check, return 0 when all passed: `return tu_run(suite);` */
+int tu_run(Suite *s);

@@ -1,0 +1,168 @@
+/* lib/util: durations, uuidv7, backoff, buffers, strv, files. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "util/buf.h"
+#include "util/fileio.h"
+#include "util/random.h"
+#include "util/strutil.h"
+#include "util/time.h"
+
+START_TEST(test_duration_parse)
+{
+	static const struct {
+		const char *in;
+		usec_t want;
+	} ok[] = {
+		{"90s", 90 * USEC_PER_SEC},    {"5min", 5 * USEC_PER_MINUTE},
+		{"1h", USEC_PER_HOUR},         {"250ms", 250 * USEC_PER_MSEC},
+		{"90", 90 * USEC_PER_SEC},     {"1h 30min", 90 * USEC_PER_MINUTE},
+		{"1h30min", 90 * USEC_PER_MINUTE}, {"2.5s", 2500 * USEC_PER_MSEC},
+		{" 10 s", 10 * USEC_PER_SEC},  {"0", 0},
+		{"infinity", USEC_INFINITY},   {"3 minutes", 3 * USEC_PER_MINUTE},
+	};
+	static const char *const bad[] = {"", "s", "10x", "-5s", "1h 30", "1..5s", "abc", "5 m s"};
+	usec_t u;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		ck_assert_msg(time_parse_duration(ok[i].in, &u) == 0, "parse %s", ok[i].in);
+		ck_assert_msg(u == ok[i].want, "%s -> %llu", ok[i].in, (unsigned long long)u);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(time_parse_duration(bad[i], &u) < 0, "accepted '%s'", bad[i]);
+	ck_assert_int_eq(time_parse_duration("99999999999999999999h", &u), -ERANGE);
+}
+END_TEST
+
+START_TEST(test_duration_format)
+{
+	char b[TIME_DURATION_MAX];
+
+	ck_assert_str_eq(time_format_duration(b, sizeof(b), 90 * USEC_PER_SEC), "1min30s");
+	ck_assert_str_eq(time_format_duration(b, sizeof(b), 250 * USEC_PER_MSEC), "250ms");
+	ck_assert_str_eq(time_format_duration(b, sizeof(b), USEC_INFINITY), "infinity");
+	ck_assert_str_eq(time_format_duration(b, sizeof(b), 0), "0");
+}
+END_TEST
+
+START_TEST(test_uuid_v7)
+{
+	char a[UUID_STRING_MAX], b[UUID_STRING_MAX];
+
+	uuid_v7(a);
+	uuid_v7(b);
+	ck_assert_int_eq(strlen(a), 36);
+	ck_assert_int_eq(a[14], '7');
+	ck_assert(strchr("89ab", a[19]));
+	ck_assert_str_ne(a, b);
+	/* time-ordered: the first 48 bits never go backwards */
+	ck_assert(strncmp(a, b, 13) <= 0);
+}
+END_TEST
+
+START_TEST(test_backoff)
+{
+	usec_t base = 100 * USEC_PER_MSEC, cap = 10 * USEC_PER_SEC;
+
+	for (unsigned attempt = 0; attempt < 40; attempt++)
+		for (int i = 0; i < 50; i++) {
+			usec_t d = backoff_full_jitter(base, cap, attempt, 0);
+			usec_t ceil = attempt < 7 ? base << attempt : cap;
+
+			ck_assert_uint_le(d, ceil > cap ? cap : ceil);
+		}
+	/* Retry-After is a floor */
+	ck_assert_uint_ge(backoff_full_jitter(base, cap, 3, 5 * USEC_PER_SEC), 5 * USEC_PER_SEC);
+	/* jitter actually spreads: 100 draws are not all equal */
+	usec_t first = backoff_full_jitter(base, cap, 5, 0);
+	int same = 0;
+	for (int i = 0; i < 100; i++)
+		same += backoff_full_jitter(base, cap, 5, 0) == first;
+	ck_assert_int_lt(same, 100);
+}
+END_TEST
+
+START_TEST(test_buf_cap)
+{
+	struct buf b = BUF_INIT(8);
+
+	ck_assert_int_eq(buf_append(&b, "12345678", 8), 0);
+	ck_assert_int_eq(buf_append(&b, "9", 1), -E2BIG);
+	ck_assert_uint_eq(b.len, 8);
+	buf_consume(&b, 3);
+	ck_assert_str_eq(b.data, "45678");
+	ck_assert_int_eq(buf_printf(&b, "%d", 12), 0);
+	ck_assert_str_eq(b.data, "4567812");
+	buf_done(&b);
+}
+END_TEST
+
+START_TEST(test_strv)
+{
+	char **v = NULL;
+
+	ck_assert_int_eq(strv_split(" b, a ,,c, a", ",", &v), 0);
+	ck_assert_uint_eq(strv_length(v), 4);
+	strv_sort_uniq(v);
+	ck_assert_uint_eq(strv_length(v), 3);
+	ck_assert_str_eq(v[0], "a");
+	ck_assert_str_eq(v[2], "c");
+	ck_assert(strv_contains(v, "b"));
+	strv_free(v);
+	ck_assert(str_in_charset("r-81.x:y", 1, 128, "._:-"));
+	ck_assert(!str_in_charset("r 81", 1, 128, "._:-"));
+	ck_assert(!str_in_charset("", 1, 128, "._:-"));
+}
+END_TEST
+
+START_TEST(test_files)
+{
+	char *dir = tu_tmpdir("util"), path[512], *data;
+	size_t len;
+	int before = fd_count();
+
+	snprintf(path, sizeof(path), "%s/a/b/c", dir);
+	ck_assert_int_eq(mkdir_p(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/a/b/c/f", dir);
+	ck_assert_int_eq(write_file_atomic(path, "hello", 5, 0600), 0);
+	ck_assert_int_eq(read_file_capped(path, 5, &data, &len), 0);
+	ck_assert_str_eq(data, "hello");
+	free(data);
+	ck_assert_int_eq(read_file_capped(path, 4, &data, &len), -EFBIG);
+	snprintf(path, sizeof(path), "%s/a/link", dir);
+	ck_assert_int_eq(symlink("/etc", path), 0);
+	ck_assert_int_eq(rm_rf(dir), 0);
+	ck_assert_int_eq(access(dir, F_OK), -1);
+	ck_assert_int_eq(access("/etc/passwd", F_OK), 0); /* the symlink was not followed */
+	ck_assert_int_eq(fd_count(), before);
+	free(dir);
+}
+END_TEST
+
+static Suite *util_suite(void)
+{
+	Suite *s = suite_create("util");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_duration_parse);
+	tcase_add_test(tc, test_duration_format);
+	tcase_add_test(tc, test_uuid_v7);
+	tcase_add_test(tc, test_backoff);
+	tcase_add_test(tc, test_buf_cap);
+	tcase_add_test(tc, test_strv);
+	tcase_add_test(tc, test_files);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(util_suite());
+}
