@@ -69,6 +69,10 @@ TESTS     := $(patsubst %.c,$(BUILD)/%,$(TEST_SRC))
 BENCHES   := $(patsubst %.c,$(BUILD)/%,$(BENCH_SRC))
 TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
 
+# `make V=1` shows full command lines.
+Q := $(if $(filter 1,$(V)),,@)
+say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
+
 .PHONY: all deps deps-test build check check-build demo bench install clean valgrind-check \
 	check-systemd format
 .DEFAULT_GOAL := all
@@ -83,29 +87,36 @@ build: $(LESSEE) $(LESSOR)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	$(call say,CC,$<)
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(LIBLESSEE): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)$(AR) rcs $@ $^
 
 $(LIBLESSOR): $(LESSOR_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)$(AR) rcs $@ $^
 
 $(LESSEE): $(call obj,$(wildcard cmd/lessee/*.c)) $(LIBLESSEE)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
 
 $(LESSOR): $(call obj,$(wildcard cmd/lessor/*.c)) $(LIBLESSOR) $(LIBLESSEE)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSOR_LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSOR_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
 
 check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
 

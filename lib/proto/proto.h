@@ -1,0 +1,112 @@
+/* The worker protocol (v1), client side: build request bodies, parse and
+ * validate responses.  Everything parsed here comes from the network and is
+ * treated as hostile: types checked, sizes capped, identifiers validated. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/time.h"
+
+#define PROTO_ID_MAX 128
+#define PROTO_TAG_MAX 64
+#define PROTO_TAGS_MAX 32
+#define PROTO_TOKEN_MAX 512
+#define PROTO_ERROR_TEXT_MAX 4096
+#define PROTO_MAX_RUNS 256
+#define PROTO_TTL_MAX 3600
+#define PROTO_WAIT_MAX 60
+
+bool proto_valid_id(const char *s);       /* run ids and workflow names */
+bool proto_valid_tag(const char *s);
+bool proto_valid_worker_id(const char *s);
+
+struct proto_claim_req {
+	const char *claim_id;
+	const char *worker_id;
+	unsigned max_runs;          /* 1..256 */
+	unsigned lease_ttl_s;       /* 1..3600 */
+	unsigned wait_s;            /* 0..60 */
+	char *const *workflows;     /* NULL = omit (any); empty vector = none */
+	char *const *tags;
+};
+
+struct proto_run {
+	char *id;
+	char *workflow;
+	unsigned attempt;
+	char *token;
+	unsigned ttl_s;
+	char *input;       /* serialized JSON, "null" when absent */
+	size_t input_len;
+	unsigned timeout_s; /* 0 = not given */
+	/* Set when the run is unusable (bad field); id and token are still valid
+	 * when usable_for_reject is true, so it can be completed as rejected. */
+	char *invalid;
+	bool usable_for_reject;
+};
+
+struct proto_claim_resp {
+	struct proto_run *runs;
+	size_t n_runs;
+	long queue_depth; /* -1 = not given */
+};
+
+int proto_claim_body(const struct proto_claim_req *rq, char **ret);
+/* -EBADMSG with *ret_error when the response as a whole is malformed.  Single
+ * bad runs do not fail the parse: they come back with ->invalid set. */
+int proto_claim_parse(const char *body, size_t len, size_t max_input,
+		      struct proto_claim_resp *ret, char **ret_error);
+void proto_claim_resp_done(struct proto_claim_resp *r);
+void proto_run_done(struct proto_run *r);
+
+int proto_lease_body(const char *token, unsigned ttl_s, char **ret);
+int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *ret_cancel);
+
+enum proto_status { PROTO_SUCCEEDED, PROTO_FAILED, PROTO_CANCELLED };
+enum proto_reason {
+	PROTO_REASON_EXIT,
+	PROTO_REASON_TIMEOUT,
+	PROTO_REASON_CRASH,
+	PROTO_REASON_SPAWN_ERROR,
+	PROTO_REASON_CANCELLED,
+	PROTO_REASON_REJECTED,
+};
+const char *proto_status_name(enum proto_status s);
+const char *proto_reason_name(enum proto_reason r);
+
+struct proto_outcome {
+	enum proto_status status;
+	enum proto_reason reason;
+	bool has_exit_code;
+	int exit_code;
+	const char *signal;  /* "SIGSEGV" or NULL */
+	bool retryable;
+	const char *error;   /* NULL or text; truncated to 4 KiB */
+	uint64_t duration_ms;
+	uint64_t log_length;
+	const char *output;  /* serialized JSON or NULL */
+};
+
+int proto_complete_body(const char *token, const struct proto_outcome *o, char **ret);
+/* run_status: "succeeded" "failed" "retrying" "cancelled" (copied, capped). */
+int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len);
+
+enum proto_release_reason {
+	PROTO_RELEASE_DRAINING,
+	PROTO_RELEASE_SHUTDOWN,
+	PROTO_RELEASE_BLOCKED_WORKFLOW,
+	PROTO_RELEASE_UNSUPPORTED_WORKFLOW,
+};
+const char *proto_release_reason_name(enum proto_release_reason r);
+int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,
+		       char **ret);
+
+/* {"length": N} of log appends (202 and 416). */
+int proto_log_length_parse(const char *body, size_t len, uint64_t *ret);
+/* The "error" code of an error body, or NULL. Copied into buf. */
+const char *proto_error_code(const char *body, size_t len, char *buf, size_t buflen);
+
+/* URL helpers: base has no trailing slash; ids are validated so no escaping. */
+int proto_url(const char *base, const char *path_fmt, const char *id, char **ret);

@@ -1,0 +1,376 @@
+/* Protocol v1 as lessor speaks it (docs/protocol.md). */
+#include "proto/proto.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/macro.h"
+#include "util/strutil.h"
+
+bool proto_valid_id(const char *s)
+{
+	return str_in_charset(s, 1, PROTO_ID_MAX, "._:-");
+}
+
+bool proto_valid_tag(const char *s)
+{
+	return str_in_charset(s, 1, PROTO_TAG_MAX, "._:/=-");
+}
+
+bool proto_valid_worker_id(const char *s)
+{
+	return str_in_charset(s, 1, PROTO_ID_MAX, "._:-@");
+}
+
+static void cjson_deletep(cJSON **j)
+{
+	cJSON_Delete(*j);
+}
+#define _cleanup_json_ _cleanup_(cjson_deletep)
+
+/* Serialize and hand over; -ENOMEM on any allocation failure along the way. */
+static int json_finish(cJSON *root, char **ret)
+{
+	char *s = cJSON_PrintUnformatted(root);
+
+	if (!s)
+		return -ENOMEM;
+	*ret = s;
+	return 0;
+}
+
+static cJSON *strv_to_json(char *const *v)
+{
+	cJSON *a = cJSON_CreateArray();
+
+	for (size_t i = 0; a && v && v[i]; i++)
+		if (!cJSON_AddItemToArray(a, cJSON_CreateString(v[i]))) {
+			cJSON_Delete(a);
+			return NULL;
+		}
+	return a;
+}
+
+int proto_claim_body(const struct proto_claim_req *rq, char **ret)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	cJSON *tags;
+
+	if (!o || !cJSON_AddStringToObject(o, "claim_id", rq->claim_id) ||
+	    !cJSON_AddStringToObject(o, "worker_id", rq->worker_id) ||
+	    !cJSON_AddNumberToObject(o, "max_runs", rq->max_runs) ||
+	    !cJSON_AddNumberToObject(o, "lease_ttl_s", rq->lease_ttl_s) ||
+	    !cJSON_AddNumberToObject(o, "wait_s", rq->wait_s))
+		return -ENOMEM;
+	if (rq->workflows) {
+		cJSON *w = strv_to_json(rq->workflows);
+
+		if (!w || !cJSON_AddItemToObject(o, "workflows", w)) {
+			cJSON_Delete(w);
+			return -ENOMEM;
+		}
+	}
+	tags = strv_to_json(rq->tags);
+	if (!tags || !cJSON_AddItemToObject(o, "tags", tags)) {
+		cJSON_Delete(tags);
+		return -ENOMEM;
+	}
+	return json_finish(o, ret);
+}
+
+/* A whole non-negative integer within [lo, hi]. */
+static bool json_uint(const cJSON *j, double lo, double hi, unsigned *ret)
+{
+	double d;
+
+	if (!cJSON_IsNumber(j))
+		return false;
+	d = j->valuedouble;
+	if (!isfinite(d) || d != floor(d) || d < lo || d > hi)
+		return false;
+	*ret = (unsigned)d;
+	return true;
+}
+
+static const char *json_str(const cJSON *o, const char *key)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+static int set_invalid(struct proto_run *r, const char *why)
+{
+	if (!r->invalid)
+		r->invalid = strdup(why);
+	return r->invalid ? 0 : -ENOMEM;
+}
+
+static int parse_lease(const cJSON *item, struct proto_run *r)
+{
+	const cJSON *lease = cJSON_GetObjectItemCaseSensitive(item, "lease");
+	const char *token = json_str(lease, "token");
+
+	if (!cJSON_IsObject(lease) || !token || !*token || strlen(token) > PROTO_TOKEN_MAX)
+		return set_invalid(r, "lease.token missing or invalid");
+	if (!(r->token = strdup(token)))
+		return -ENOMEM;
+	if (!json_uint(cJSON_GetObjectItemCaseSensitive(lease, "ttl_s"), 1, PROTO_TTL_MAX,
+		       &r->ttl_s))
+		return set_invalid(r, "lease.ttl_s missing or out of range");
+	return 0;
+}
+
+static int parse_input(const cJSON *item, size_t max_input, struct proto_run *r)
+{
+	const cJSON *in = cJSON_GetObjectItemCaseSensitive(item, "input");
+
+	r->input = in ? cJSON_PrintUnformatted(in) : strdup("null");
+	if (!r->input)
+		return -ENOMEM;
+	r->input_len = strlen(r->input);
+	if (r->input_len > max_input)
+		return set_invalid(r, "input larger than the configured cap");
+	return 0;
+}
+
+static int parse_run(const cJSON *item, size_t max_input, struct proto_run *r)
+{
+	const char *id = json_str(item, "id"), *wf = json_str(item, "workflow");
+	const cJSON *t;
+	int q;
+
+	if (!cJSON_IsObject(item))
+		return set_invalid(r, "run is not an object");
+	if (!proto_valid_id(id))
+		return set_invalid(r, "run id missing or invalid");
+	if (!(r->id = strdup(id)))
+		return -ENOMEM;
+	q = parse_lease(item, r);
+	if (q < 0 || r->invalid)
+		return q;
+	r->usable_for_reject = true;
+	if (!proto_valid_id(wf))
+		return set_invalid(r, "workflow missing or invalid");
+	if (!(r->workflow = strdup(wf)))
+		return -ENOMEM;
+	if (!json_uint(cJSON_GetObjectItemCaseSensitive(item, "attempt"), 1, 1e6, &r->attempt))
+		return set_invalid(r, "attempt missing or out of range");
+	t = cJSON_GetObjectItemCaseSensitive(item, "timeout_s");
+	if (t && !cJSON_IsNull(t) && !json_uint(t, 1, 365.0 * 86400, &r->timeout_s))
+		return set_invalid(r, "timeout_s out of range");
+	return parse_input(item, max_input, r);
+}
+
+int proto_claim_parse(const char *body, size_t len, size_t max_input,
+		      struct proto_claim_resp *ret, char **ret_error)
+{
+	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
+	const cJSON *runs, *qd, *item;
+	size_t n = 0;
+	unsigned depth;
+
+	*ret = (struct proto_claim_resp){.queue_depth = -1};
+	runs = cJSON_GetObjectItemCaseSensitive(root, "runs");
+	if (!cJSON_IsObject(root) || !cJSON_IsArray(runs)) {
+		*ret_error = strdup("claim response is not {\"runs\": [...]}");
+		return -EBADMSG;
+	}
+	if (cJSON_GetArraySize(runs) > PROTO_MAX_RUNS) {
+		*ret_error = strdup("claim response has more runs than the protocol allows");
+		return -EBADMSG;
+	}
+	ret->runs = calloc((size_t)cJSON_GetArraySize(runs) + 1, sizeof(struct proto_run));
+	if (!ret->runs)
+		return -ENOMEM;
+	cJSON_ArrayForEach(item, runs)
+	{
+		int r = parse_run(item, max_input, &ret->runs[n++]);
+
+		ret->n_runs = n;
+		if (r < 0) {
+			proto_claim_resp_done(ret);
+			return r;
+		}
+	}
+	qd = cJSON_GetObjectItemCaseSensitive(root, "queue_depth");
+	if (json_uint(qd, 0, 1e12, &depth))
+		ret->queue_depth = depth;
+	return 0;
+}
+
+void proto_run_done(struct proto_run *r)
+{
+	free(r->id);
+	free(r->workflow);
+	free(r->token);
+	free(r->input);
+	free(r->invalid);
+	*r = (struct proto_run){0};
+}
+
+void proto_claim_resp_done(struct proto_claim_resp *r)
+{
+	for (size_t i = 0; i < r->n_runs; i++)
+		proto_run_done(&r->runs[i]);
+	free(r->runs);
+	*r = (struct proto_claim_resp){.queue_depth = -1};
+}
+
+int proto_lease_body(const char *token, unsigned ttl_s, char **ret)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+
+	if (!o || !cJSON_AddStringToObject(o, "token", token) ||
+	    !cJSON_AddNumberToObject(o, "ttl_s", ttl_s))
+		return -ENOMEM;
+	return json_finish(o, ret);
+}
+
+int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *ret_cancel)
+{
+	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
+	const cJSON *cancel;
+	unsigned ttl;
+
+	if (!cJSON_IsObject(root) ||
+	    !json_uint(cJSON_GetObjectItemCaseSensitive(root, "ttl_s"), 1, PROTO_TTL_MAX, &ttl))
+		return -EBADMSG;
+	cancel = cJSON_GetObjectItemCaseSensitive(root, "cancel_requested");
+	if (cancel && !cJSON_IsBool(cancel) && !cJSON_IsNull(cancel))
+		return -EBADMSG;
+	*ret_ttl_s = ttl;
+	*ret_cancel = cJSON_IsTrue(cancel);
+	return 0;
+}
+
+static const char *const status_names[] = {"succeeded", "failed", "cancelled"};
+static const char *const reason_names[] = {"exit",        "timeout",   "crash",
+					   "spawn_error", "cancelled", "rejected"};
+static const char *const release_names[] = {"draining", "shutdown", "blocked_workflow",
+					    "unsupported_workflow"};
+
+const char *proto_status_name(enum proto_status s)
+{
+	return status_names[s];
+}
+
+const char *proto_reason_name(enum proto_reason r)
+{
+	return reason_names[r];
+}
+
+const char *proto_release_reason_name(enum proto_release_reason r)
+{
+	return release_names[r];
+}
+
+static int add_error_text(cJSON *o, const char *error)
+{
+	char cut[PROTO_ERROR_TEXT_MAX + 1];
+
+	if (!error)
+		return cJSON_AddNullToObject(o, "error") ? 0 : -ENOMEM;
+	snprintf(cut, sizeof(cut), "%s", error);
+	return cJSON_AddStringToObject(o, "error", cut) ? 0 : -ENOMEM;
+}
+
+/* output is JSON text we validated when reading the result file. */
+static int add_output(cJSON *o, const char *output)
+{
+	cJSON *j = output ? cJSON_Parse(output) : cJSON_CreateNull();
+
+	if (!j)
+		j = cJSON_CreateNull();
+	if (!j || !cJSON_AddItemToObject(o, "output", j)) {
+		cJSON_Delete(j);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int proto_complete_body(const char *token, const struct proto_outcome *oc, char **ret)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	bool ok;
+
+	ok = o && cJSON_AddStringToObject(o, "token", token) &&
+	     cJSON_AddStringToObject(o, "status", proto_status_name(oc->status)) &&
+	     cJSON_AddStringToObject(o, "reason", proto_reason_name(oc->reason)) &&
+	     (oc->has_exit_code ? cJSON_AddNumberToObject(o, "exit_code", oc->exit_code)
+				: cJSON_AddNullToObject(o, "exit_code")) &&
+	     (oc->signal ? cJSON_AddStringToObject(o, "signal", oc->signal)
+			 : cJSON_AddNullToObject(o, "signal")) &&
+	     cJSON_AddBoolToObject(o, "retryable", oc->retryable) &&
+	     cJSON_AddNumberToObject(o, "duration_ms", (double)oc->duration_ms) &&
+	     cJSON_AddNumberToObject(o, "log_length", (double)oc->log_length);
+	if (!ok || add_error_text(o, oc->error) < 0 || add_output(o, oc->output) < 0)
+		return -ENOMEM;
+	return json_finish(o, ret);
+}
+
+int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len)
+{
+	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
+	const char *s = json_str(root, "run_status");
+
+	if (!s || !proto_valid_id(s))
+		return -EBADMSG;
+	snprintf(ret_status, status_len, "%s", s);
+	return 0;
+}
+
+int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,
+		       char **ret)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+
+	if (!o || !cJSON_AddStringToObject(o, "token", token) ||
+	    !cJSON_AddStringToObject(o, "reason", proto_release_reason_name(reason)) ||
+	    !cJSON_AddNumberToObject(o, "delay_s", delay_s))
+		return -ENOMEM;
+	return json_finish(o, ret);
+}
+
+int proto_log_length_parse(const char *body, size_t len, uint64_t *ret)
+{
+	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
+	const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "length");
+	double d;
+
+	if (!cJSON_IsNumber(l))
+		return -EBADMSG;
+	d = l->valuedouble;
+	if (!isfinite(d) || d < 0 || d != floor(d) || d > 9007199254740992.0)
+		return -EBADMSG;
+	*ret = (uint64_t)d;
+	return 0;
+}
+
+const char *proto_error_code(const char *body, size_t len, char *buf, size_t buflen)
+{
+	_cleanup_json_ cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+	const char *e = json_str(root, "error");
+
+	if (!e || !proto_valid_id(e))
+		return NULL;
+	snprintf(buf, buflen, "%s", e);
+	return buf;
+}
+
+int proto_url(const char *base, const char *path_fmt, const char *id, char **ret)
+{
+	_cleanup_free_ char *path = NULL;
+
+	if (id && !proto_valid_id(id))
+		return -EINVAL;
+	if (asprintf(&path, path_fmt, id ? id : "") < 0)
+		return -ENOMEM;
+	if (asprintf(ret, "%s%s", base, path) < 0)
+		return -ENOMEM;
+	return 0;
+}
