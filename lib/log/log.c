@@ -45,12 +45,17 @@ int log_parse_level(const char *s, int *ret)
 	return -EINVAL;
 }
 
+static const char *const format_names[] = {"auto", "logfmt", "json", "journal"};
+
+const char *log_format_name(enum log_format f)
+{
+	return (size_t)f < ELEMENTSOF(format_names) ? format_names[f] : "auto";
+}
+
 int log_parse_format(const char *s, enum log_format *ret)
 {
-	static const char *const names[] = {"auto", "logfmt", "json", "journal"};
-
-	for (size_t i = 0; i < ELEMENTSOF(names); i++)
-		if (streq(s, names[i])) {
+	for (size_t i = 0; i < ELEMENTSOF(format_names); i++)
+		if (streq(s, format_names[i])) {
 			*ret = (enum log_format)i;
 			return 0;
 		}

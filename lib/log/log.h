@@ -25,6 +25,7 @@ struct log_fields {
 
 void log_setup(const char *ident, enum log_format format, int max_level);
 int log_parse_format(const char *s, enum log_format *ret);
+const char *log_format_name(enum log_format f);
 int log_parse_level(const char *s, int *ret);
 const char *log_level_name(int prio);
 void log_set_max_level(int prio);

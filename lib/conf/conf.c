@@ -1,0 +1,950 @@
+/* Loading: defaults < main file < drop-ins < environment < overrides, then the
+ * checks that involve more than one key.  Every assignment remembers where it
+ * came from, so each error names path:line, the variable or the flag. */
+#include "conf/conf.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conf/conf-int.h"
+#include "util/buf.h"
+#include "util/fileio.h"
+#include "util/random.h"
+#include "util/strutil.h"
+
+#define FILE_MAX (1024 * 1024)
+#define LINE_MAX_BYTES (64 * 1024)
+#define DROPINS_MAX 256
+#define WORKFLOWS_MAX 1024
+#define TOKEN_FILE_MAX (16 * 1024)
+
+#define MS USEC_PER_MSEC
+#define SEC USEC_PER_SEC
+#define HOUR USEC_PER_HOUR
+#define DAY (24 * USEC_PER_HOUR)
+#define KIB 1024ULL
+#define MIB (1024ULL * KIB)
+#define TIB (1024ULL * 1024 * MIB)
+#define C(f) offsetof(struct conf, f)
+#define W(f) offsetof(struct conf_workflow, f)
+#define LIVE KEY_LIVE
+#define INF KEY_INFINITY
+#define WHOLE KEY_WHOLE_SECONDS
+
+/* Print order, diff order, and the reference in docs/configuration.md. */
+const struct conf_key conf_keys[] = {
+	{"api", "url", CONF_URL, C(api.url), 0, 0, 0, NULL},
+	{"api", "token_file", CONF_PATH, C(api.token_file), 0, 0, 0, NULL},
+	{"api", "ca_file", CONF_PATH, C(api.ca_file), 0, 0, 0, NULL},
+	{"api", "request_timeout", CONF_DURATION, C(api.request_timeout), SEC, HOUR, LIVE, "30s"},
+	{"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
+	{"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
+	{"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
+	{"worker", "lease_ttl", CONF_DURATION, C(worker.lease_ttl), SEC, HOUR, LIVE | WHOLE, "90s"},
+	{"worker", "lease_refresh", CONF_DURATION, C(worker.lease_refresh), 100 * MS, HOUR / 2, LIVE,
+	 "30s"},
+	{"worker", "long_poll", CONF_DURATION, C(worker.long_poll), 0, 60 * SEC, LIVE | WHOLE, "20s"},
+	{"worker", "poll_interval", CONF_DURATION, C(worker.poll_interval), 10 * MS, HOUR, LIVE,
+	 "2s"},
+	{"worker", "run_timeout", CONF_DURATION, C(worker.run_timeout), SEC, 30 * DAY, LIVE | INF,
+	 "30min"},
+	{"worker", "kill_grace", CONF_DURATION, C(worker.kill_grace), 0, HOUR, LIVE, "10s"},
+	{"worker", "drain_timeout", CONF_DURATION, C(worker.drain_timeout), 0, 30 * DAY, LIVE | INF,
+	 "infinity"},
+	{"worker", "max_consecutive_failures", CONF_UINT, C(worker.max_consecutive_failures), 0,
+	 1000, LIVE, "3"},
+	{"worker", "failure_cooldown", CONF_DURATION, C(worker.failure_cooldown), SEC, 7 * DAY,
+	 LIVE, "5min"},
+	{"worker", "failure_cooldown_max", CONF_DURATION, C(worker.failure_cooldown_max), SEC,
+	 7 * DAY, LIVE, "1h"},
+	{"worker", "max_log_bytes", CONF_SIZE, C(worker.max_log_bytes), KIB, TIB, LIVE, "64M"},
+	{"worker", "max_output_bytes", CONF_SIZE, C(worker.max_output_bytes), KIB, 64 * MIB, LIVE,
+	 "1M"},
+	{"worker", "spool_dir", CONF_PATH, C(worker.spool_dir), 0, 0, KEY_REQUIRED, NULL},
+	{"worker", "run_dir", CONF_PATH, C(worker.run_dir), 0, 0, KEY_REQUIRED, NULL},
+	{"status", "listen", CONF_LISTEN, C(status.listen), 0, 0, 0, "127.0.0.1:9464"},
+	{"status", "heartbeat_url", CONF_URL, C(status.heartbeat_url), 0, 0, 0, NULL},
+	{"status", "heartbeat_interval", CONF_DURATION, C(status.heartbeat_interval), SEC, DAY, 0,
+	 "1min"},
+	{"log", "level", CONF_LEVEL, C(log.level), 0, 0, LIVE, "info"},
+	{"log", "format", CONF_FORMAT, C(log.format), 0, 0, 0, "auto"},
+};
+const size_t conf_n_keys = ELEMENTSOF(conf_keys);
+
+const struct conf_key conf_wf_keys[] = {
+	{"workflow", "command", CONF_COMMAND, W(argv), 0, 0, LIVE, NULL},
+	{"workflow", "timeout", CONF_DURATION, W(timeout), SEC, 30 * DAY, LIVE | INF, NULL},
+	{"workflow", "env", CONF_ENV, W(env), 0, 0, LIVE, NULL},
+	{"workflow", "user", CONF_USER, W(user), 0, 0, LIVE, NULL},
+	{"workflow", "working_directory", CONF_PATH, W(working_directory), 0, 0, LIVE, NULL},
+	{"workflow", "max_log_bytes", CONF_SIZE, W(max_log_bytes), KIB, TIB, LIVE, NULL},
+};
+const size_t conf_n_wf_keys = ELEMENTSOF(conf_wf_keys);
+
+static const char *const sections[] = {"api", "worker", "status", "log"};
+
+struct wf_state {
+	struct conf_workflow wf;
+	char *where;   /* where its section first appeared */
+	char **origin; /* per conf_wf_keys entry: where it was last set, NULL = never */
+};
+
+struct loader {
+	const struct conf_source *src;
+	const char *path; /* the main file */
+	bool main_missing;
+	struct conf *c;
+	char **origin; /* per conf_keys entry */
+	struct wf_state *wfs;
+	size_t n_wfs;
+	char *error;
+};
+
+static const char DEFAULT_ORIGIN[] = "built-in default";
+
+_printf_(3, 4) static int fail(struct loader *L, const char *origin, const char *fmt, ...)
+{
+	_cleanup_free_ char *msg = NULL;
+	va_list ap;
+	int n;
+
+	if (L->error)
+		return -EINVAL;
+	va_start(ap, fmt);
+	n = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (n < 0 || asprintf(&L->error, "%s: %s", origin, msg) < 0) {
+		L->error = NULL;
+		return -ENOMEM;
+	}
+	return -EINVAL;
+}
+
+static const char *env_get(char *const *env, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (; env && *env; env++)
+		if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+			return *env + n + 1;
+	return NULL;
+}
+
+static const struct conf_key *find_key(const struct conf_key *keys, size_t n, const char *section,
+				       const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (streq(keys[i].section, section) && streq(keys[i].name, name))
+			return &keys[i];
+	return NULL;
+}
+
+static size_t key_index(const char *section, const char *name)
+{
+	const struct conf_key *k = find_key(conf_keys, conf_n_keys, section, name);
+
+	assert(k);
+	return (size_t)(k - conf_keys);
+}
+
+/* Edit distance, for "did you mean"; only for short words. */
+static size_t distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), row[65], prev, tmp;
+
+	if (la > 64 || lb > 64)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		prev = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			tmp = row[j];
+			row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), prev + (a[i - 1] != b[j - 1]));
+			prev = tmp;
+		}
+	}
+	return row[lb];
+}
+
+static int unknown_key(struct loader *L, const struct conf_key *keys, size_t n,
+		       const char *ksection, const char *section, const char *key, const char *origin)
+{
+	const char *best = NULL;
+	size_t bd = 3;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t d = streq(keys[i].section, ksection) ? distance(key, keys[i].name) : SIZE_MAX;
+
+		if (d < bd)
+			bd = d, best = keys[i].name;
+	}
+	return fail(L, origin, "unknown key '%.80s' in [%.140s]%s%s%s", key, section,
+		    best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
+}
+
+static int set_origin(char **slot, const char *origin)
+{
+	char *o = strdup(origin);
+
+	if (!o)
+		return -ENOMEM;
+	free(*slot);
+	*slot = o;
+	return 0;
+}
+
+/* ---- workflows ---- */
+
+static void workflow_done(struct conf_workflow *wf)
+{
+	for (size_t i = 0; i < conf_n_wf_keys; i++)
+		conf_value_free(&conf_wf_keys[i], wf);
+	wf->name = mfree(wf->name);
+}
+
+static void wf_state_done(struct wf_state *s)
+{
+	workflow_done(&s->wf);
+	free(s->where);
+	for (size_t i = 0; s->origin && i < conf_n_wf_keys; i++)
+		free(s->origin[i]);
+	free(s->origin);
+}
+
+static int workflow_get(struct loader *L, const char *name, const char *origin,
+			struct wf_state **ret)
+{
+	struct wf_state *s, *nv;
+
+	for (size_t i = 0; i < L->n_wfs; i++)
+		if (streq(L->wfs[i].wf.name, name)) {
+			*ret = &L->wfs[i];
+			return 0;
+		}
+	if (!str_in_charset(name, 1, 128, "._:-"))
+		return fail(L, origin, "workflow name '%.80s' is not 1..128 bytes of [A-Za-z0-9._:-]",
+			    name);
+	if (L->n_wfs >= WORKFLOWS_MAX)
+		return fail(L, origin, "more than %d workflows", WORKFLOWS_MAX);
+	nv = realloc(L->wfs, (L->n_wfs + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	L->wfs = nv;
+	s = &L->wfs[L->n_wfs];
+	*s = (struct wf_state){0};
+	s->wf.name = strdup(name);
+	s->where = strdup(origin);
+	s->origin = calloc(conf_n_wf_keys, sizeof(char *));
+	s->wf.env = calloc(1, sizeof(char *));
+	L->n_wfs++;
+	if (!s->wf.name || !s->where || !s->origin || !s->wf.env)
+		return -ENOMEM;
+	*ret = s;
+	return 0;
+}
+
+/* ---- one assignment, whatever its source ---- */
+
+static bool section_known(const char *section)
+{
+	for (size_t i = 0; i < ELEMENTSOF(sections); i++)
+		if (streq(section, sections[i]))
+			return true;
+	return false;
+}
+
+static int assign(struct loader *L, const struct conf_key *k, void *base, char **slot,
+		  const char *section, const char *value, const char *origin)
+{
+	char problem[CONF_PROBLEM_MAX];
+	const char *tp = conf_text_problem(value, strlen(value));
+	int r;
+
+	if (tp)
+		return fail(L, origin, "%.140s.%s: value %s", section, k->name, tp);
+	r = conf_value_parse(k, base, value, problem);
+	if (r == -EINVAL)
+		return fail(L, origin, "%.140s.%s: %s", section, k->name, problem);
+	return r < 0 ? r : set_origin(slot, origin);
+}
+
+static int apply(struct loader *L, const char *section, const char *key, const char *value,
+		 const char *origin)
+{
+	const char *name = startswith(section, "workflow.");
+	const struct conf_key *k;
+	struct wf_state *s;
+	int r;
+
+	if (name) {
+		if ((r = workflow_get(L, name, origin, &s)) < 0)
+			return r;
+		k = find_key(conf_wf_keys, conf_n_wf_keys, "workflow", key);
+		if (!k)
+			return unknown_key(L, conf_wf_keys, conf_n_wf_keys, "workflow", section, key,
+					   origin);
+		return assign(L, k, &s->wf, &s->origin[k - conf_wf_keys], section, value, origin);
+	}
+	if (!section_known(section))
+		return fail(L, origin, "unknown section [%.140s]", section);
+	k = find_key(conf_keys, conf_n_keys, section, key);
+	if (!k)
+		return unknown_key(L, conf_keys, conf_n_keys, section, section, key, origin);
+	return assign(L, k, L->c, &L->origin[k - conf_keys], section, value, origin);
+}
+
+/* ---- INI text ---- */
+
+struct ini {
+	struct loader *L;
+	const char *path;
+	char *section;
+	struct buf logical; /* the current line with its continuations */
+	unsigned start;     /* its first line number */
+	bool more;          /* the last line ended with a backslash */
+};
+
+static int ini_section(struct ini *I, char *line, const char *origin)
+{
+	size_t n = strlen(line);
+	const char *wf;
+	struct wf_state *s;
+	int r;
+
+	if (n < 3 || line[n - 1] != ']')
+		return fail(I->L, origin, "malformed section header '%.80s'", line);
+	line[n - 1] = '\0';
+	line++;
+	wf = startswith(line, "workflow.");
+	if (wf) {
+		if ((r = workflow_get(I->L, wf, origin, &s)) < 0)
+			return r;
+	} else if (streq(line, "workflow"))
+		return fail(I->L, origin, "a workflow section needs a name: [workflow.NAME]");
+	else if (!section_known(line))
+		return fail(I->L, origin, "unknown section [%.80s]", line);
+	free(I->section);
+	I->section = strdup(line);
+	return I->section ? 0 : -ENOMEM;
+}
+
+static int ini_logical(struct ini *I, char *line)
+{
+	_cleanup_free_ char *origin = NULL;
+	char *eq, *key;
+
+	if (asprintf(&origin, "%s:%u", I->path, I->start) < 0)
+		return -ENOMEM;
+	if (line[0] == '[')
+		return ini_section(I, line, origin);
+	eq = strchr(line, '=');
+	if (!eq)
+		return fail(I->L, origin, "expected 'key = value' or '[section]', got '%.80s'", line);
+	if (!I->section)
+		return fail(I->L, origin, "assignment before the first [section]");
+	*eq = '\0';
+	key = str_trim(line);
+	if (!*key)
+		return fail(I->L, origin, "missing key before '='");
+	return apply(I->L, I->section, key, str_trim(eq + 1), origin);
+}
+
+static void rtrim(char *s)
+{
+	size_t n = strlen(s);
+
+	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+		s[--n] = '\0';
+}
+
+static int ini_physical(struct ini *I, const char *p, size_t n, unsigned lineno)
+{
+	_cleanup_free_ char *origin = NULL, *line = NULL;
+	const char *tp;
+	char *s;
+	size_t len;
+	int r;
+
+	if (asprintf(&origin, "%s:%u", I->path, lineno) < 0)
+		return -ENOMEM;
+	if (n > LINE_MAX_BYTES)
+		return fail(I->L, origin, "line is longer than %d bytes", LINE_MAX_BYTES);
+	if (memchr(p, '\0', n))
+		return fail(I->L, origin, "line contains a NUL byte");
+	if (!(line = strndup(p, n)))
+		return -ENOMEM;
+	rtrim(line);
+	if ((tp = conf_text_problem(line, strlen(line))))
+		return fail(I->L, origin, "line %s", tp);
+	s = line + strspn(line, " \t");
+	if (*s == '#' || *s == ';' || (!*s && !I->more))
+		return 0; /* comment lines are skipped inside continuations too */
+	if (!I->more) {
+		I->start = lineno;
+		buf_reset(&I->logical);
+	}
+	len = strlen(s);
+	I->more = len > 0 && s[len - 1] == '\\';
+	if (I->more)
+		s[len - 1] = ' ';
+	r = buf_append(&I->logical, s, len);
+	if (r == -E2BIG)
+		return fail(I->L, origin, "continued line is longer than %d bytes", LINE_MAX_BYTES);
+	if (r < 0 || I->more)
+		return r;
+	return ini_logical(I, I->logical.data);
+}
+
+static int ini_parse(struct loader *L, const char *path, const char *text, size_t len)
+{
+	struct ini I = {.L = L, .path = path, .logical = BUF_INIT(LINE_MAX_BYTES)};
+	const char *p = text, *end = text + len;
+	unsigned lineno = 0;
+	int r = 0;
+
+	while (p < end && r >= 0) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+		r = ini_physical(&I, p, n, ++lineno);
+		p = nl ? nl + 1 : end;
+	}
+	if (r >= 0 && I.more)
+		r = ini_logical(&I, I.logical.data); /* a backslash on the last line */
+	buf_done(&I.logical);
+	free(I.section);
+	return r;
+}
+
+/* ---- files ---- */
+
+/* Regular files only (a FIFO would block us, a directory is a mistake). */
+static int open_regular(const char *path, struct stat *st)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return -EBADFD;
+	}
+	return fd;
+}
+
+static const char *io_problem(int r, size_t max)
+{
+	static char b[64];
+
+	if (r == -EBADFD)
+		return "not a regular file";
+	if (r == -EFBIG) {
+		snprintf(b, sizeof(b), "larger than %zu bytes", max);
+		return b;
+	}
+	return strerror(-r);
+}
+
+static int load_file(struct loader *L, const char *path)
+{
+	_cleanup_free_ char *text = NULL;
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+	size_t len;
+	int r;
+
+	fd = open_regular(path, &st);
+	r = fd < 0 ? fd : read_fd_capped(fd, FILE_MAX, &text, &len);
+	if (r == -ENOENT && path == L->path && !L->src->path) {
+		L->main_missing = true; /* the default path: see check_url_given() */
+		return 0;
+	}
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0)
+		return fail(L, path, "cannot read: %s", io_problem(r, FILE_MAX));
+	if ((r = strv_extend(&L->c->sources, path)) < 0)
+		return r;
+	return ini_parse(L, path, text, len);
+}
+
+static int load_main(struct loader *L)
+{
+	return load_file(L, L->path);
+}
+
+static int dropin_filter(const struct dirent *d)
+{
+	const char *ext = strrchr(d->d_name, '.');
+
+	return d->d_name[0] != '.' && ext && streq(ext, ".conf");
+}
+
+static int dropin_cmp(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name); /* bytewise: the locale must not reorder */
+}
+
+static int load_dropins(struct loader *L)
+{
+	_cleanup_free_ char *dir = NULL;
+	struct dirent **list = NULL;
+	int n, r = 0;
+
+	if (asprintf(&dir, "%s.d", L->path) < 0)
+		return -ENOMEM;
+	n = scandir(dir, &list, dropin_filter, dropin_cmp);
+	if (n < 0)
+		return errno == ENOENT ? 0
+		       : errno == ENOMEM ? -ENOMEM
+					 : fail(L, dir, "cannot read drop-in directory: %s",
+						strerror(errno));
+	if (n > DROPINS_MAX)
+		r = fail(L, dir, "more than %d drop-ins", DROPINS_MAX);
+	for (int i = 0; i < n; i++) {
+		_cleanup_free_ char *path = NULL;
+
+		if (r >= 0)
+			r = asprintf(&path, "%s/%s", dir, list[i]->d_name) < 0 ? -ENOMEM
+									: load_file(L, path);
+		free(list[i]);
+	}
+	free(list);
+	return r;
+}
+
+/* ---- environment and overrides ---- */
+
+static int env_one(struct loader *L, const char *entry, const char *section, const char *rest)
+{
+	const char *eq = strchr(rest, '=');
+	_cleanup_free_ char *name = strndup(entry, (size_t)(eq - entry));
+	_cleanup_free_ char *key = strndup(rest, (size_t)(eq - rest));
+	_cleanup_free_ char *value = strdup(eq + 1);
+
+	const char *tp = conf_text_problem(entry, strlen(entry));
+
+	if (!name || !key || !value)
+		return -ENOMEM;
+	if (tp) { /* the name is the origin in messages: make it printable */
+		for (char *c = name; *c; c++)
+			if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+				*c = '?';
+		return fail(L, name, "%s", tp);
+	}
+	for (char *c = key; *c; c++)
+		*c = (char)tolower((unsigned char)*c);
+	return apply(L, section, key, str_trim(value), name);
+}
+
+static int load_env(struct loader *L)
+{
+	for (char *const *e = L->src->env; e && *e; e++) {
+		const char *rest = startswith(*e, "LESSEE_");
+
+		if (!rest || !strchr(rest, '='))
+			continue;
+		for (size_t i = 0; i < ELEMENTSOF(sections); i++) {
+			size_t n = strlen(sections[i]);
+			int r;
+
+			if (strncasecmp(rest, sections[i], n) != 0 || rest[n] != '_')
+				continue;
+			if ((r = env_one(L, *e, sections[i], rest + n + 1)) < 0)
+				return r;
+			break;
+		}
+	}
+	return 0;
+}
+
+static int load_override(struct loader *L, const struct conf_override *o)
+{
+	const char *origin = o->origin ? o->origin : "--set";
+	const char *eq = o->setting ? strchr(o->setting, '=') : NULL, *tp;
+	_cleanup_free_ char *left = NULL, *value = NULL;
+	char *dot;
+
+	if (!eq)
+		return fail(L, origin, "'%.80s' is not section.key=value",
+			    o->setting ? o->setting : "");
+	if ((tp = conf_text_problem(o->setting, strlen(o->setting))))
+		return fail(L, origin, "%s", tp);
+	left = strndup(o->setting, (size_t)(eq - o->setting));
+	value = strdup(eq + 1);
+	if (!left || !value)
+		return -ENOMEM;
+	dot = strrchr(left, '.');
+	if (!dot || dot == left || !dot[1])
+		return fail(L, origin, "'%.80s' is not section.key=value", o->setting);
+	*dot = '\0';
+	return apply(L, left, dot + 1, str_trim(value), origin);
+}
+
+static int load_overrides(struct loader *L)
+{
+	int r = 0;
+
+	for (size_t i = 0; i < L->src->n_overrides && r >= 0; i++)
+		r = load_override(L, &L->src->overrides[i]);
+	return r;
+}
+
+/* ---- defaults ---- */
+
+/* The first absolute path of a systemd directory variable ("a:b" lists several). */
+static char *systemd_dir(const struct loader *L, const char *var)
+{
+	const char *v = env_get(L->src->env, var);
+
+	if (!v || v[0] != '/')
+		return NULL;
+	return strndup(v, strcspn(v, ":"));
+}
+
+static int load_defaults(struct loader *L)
+{
+	_cleanup_free_ char *state = systemd_dir(L, "STATE_DIRECTORY");
+	_cleanup_free_ char *runtime = systemd_dir(L, "RUNTIME_DIRECTORY");
+	_cleanup_free_ char *spool = NULL;
+	int r = 0;
+
+	for (size_t i = 0; i < conf_n_keys && r >= 0; i++)
+		if (conf_keys[i].def)
+			r = apply(L, conf_keys[i].section, conf_keys[i].name, conf_keys[i].def,
+				  DEFAULT_ORIGIN);
+	if (r < 0)
+		return r;
+	if (asprintf(&spool, "%s/spool", state ? state : "/var/lib/lessee") < 0)
+		return -ENOMEM;
+	r = apply(L, "worker", "spool_dir", spool, state ? "$STATE_DIRECTORY" : DEFAULT_ORIGIN);
+	if (r < 0)
+		return r;
+	return apply(L, "worker", "run_dir", runtime ? runtime : "/run/lessee",
+		     runtime ? "$RUNTIME_DIRECTORY" : DEFAULT_ORIGIN);
+}
+
+/* ---- checks across keys ---- */
+
+static const char *origin_of(const struct loader *L, const char *section, const char *name)
+{
+	const char *o = L->origin[key_index(section, name)];
+
+	return o ? o : DEFAULT_ORIGIN;
+}
+
+/* Blame the first key unless it was left at its default. */
+static const char *blame(const struct loader *L, const char *a, const char *b)
+{
+	const char *oa = origin_of(L, "worker", a);
+
+	return streq(oa, DEFAULT_ORIGIN) ? origin_of(L, "worker", b) : oa;
+}
+
+static int check_url_given(struct loader *L)
+{
+	if (L->c->api.url)
+		return 0;
+	if (L->main_missing)
+		return fail(L, L->path,
+			    "cannot read: %s, and neither LESSEE_API_URL nor an override sets "
+			    "api.url",
+			    strerror(ENOENT));
+	return fail(L, L->path, "api.url is not set");
+}
+
+static int check_relations(struct loader *L)
+{
+	const struct conf_worker *w = &L->c->worker;
+	char a[TIME_DURATION_MAX], b[TIME_DURATION_MAX];
+
+	if (w->lease_refresh > w->lease_ttl / 2)
+		return fail(L, blame(L, "lease_refresh", "lease_ttl"),
+			    "worker.lease_refresh (%s) must be at most half of worker.lease_ttl "
+			    "(%s), so a failed renewal can be retried before the lease runs out",
+			    time_format_duration(a, sizeof(a), w->lease_refresh),
+			    time_format_duration(b, sizeof(b), w->lease_ttl));
+	if (w->failure_cooldown_max < w->failure_cooldown)
+		return fail(L, blame(L, "failure_cooldown_max", "failure_cooldown"),
+			    "worker.failure_cooldown_max (%s) is shorter than "
+			    "worker.failure_cooldown (%s)",
+			    time_format_duration(a, sizeof(a), w->failure_cooldown_max),
+			    time_format_duration(b, sizeof(b), w->failure_cooldown));
+	return 0;
+}
+
+static int finalize_id(struct loader *L)
+{
+	char host[HOST_NAME_MAX + 1] = "", id[128];
+
+	if (L->c->worker.id)
+		return 0;
+	if (L->src->default_worker_id)
+		return apply(L, "worker", "id", L->src->default_worker_id, "default worker id");
+	if (gethostname(host, sizeof(host)) < 0 || !host[0])
+		snprintf(host, sizeof(host), "lessee");
+	host[64] = '\0';
+	for (char *c = host; *c; c++)
+		if (!isalnum((unsigned char)*c) && !strchr("._:-", *c))
+			*c = '-';
+	snprintf(id, sizeof(id), "%s-%08x", host, (unsigned)random_u64());
+	return apply(L, "worker", "id", id, DEFAULT_ORIGIN);
+}
+
+/* Keep the last assignment of each name, in the order of those last assignments. */
+static void env_dedup(char **env)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; env[i]; i++) {
+		size_t n = strcspn(env[i], "=") + 1;
+		bool later = false;
+
+		for (size_t j = i + 1; env[j] && !later; j++)
+			later = strncmp(env[i], env[j], n) == 0;
+		if (later)
+			free(env[i]);
+		else
+			env[w++] = env[i];
+	}
+	env[w] = NULL;
+}
+
+static int wf_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct conf_workflow *)a)->name,
+		      ((const struct conf_workflow *)b)->name);
+}
+
+static int finalize_workflows(struct loader *L)
+{
+	size_t timeout = 1, max_log = 5; /* indexes in conf_wf_keys */
+	struct conf *c = L->c;
+
+	assert(streq(conf_wf_keys[timeout].name, "timeout"));
+	assert(streq(conf_wf_keys[max_log].name, "max_log_bytes"));
+	if (L->n_wfs == 0)
+		return fail(L, L->path, "no [workflow.NAME] section: this worker would run nothing");
+	for (size_t i = 0; i < L->n_wfs; i++) {
+		struct wf_state *s = &L->wfs[i];
+
+		if (!s->wf.argv)
+			return fail(L, s->where, "workflow.%s: command is not set", s->wf.name);
+		if (!s->origin[timeout])
+			s->wf.timeout = c->worker.run_timeout;
+		if (!s->origin[max_log])
+			s->wf.max_log_bytes = c->worker.max_log_bytes;
+		env_dedup(s->wf.env);
+	}
+	c->workflows = calloc(L->n_wfs, sizeof(*c->workflows));
+	if (!c->workflows)
+		return -ENOMEM;
+	for (size_t i = 0; i < L->n_wfs; i++) {
+		c->workflows[i] = L->wfs[i].wf;
+		L->wfs[i].wf = (struct conf_workflow){0};
+	}
+	c->n_workflows = L->n_wfs;
+	qsort(c->workflows, c->n_workflows, sizeof(*c->workflows), wf_cmp);
+	return 0;
+}
+
+/* ---- the token ---- */
+
+static int token_take(struct loader *L, int fd, const char *path, const char *origin)
+{
+	_cleanup_free_ char *raw = NULL;
+	size_t len = 0;
+	char *t;
+	int r = read_fd_capped(fd, TOKEN_FILE_MAX, &raw, &len);
+
+	if (r < 0)
+		return r == -ENOMEM ? r
+				    : fail(L, origin, "api.token_file: %s: %s", path,
+					   io_problem(r, TOKEN_FILE_MAX));
+	t = str_trim(raw);
+	if (!*t)
+		r = fail(L, origin, "api.token_file: %s is empty", path);
+	for (const char *c = t; r >= 0 && *c; c++)
+		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
+			r = fail(L, origin,
+				 "api.token_file: %s holds whitespace, control or non-ASCII bytes "
+				 "(it goes into an HTTP header)",
+				 path);
+	if (r >= 0 && (!(L->c->api.token = strdup(t)) || !(L->c->api.token_path = strdup(path))))
+		r = -ENOMEM;
+	explicit_bzero(raw, len);
+	return r;
+}
+
+/* token_file, else $CREDENTIALS_DIRECTORY/api-token (systemd LoadCredential=). */
+static int load_token(struct loader *L)
+{
+	const char *path = L->c->api.token_file, *dir;
+	const char *origin = origin_of(L, "api", "token_file");
+	_cleanup_free_ char *cred = NULL;
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+
+	if (!path) {
+		dir = env_get(L->src->env, "CREDENTIALS_DIRECTORY");
+		if (!dir || dir[0] != '/')
+			return 0;
+		if (asprintf(&cred, "%s/api-token", dir) < 0)
+			return -ENOMEM;
+		path = origin = cred;
+	}
+	fd = open_regular(path, &st);
+	if (fd == -ENOENT && cred)
+		return 0;
+	if (fd < 0)
+		return fail(L, origin, "api.token_file: %s: %s", path, io_problem(fd, 0));
+	if (st.st_mode & (S_IROTH | S_IWOTH))
+		return fail(L, origin,
+			    "api.token_file: %s is accessible by others (mode %04o): "
+			    "chmod o-rwx it",
+			    path, (unsigned)(st.st_mode & 07777));
+	return token_take(L, fd, path, origin);
+}
+
+/* ---- warnings ---- */
+
+_printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...)
+{
+	char *msg = NULL;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	return n < 0 ? -ENOMEM : strv_push(&L->c->warnings, msg);
+}
+
+static bool url_is_loopback(const char *url)
+{
+	const char *h = startswith(url, "http://");
+	static const char *const loop[] = {"localhost", "127.", "[::1]"};
+
+	if (!h)
+		return true; /* https */
+	for (size_t i = 0; i < ELEMENTSOF(loop); i++) {
+		const char *rest = startswith(h, loop[i]);
+
+		if (rest && (loop[i][strlen(loop[i]) - 1] == '.' || strchr(":/", *rest)))
+			return true;
+	}
+	return false;
+}
+
+static int collect_warnings(struct loader *L)
+{
+	const struct conf *c = L->c;
+	const struct conf_worker *w = &c->worker;
+	int r = 0;
+
+	if (c->api.token && !url_is_loopback(c->api.url))
+		r = warn(L, "api.url is plain http:// to a remote host: the API token crosses the "
+			    "network unencrypted");
+	if (r >= 0 && w->lease_ttl - w->lease_refresh <= c->api.request_timeout)
+		r = warn(L, "api.request_timeout is not shorter than worker.lease_ttl - "
+			    "worker.lease_refresh: one hung renewal can lose the lease");
+	for (size_t i = 0; i < c->n_workflows && r >= 0; i++)
+		if (c->workflows[i].user && geteuid() != 0 && c->workflows[i].uid != geteuid())
+			r = warn(L, "workflow.%s: user=%s needs lessee to run as root; its runs "
+				    "will fail to start",
+				 c->workflows[i].name, c->workflows[i].user);
+	return r;
+}
+
+/* ---- the whole load ---- */
+
+static int loader_init(struct loader *L)
+{
+	L->c = calloc(1, sizeof(*L->c));
+	L->origin = calloc(conf_n_keys, sizeof(char *));
+	if (!L->c || !L->origin)
+		return -ENOMEM;
+	L->c->sources = calloc(1, sizeof(char *));
+	L->c->warnings = calloc(1, sizeof(char *));
+	return L->c->sources && L->c->warnings ? 0 : -ENOMEM;
+}
+
+static void loader_done(struct loader *L)
+{
+	for (size_t i = 0; i < L->n_wfs; i++)
+		wf_state_done(&L->wfs[i]);
+	free(L->wfs);
+	for (size_t i = 0; L->origin && i < conf_n_keys; i++)
+		free(L->origin[i]);
+	free(L->origin);
+	free(L->error);
+	conf_free(L->c);
+}
+
+int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
+{
+	static int (*const steps[])(struct loader *) = {
+		loader_init, load_defaults,	   load_main,	       load_dropins,
+		load_env,    load_overrides,	   check_url_given,    finalize_id,
+		finalize_workflows, check_relations, load_token,	       collect_warnings,
+	};
+	static const struct conf_source none = {0};
+	struct loader L = {.src = src ? src : &none};
+	int r = 0;
+
+	L.path = L.src->path ? L.src->path : CONF_DEFAULT_PATH;
+	for (size_t i = 0; i < ELEMENTSOF(steps) && r >= 0; i++)
+		r = steps[i](&L);
+	if (r >= 0)
+		*ret = TAKE_PTR(L.c);
+	else if (ret_error)
+		*ret_error = TAKE_PTR(L.error);
+	loader_done(&L);
+	return r;
+}
+
+struct conf *conf_free(struct conf *c)
+{
+	if (!c)
+		return NULL;
+	for (size_t i = 0; i < conf_n_keys; i++)
+		conf_value_free(&conf_keys[i], c);
+	for (size_t i = 0; i < c->n_workflows; i++)
+		workflow_done(&c->workflows[i]);
+	free(c->workflows);
+	if (c->api.token)
+		explicit_bzero(c->api.token, strlen(c->api.token));
+	free(c->api.token);
+	free(c->api.token_path);
+	strv_free(c->sources);
+	strv_free(c->warnings);
+	free(c);
+	return NULL;
+}
+
+const struct conf_workflow *conf_find_workflow(const struct conf *c, const char *name)
+{
+	struct conf_workflow key = {.name = (char *)(uintptr_t)name};
+
+	if (!c || !name || c->n_workflows == 0)
+		return NULL;
+	return bsearch(&key, c->workflows, c->n_workflows, sizeof(key), wf_cmp);
+}

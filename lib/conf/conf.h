@@ -1,0 +1,143 @@
+/* The daemon's configuration: one validated struct built from, lowest first,
+ *   built-in defaults < the main file < FILE.d/ *.conf (lexical order)
+ *   < environment LESSEE_<SECTION>_<KEY> < overrides ("section.key=value").
+ * The reference for every key is docs/configuration.md.
+ *
+ * A struct conf is immutable once loaded and read directly by every module.
+ * SIGHUP: load a fresh one, conf_diff() old against new, log the changes,
+ * conf_retain_restart_fields() and switch to the new one. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "log/log.h"
+#include "util/macro.h"
+#include "util/time.h"
+
+#define CONF_DEFAULT_PATH "/etc/lessee/lessee.conf"
+
+struct conf_api {
+	char *url;              /* http(s)://host[:port][/prefix], no trailing '/' */
+	char *token_file;       /* as configured; NULL = unset */
+	char *token;            /* read at load, trimmed; NULL = no auth.  Never print it */
+	char *token_path;       /* where the token was read from (token_file or credential) */
+	char *ca_file;          /* NULL = system store only */
+	usec_t request_timeout; /* per request; a long poll adds worker.long_poll */
+};
+
+struct conf_worker {
+	char *id; /* configured, or "<hostname>-<8 hex>" */
+	unsigned concurrency;
+	char **tags; /* sorted, unique, never NULL (may be empty) */
+	usec_t lease_ttl;     /* whole seconds */
+	usec_t lease_refresh; /* <= lease_ttl / 2 */
+	usec_t long_poll;     /* whole seconds, 0 = no long poll */
+	usec_t poll_interval;
+	usec_t run_timeout; /* USEC_INFINITY = none */
+	usec_t kill_grace;
+	usec_t drain_timeout; /* USEC_INFINITY = wait for every run */
+	unsigned max_consecutive_failures; /* 0 = circuit breaker off */
+	usec_t failure_cooldown;
+	usec_t failure_cooldown_max;
+	uint64_t max_log_bytes;    /* per run, default of every workflow */
+	uint64_t max_output_bytes; /* the run's result file */
+	char *spool_dir;
+	char *run_dir;
+};
+
+struct conf_status {
+	char *listen; /* "addr:port"; NULL = no status endpoint */
+	struct sockaddr_storage listen_addr;
+	socklen_t listen_addr_len; /* 0 when listen is NULL */
+	char *heartbeat_url;       /* NULL = none */
+	usec_t heartbeat_interval;
+};
+
+struct conf_log {
+	int level; /* LOG_ERR .. LOG_DEBUG */
+	enum log_format format;
+};
+
+struct conf_workflow {
+	char *name;
+	char **argv;     /* argv[0] is an absolute path; no shell, no expansion */
+	usec_t timeout;  /* effective: the workflow's own, else worker.run_timeout */
+	char **env;      /* "NAME=value", names unique (last assignment wins), never NULL */
+	char *user;      /* NULL = run as lessee's own user */
+	uid_t uid;       /* resolved at load when user is set */
+	gid_t gid;
+	char *working_directory; /* NULL = the run's fresh directory under run_dir */
+	uint64_t max_log_bytes;  /* effective: own, else worker.max_log_bytes */
+};
+
+struct conf {
+	struct conf_api api;
+	struct conf_worker worker;
+	struct conf_status status;
+	struct conf_log log;
+	struct conf_workflow *workflows; /* sorted by name */
+	size_t n_workflows;
+	char **sources;  /* files read, in order (for --check-config), never NULL */
+	char **warnings; /* non-fatal findings to log once at start, never NULL */
+};
+
+/* One override from the command line.  cmd/lessee maps its flags to these:
+ * {"--concurrency", "worker.concurrency=8"}, {"--set", "workflow.x.timeout=5min"}. */
+struct conf_override {
+	const char *origin;  /* named in errors; NULL = "--set" */
+	const char *setting; /* "section.key=value"; section may be "workflow.NAME" */
+};
+
+struct conf_source {
+	/* NULL = CONF_DEFAULT_PATH, which may be missing when the environment or an
+	 * override sets api.url.  An explicit path must exist. */
+	const char *path;
+	/* environ-style; read for LESSEE_{API,WORKER,STATUS,LOG}_*, CREDENTIALS_DIRECTORY,
+	 * STATE_DIRECTORY, RUNTIME_DIRECTORY.  NULL = empty: cmd/lessee passes environ. */
+	char *const *env;
+	const struct conf_override *overrides;
+	size_t n_overrides;
+	/* worker.id when none is configured; NULL = "<hostname>-<8 random hex>".
+	 * On reload pass the running id so an unset id stays the same. */
+	const char *default_worker_id;
+};
+
+/* Load and validate.  0 on success.  -EINVAL for any configuration problem, with
+ * *ret_error = "origin: section.key: what is wrong", origin being "path:line",
+ * the environment variable, or the override's flag (cmd/lessee exits 78).
+ * Other -errno (-ENOMEM) may leave *ret_error NULL.  ret_error may be NULL. */
+int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error);
+struct conf *conf_free(struct conf *c);
+DEFINE_FREE_FUNC(struct conf, conf_free)
+#define _cleanup_conf_ _cleanup_(conf_freep)
+
+/* The effective configuration as INI that conf_load accepts again; the token is
+ * shown only as a comment with its length, workflow env values whose name looks
+ * secret (TOKEN SECRET PASSWORD PASSWD KEY CREDENTIAL) as "(redacted)". */
+int conf_print(const struct conf *c, FILE *f);
+
+const struct conf_workflow *conf_find_workflow(const struct conf *c, const char *name);
+
+/* Is this variable name one whose value must never be shown? */
+bool conf_env_name_is_secret(const char *name);
+
+struct conf_change {
+	char *description; /* "worker.concurrency: 4 -> 8"; secrets never shown */
+	bool live;         /* applies without a restart (to work started afterwards) */
+};
+
+/* What differs between a running and a freshly loaded configuration, in key order.
+ * *ret is NULL and *ret_n 0 when nothing changed. */
+int conf_diff(const struct conf *old, const struct conf *new, struct conf_change **ret,
+	      size_t *ret_n);
+struct conf_change *conf_changes_free(struct conf_change *c, size_t n);
+
+/* Copy every restart-only field (api.url, the token, worker.id, spool_dir, ...)
+ * from the running configuration into the new one, so the daemon can switch to
+ * `next` at once and keep running with what it cannot change live. */
+int conf_retain_restart_fields(struct conf *next, const struct conf *cur);
