@@ -59,7 +59,7 @@ extern const size_t conf_n_wf_keys;
 /* Parse value into the field of base described by k (replacing it, or appending
  * for CONF_ENV).  -EINVAL with a human reason in problem, or -ENOMEM. */
 int conf_value_parse(const struct conf_key *k, void *base, const char *value,
-		     char problem[CONF_PROBLEM_MAX]);
+                     char problem[CONF_PROBLEM_MAX]);
 /* The field as text conf_value_parse accepts again ("" = unset). */
 void conf_value_write(FILE *f, const struct conf_key *k, const void *base, bool redact);
 char *conf_value_format(const struct conf_key *k, const void *base, bool redact);

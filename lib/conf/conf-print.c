@@ -21,7 +21,7 @@ static void print_token(FILE *f, const struct conf *c)
 {
 	if (c->api.token)
 		fprintf(f, "# token: set, %zu bytes, read from %s\n", strlen(c->api.token),
-			c->api.token_path);
+		        c->api.token_path);
 	else
 		fputs("# token: not set, requests carry no Authorization header\n", f);
 }
@@ -82,8 +82,8 @@ static const char *shown(const char *v)
 }
 
 /* Compared in full, described redacted: a changed secret is reported, never shown. */
-static int diff_key(struct changes *ch, const char *prefix, const struct conf_key *k,
-		    const void *a, const void *b)
+static int diff_key(struct changes *ch, const char *prefix, const struct conf_key *k, const void *a,
+                    const void *b)
 {
 	_cleanup_free_ char *fa = conf_value_format(k, a, false);
 	_cleanup_free_ char *fb = conf_value_format(k, b, false);
@@ -100,12 +100,12 @@ static int diff_key(struct changes *ch, const char *prefix, const struct conf_ke
 		return -ENOMEM;
 	if (streq(ra, rb))
 		return add_change(ch, live, "%s.%s: changed (secret values not shown)", prefix,
-				  k->name);
+		                  k->name);
 	return add_change(ch, live, "%s.%s: %s -> %s", prefix, k->name, shown(ra), shown(rb));
 }
 
 static int diff_workflow(struct changes *ch, const struct conf_workflow *a,
-			 const struct conf_workflow *b)
+                         const struct conf_workflow *b)
 {
 	_cleanup_free_ char *prefix = NULL;
 	int r = 0;
@@ -123,9 +123,10 @@ static int diff_workflows(struct changes *ch, const struct conf *a, const struct
 	int r = 0;
 
 	while ((i < a->n_workflows || j < b->n_workflows) && r >= 0) {
-		int cmp = i == a->n_workflows   ? 1
-			  : j == b->n_workflows ? -1
-						: strcmp(a->workflows[i].name, b->workflows[j].name);
+		int cmp = i == a->n_workflows ? 1
+		          : j == b->n_workflows
+		              ? -1
+		              : strcmp(a->workflows[i].name, b->workflows[j].name);
 
 		if (cmp < 0)
 			r = add_change(ch, true, "workflow.%s: removed", a->workflows[i++].name);
@@ -142,11 +143,13 @@ static int diff_token(struct changes *ch, const struct conf *a, const struct con
 	if (streq_ptr(a->api.token, b->api.token))
 		return 0;
 	return add_change(ch, false, "api.token: %s",
-			  !a->api.token ? "set" : !b->api.token ? "removed" : "changed");
+	                  !a->api.token   ? "set"
+	                  : !b->api.token ? "removed"
+	                                  : "changed");
 }
 
 int conf_diff(const struct conf *old, const struct conf *new, struct conf_change **ret,
-	      size_t *ret_n)
+              size_t *ret_n)
 {
 	struct changes ch = {0};
 	int r = 0;

@@ -138,7 +138,8 @@ static int quoted(const char **s, struct buf *w, char p[CONF_PROBLEM_MAX])
 			return r;
 	}
 	if (*q != quote)
-		return problem(p, "has an unterminated %s quote", quote == '"' ? "double" : "single");
+		return problem(p, "has an unterminated %s quote",
+		               quote == '"' ? "double" : "single");
 	*s = q + 1;
 	return 0;
 }
@@ -236,8 +237,8 @@ static void write_words(FILE *f, char *const *v, bool redact)
 
 bool conf_env_name_is_secret(const char *name)
 {
-	static const char *const marks[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY",
-					    "CREDENTIAL"};
+	static const char *const marks[] = {"TOKEN",  "SECRET", "PASSWORD",
+	                                    "PASSWD", "KEY",    "CREDENTIAL"};
 
 	for (size_t i = 0; i < ELEMENTSOF(marks); i++)
 		if (strcasestr(name, marks[i]))
@@ -265,7 +266,10 @@ static const struct {
 	const char *suffix;
 	uint64_t mult;
 } size_units[] = {
-	{"T", 1ULL << 40}, {"G", 1ULL << 30}, {"M", 1ULL << 20}, {"K", 1ULL << 10},
+    {"T", 1ULL << 40},
+    {"G", 1ULL << 30},
+    {"M", 1ULL << 20},
+    {"K", 1ULL << 10},
 };
 
 static int parse_size(const char *s, uint64_t *ret)
@@ -322,16 +326,17 @@ static int parse_duration(const struct conf_key *k, const char *v, usec_t *ret, 
 
 	if (time_parse_duration(v, &u) < 0)
 		return problem(p, "'%.80s' is not a duration (like 90s, 5min, 1h, 250ms%s)", v,
-			       k->flags & KEY_INFINITY ? ", infinity" : "");
+		               k->flags & KEY_INFINITY ? ", infinity" : "");
 	if (u == USEC_INFINITY && !(k->flags & KEY_INFINITY))
 		return problem(p, "cannot be infinity");
 	if (u != USEC_INFINITY && (u < k->min || u > k->max))
 		return problem(p, "%.80s is out of range: %s .. %s%s", v,
-			       time_format_duration(lo, sizeof(lo), k->min),
-			       time_format_duration(hi, sizeof(hi), k->max),
-			       k->flags & KEY_INFINITY ? " or infinity" : "");
+		               time_format_duration(lo, sizeof(lo), k->min),
+		               time_format_duration(hi, sizeof(hi), k->max),
+		               k->flags & KEY_INFINITY ? " or infinity" : "");
 	if (u != USEC_INFINITY && (k->flags & KEY_WHOLE_SECONDS) && u % USEC_PER_SEC)
-		return problem(p, "must be a whole number of seconds (the protocol counts seconds)");
+		return problem(p,
+		               "must be a whole number of seconds (the protocol counts seconds)");
 	*ret = u;
 	return 0;
 }
@@ -345,7 +350,7 @@ static int parse_uint(const struct conf_key *k, const char *v, unsigned *ret, ch
 		return problem(p, "'%.80s' is not a whole number", v);
 	if (n < k->min || n > k->max)
 		return problem(p, "%.80s is out of range: %" PRIu64 " .. %" PRIu64, v, k->min,
-			       k->max);
+		               k->max);
 	*ret = (unsigned)n;
 	return 0;
 }
@@ -359,7 +364,7 @@ static int parse_size_key(const struct conf_key *k, const char *v, uint64_t *ret
 		return problem(p, "'%.80s' is not a size (like 65536, 512K, 64M, 1G)", v);
 	if (n < k->min || n > k->max)
 		return problem(p, "%.80s is out of range: %s .. %s", v,
-			       size_str(lo, sizeof(lo), k->min), size_str(hi, sizeof(hi), k->max));
+		               size_str(lo, sizeof(lo), k->min), size_str(hi, sizeof(hi), k->max));
 	*ret = n;
 	return 0;
 }
@@ -437,7 +442,8 @@ static int listen_addr(const char *v, struct sockaddr_storage *ss, socklen_t *le
 		memcpy(host, v + 1, hl - 2);
 		host[hl - 2] = '\0';
 		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-		*a = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+		*a = (struct sockaddr_in6){.sin6_family = AF_INET6,
+		                           .sin6_port = htons((uint16_t)port)};
 		*len = sizeof(*a);
 		return inet_pton(AF_INET6, host, &a->sin6_addr) == 1 ? 0 : -EINVAL;
 	}
@@ -457,9 +463,10 @@ static int parse_listen(struct conf *c, const char *v, char *p)
 	socklen_t len = 0;
 
 	if (listen_addr(v, &ss, &len) < 0)
-		return problem(p, "'%.80s' is not ADDRESS:PORT with an IP address (127.0.0.1:9464, "
-				  "[::1]:9464) and a port 1..65535",
-			       v);
+		return problem(p,
+		               "'%.80s' is not ADDRESS:PORT with an IP address (127.0.0.1:9464, "
+		               "[::1]:9464) and a port 1..65535",
+		               v);
 	if (set_string(&c->status.listen, v) < 0)
 		return -ENOMEM;
 	c->status.listen_addr = ss;
@@ -523,8 +530,8 @@ static int parse_tags(const char *v, char ***field, char *p)
 		return r;
 	for (size_t i = 0; tags[i]; i++)
 		if (!str_in_charset(tags[i], 1, TAG_MAX, "._:/=-")) {
-			r = problem(p, "tag '%.80s' is not 1..%d bytes of [A-Za-z0-9._:/=-]", tags[i],
-				    TAG_MAX);
+			r = problem(p, "tag '%.80s' is not 1..%d bytes of [A-Za-z0-9._:/=-]",
+			            tags[i], TAG_MAX);
 			strv_free(tags);
 			return r;
 		}
@@ -546,9 +553,10 @@ static int parse_command(const char *v, char ***field, char *p)
 	if (!argv[0])
 		r = problem(p, "is empty");
 	else if (argv[0][0] != '/')
-		r = problem(p, "'%.80s' is not an absolute path (commands run without a shell "
-			       "or PATH search)",
-			    argv[0]);
+		r = problem(p,
+		            "'%.80s' is not an absolute path (commands run without a shell "
+		            "or PATH search)",
+		            argv[0]);
 	if (r < 0) {
 		strv_free(argv);
 		return r;
@@ -565,10 +573,10 @@ static int check_env_word(const char *w, char *p)
 	for (size_t i = 0; i < n; i++)
 		if (!isalnum((unsigned char)w[i]) && w[i] != '_')
 			return problem(p, "'%.*s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
-				       (int)MIN(n, 80), w);
+			               (int)MIN(n, 80), w);
 	if (startswith(w, "LESSEE_"))
 		return problem(p, "'%.*s': LESSEE_* variables are set by lessee itself",
-			       (int)MIN(n, 80), w);
+		               (int)MIN(n, 80), w);
 	return 0;
 }
 
@@ -646,8 +654,7 @@ static int parse_text(const struct conf_key *k, void *base, const char *v, char 
 	return 0;
 }
 
-int conf_value_parse(const struct conf_key *k, void *base, const char *v,
-		     char p[CONF_PROBLEM_MAX])
+int conf_value_parse(const struct conf_key *k, void *base, const char *v, char p[CONF_PROBLEM_MAX])
 {
 	int level;
 	enum log_format format;
@@ -667,9 +674,10 @@ int conf_value_parse(const struct conf_key *k, void *base, const char *v,
 		return parse_env(v, FIELD(base, k, char **), p);
 	case CONF_LEVEL:
 		if (log_parse_level(v, &level) < 0)
-			return problem(p, "'%.80s' is not one of debug info notice warning error "
-					  "crit alert emerg",
-				       v);
+			return problem(p,
+			               "'%.80s' is not one of debug info notice warning error "
+			               "crit alert emerg",
+			               v);
 		*FIELD(base, k, int) = level;
 		return 0;
 	case CONF_FORMAT:

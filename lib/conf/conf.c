@@ -43,51 +43,50 @@
 
 /* Print order, diff order, and the reference in docs/configuration.md. */
 const struct conf_key conf_keys[] = {
-	{"api", "url", CONF_URL, C(api.url), 0, 0, 0, NULL},
-	{"api", "token_file", CONF_PATH, C(api.token_file), 0, 0, 0, NULL},
-	{"api", "ca_file", CONF_PATH, C(api.ca_file), 0, 0, 0, NULL},
-	{"api", "request_timeout", CONF_DURATION, C(api.request_timeout), SEC, HOUR, LIVE, "30s"},
-	{"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
-	{"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
-	{"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
-	{"worker", "lease_ttl", CONF_DURATION, C(worker.lease_ttl), SEC, HOUR, LIVE | WHOLE, "90s"},
-	{"worker", "lease_refresh", CONF_DURATION, C(worker.lease_refresh), 100 * MS, HOUR / 2, LIVE,
-	 "30s"},
-	{"worker", "long_poll", CONF_DURATION, C(worker.long_poll), 0, 60 * SEC, LIVE | WHOLE, "20s"},
-	{"worker", "poll_interval", CONF_DURATION, C(worker.poll_interval), 10 * MS, HOUR, LIVE,
-	 "2s"},
-	{"worker", "run_timeout", CONF_DURATION, C(worker.run_timeout), SEC, 30 * DAY, LIVE | INF,
-	 "30min"},
-	{"worker", "kill_grace", CONF_DURATION, C(worker.kill_grace), 0, HOUR, LIVE, "10s"},
-	{"worker", "drain_timeout", CONF_DURATION, C(worker.drain_timeout), 0, 30 * DAY, LIVE | INF,
-	 "infinity"},
-	{"worker", "max_consecutive_failures", CONF_UINT, C(worker.max_consecutive_failures), 0,
-	 1000, LIVE, "3"},
-	{"worker", "failure_cooldown", CONF_DURATION, C(worker.failure_cooldown), SEC, 7 * DAY,
-	 LIVE, "5min"},
-	{"worker", "failure_cooldown_max", CONF_DURATION, C(worker.failure_cooldown_max), SEC,
-	 7 * DAY, LIVE, "1h"},
-	{"worker", "max_log_bytes", CONF_SIZE, C(worker.max_log_bytes), KIB, TIB, LIVE, "64M"},
-	{"worker", "max_output_bytes", CONF_SIZE, C(worker.max_output_bytes), KIB, 64 * MIB, LIVE,
-	 "1M"},
-	{"worker", "spool_dir", CONF_PATH, C(worker.spool_dir), 0, 0, KEY_REQUIRED, NULL},
-	{"worker", "run_dir", CONF_PATH, C(worker.run_dir), 0, 0, KEY_REQUIRED, NULL},
-	{"status", "listen", CONF_LISTEN, C(status.listen), 0, 0, 0, "127.0.0.1:9464"},
-	{"status", "heartbeat_url", CONF_URL, C(status.heartbeat_url), 0, 0, 0, NULL},
-	{"status", "heartbeat_interval", CONF_DURATION, C(status.heartbeat_interval), SEC, DAY, 0,
-	 "1min"},
-	{"log", "level", CONF_LEVEL, C(log.level), 0, 0, LIVE, "info"},
-	{"log", "format", CONF_FORMAT, C(log.format), 0, 0, 0, "auto"},
+    {"api", "url", CONF_URL, C(api.url), 0, 0, 0, NULL},
+    {"api", "token_file", CONF_PATH, C(api.token_file), 0, 0, 0, NULL},
+    {"api", "ca_file", CONF_PATH, C(api.ca_file), 0, 0, 0, NULL},
+    {"api", "request_timeout", CONF_DURATION, C(api.request_timeout), SEC, HOUR, LIVE, "30s"},
+    {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
+    {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
+    {"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
+    {"worker", "lease_ttl", CONF_DURATION, C(worker.lease_ttl), SEC, HOUR, LIVE | WHOLE, "90s"},
+    {"worker", "lease_refresh", CONF_DURATION, C(worker.lease_refresh), 100 * MS, HOUR / 2, LIVE,
+     "30s"},
+    {"worker", "long_poll", CONF_DURATION, C(worker.long_poll), 0, 60 * SEC, LIVE | WHOLE, "20s"},
+    {"worker", "poll_interval", CONF_DURATION, C(worker.poll_interval), 10 * MS, HOUR, LIVE, "2s"},
+    {"worker", "run_timeout", CONF_DURATION, C(worker.run_timeout), SEC, 30 * DAY, LIVE | INF,
+     "30min"},
+    {"worker", "kill_grace", CONF_DURATION, C(worker.kill_grace), 0, HOUR, LIVE, "10s"},
+    {"worker", "drain_timeout", CONF_DURATION, C(worker.drain_timeout), 0, 30 * DAY, LIVE | INF,
+     "infinity"},
+    {"worker", "max_consecutive_failures", CONF_UINT, C(worker.max_consecutive_failures), 0, 1000,
+     LIVE, "3"},
+    {"worker", "failure_cooldown", CONF_DURATION, C(worker.failure_cooldown), SEC, 7 * DAY, LIVE,
+     "5min"},
+    {"worker", "failure_cooldown_max", CONF_DURATION, C(worker.failure_cooldown_max), SEC, 7 * DAY,
+     LIVE, "1h"},
+    {"worker", "max_log_bytes", CONF_SIZE, C(worker.max_log_bytes), KIB, TIB, LIVE, "64M"},
+    {"worker", "max_output_bytes", CONF_SIZE, C(worker.max_output_bytes), KIB, 64 * MIB, LIVE,
+     "1M"},
+    {"worker", "spool_dir", CONF_PATH, C(worker.spool_dir), 0, 0, KEY_REQUIRED, NULL},
+    {"worker", "run_dir", CONF_PATH, C(worker.run_dir), 0, 0, KEY_REQUIRED, NULL},
+    {"status", "listen", CONF_LISTEN, C(status.listen), 0, 0, 0, "127.0.0.1:9464"},
+    {"status", "heartbeat_url", CONF_URL, C(status.heartbeat_url), 0, 0, 0, NULL},
+    {"status", "heartbeat_interval", CONF_DURATION, C(status.heartbeat_interval), SEC, DAY, 0,
+     "1min"},
+    {"log", "level", CONF_LEVEL, C(log.level), 0, 0, LIVE, "info"},
+    {"log", "format", CONF_FORMAT, C(log.format), 0, 0, 0, "auto"},
 };
 const size_t conf_n_keys = ELEMENTSOF(conf_keys);
 
 const struct conf_key conf_wf_keys[] = {
-	{"workflow", "command", CONF_COMMAND, W(argv), 0, 0, LIVE, NULL},
-	{"workflow", "timeout", CONF_DURATION, W(timeout), SEC, 30 * DAY, LIVE | INF, NULL},
-	{"workflow", "env", CONF_ENV, W(env), 0, 0, LIVE, NULL},
-	{"workflow", "user", CONF_USER, W(user), 0, 0, LIVE, NULL},
-	{"workflow", "working_directory", CONF_PATH, W(working_directory), 0, 0, LIVE, NULL},
-	{"workflow", "max_log_bytes", CONF_SIZE, W(max_log_bytes), KIB, TIB, LIVE, NULL},
+    {"workflow", "command", CONF_COMMAND, W(argv), 0, 0, LIVE, NULL},
+    {"workflow", "timeout", CONF_DURATION, W(timeout), SEC, 30 * DAY, LIVE | INF, NULL},
+    {"workflow", "env", CONF_ENV, W(env), 0, 0, LIVE, NULL},
+    {"workflow", "user", CONF_USER, W(user), 0, 0, LIVE, NULL},
+    {"workflow", "working_directory", CONF_PATH, W(working_directory), 0, 0, LIVE, NULL},
+    {"workflow", "max_log_bytes", CONF_SIZE, W(max_log_bytes), KIB, TIB, LIVE, NULL},
 };
 const size_t conf_n_wf_keys = ELEMENTSOF(conf_wf_keys);
 
@@ -141,7 +140,7 @@ static const char *env_get(char *const *env, const char *name)
 }
 
 static const struct conf_key *find_key(const struct conf_key *keys, size_t n, const char *section,
-				       const char *name)
+                                       const char *name)
 {
 	for (size_t i = 0; i < n; i++)
 		if (streq(keys[i].section, section) && streq(keys[i].name, name))
@@ -171,7 +170,8 @@ static size_t distance(const char *a, const char *b)
 		row[0] = i;
 		for (size_t j = 1; j <= lb; j++) {
 			tmp = row[j];
-			row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), prev + (a[i - 1] != b[j - 1]));
+			row[j] =
+			    MIN(MIN(row[j] + 1, row[j - 1] + 1), prev + (a[i - 1] != b[j - 1]));
 			prev = tmp;
 		}
 	}
@@ -179,19 +179,21 @@ static size_t distance(const char *a, const char *b)
 }
 
 static int unknown_key(struct loader *L, const struct conf_key *keys, size_t n,
-		       const char *ksection, const char *section, const char *key, const char *origin)
+                       const char *ksection, const char *section, const char *key,
+                       const char *origin)
 {
 	const char *best = NULL;
 	size_t bd = 3;
 
 	for (size_t i = 0; i < n; i++) {
-		size_t d = streq(keys[i].section, ksection) ? distance(key, keys[i].name) : SIZE_MAX;
+		size_t d =
+		    streq(keys[i].section, ksection) ? distance(key, keys[i].name) : SIZE_MAX;
 
 		if (d < bd)
 			bd = d, best = keys[i].name;
 	}
 	return fail(L, origin, "unknown key '%.80s' in [%.140s]%s%s%s", key, section,
-		    best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
+	            best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
 }
 
 static int set_origin(char **slot, const char *origin)
@@ -224,7 +226,7 @@ static void wf_state_done(struct wf_state *s)
 }
 
 static int workflow_get(struct loader *L, const char *name, const char *origin,
-			struct wf_state **ret)
+                        struct wf_state **ret)
 {
 	struct wf_state *s, *nv;
 
@@ -234,8 +236,8 @@ static int workflow_get(struct loader *L, const char *name, const char *origin,
 			return 0;
 		}
 	if (!str_in_charset(name, 1, 128, "._:-"))
-		return fail(L, origin, "workflow name '%.80s' is not 1..128 bytes of [A-Za-z0-9._:-]",
-			    name);
+		return fail(L, origin,
+		            "workflow name '%.80s' is not 1..128 bytes of [A-Za-z0-9._:-]", name);
 	if (L->n_wfs >= WORKFLOWS_MAX)
 		return fail(L, origin, "more than %d workflows", WORKFLOWS_MAX);
 	nv = realloc(L->wfs, (L->n_wfs + 1) * sizeof(*nv));
@@ -266,7 +268,7 @@ static bool section_known(const char *section)
 }
 
 static int assign(struct loader *L, const struct conf_key *k, void *base, char **slot,
-		  const char *section, const char *value, const char *origin)
+                  const char *section, const char *value, const char *origin)
 {
 	char problem[CONF_PROBLEM_MAX];
 	const char *tp = conf_text_problem(value, strlen(value));
@@ -281,7 +283,7 @@ static int assign(struct loader *L, const struct conf_key *k, void *base, char *
 }
 
 static int apply(struct loader *L, const char *section, const char *key, const char *value,
-		 const char *origin)
+                 const char *origin)
 {
 	const char *name = startswith(section, "workflow.");
 	const struct conf_key *k;
@@ -293,8 +295,8 @@ static int apply(struct loader *L, const char *section, const char *key, const c
 			return r;
 		k = find_key(conf_wf_keys, conf_n_wf_keys, "workflow", key);
 		if (!k)
-			return unknown_key(L, conf_wf_keys, conf_n_wf_keys, "workflow", section, key,
-					   origin);
+			return unknown_key(L, conf_wf_keys, conf_n_wf_keys, "workflow", section,
+			                   key, origin);
 		return assign(L, k, &s->wf, &s->origin[k - conf_wf_keys], section, value, origin);
 	}
 	if (!section_known(section))
@@ -351,7 +353,8 @@ static int ini_logical(struct ini *I, char *line)
 		return ini_section(I, line, origin);
 	eq = strchr(line, '=');
 	if (!eq)
-		return fail(I->L, origin, "expected 'key = value' or '[section]', got '%.80s'", line);
+		return fail(I->L, origin, "expected 'key = value' or '[section]', got '%.80s'",
+		            line);
 	if (!I->section)
 		return fail(I->L, origin, "assignment before the first [section]");
 	*eq = '\0';
@@ -514,9 +517,9 @@ static int load_dropins(struct loader *L)
 	n = scandir(dir, &list, dropin_filter, dropin_cmp);
 	if (n < 0)
 		return errno == ENOENT ? 0
-		       : errno == ENOMEM ? -ENOMEM
-					 : fail(L, dir, "cannot read drop-in directory: %s",
-						strerror(errno));
+		       : errno == ENOMEM
+		           ? -ENOMEM
+		           : fail(L, dir, "cannot read drop-in directory: %s", strerror(errno));
 	if (n > DROPINS_MAX)
 		r = fail(L, dir, "more than %d drop-ins", DROPINS_MAX);
 	for (int i = 0; i < n; i++) {
@@ -524,7 +527,7 @@ static int load_dropins(struct loader *L)
 
 		if (r >= 0)
 			r = asprintf(&path, "%s/%s", dir, list[i]->d_name) < 0 ? -ENOMEM
-									: load_file(L, path);
+			                                                       : load_file(L, path);
 		free(list[i]);
 	}
 	free(list);
@@ -585,7 +588,7 @@ static int load_override(struct loader *L, const struct conf_override *o)
 
 	if (!eq)
 		return fail(L, origin, "'%.80s' is not section.key=value",
-			    o->setting ? o->setting : "");
+		            o->setting ? o->setting : "");
 	if ((tp = conf_text_problem(o->setting, strlen(o->setting))))
 		return fail(L, origin, "%s", tp);
 	left = strndup(o->setting, (size_t)(eq - o->setting));
@@ -630,7 +633,7 @@ static int load_defaults(struct loader *L)
 	for (size_t i = 0; i < conf_n_keys && r >= 0; i++)
 		if (conf_keys[i].def)
 			r = apply(L, conf_keys[i].section, conf_keys[i].name, conf_keys[i].def,
-				  DEFAULT_ORIGIN);
+			          DEFAULT_ORIGIN);
 	if (r < 0)
 		return r;
 	if (asprintf(&spool, "%s/spool", state ? state : "/var/lib/lessee") < 0)
@@ -639,7 +642,7 @@ static int load_defaults(struct loader *L)
 	if (r < 0)
 		return r;
 	return apply(L, "worker", "run_dir", runtime ? runtime : "/run/lessee",
-		     runtime ? "$RUNTIME_DIRECTORY" : DEFAULT_ORIGIN);
+	             runtime ? "$RUNTIME_DIRECTORY" : DEFAULT_ORIGIN);
 }
 
 /* ---- checks across keys ---- */
@@ -665,9 +668,9 @@ static int check_url_given(struct loader *L)
 		return 0;
 	if (L->main_missing)
 		return fail(L, L->path,
-			    "cannot read: %s, and neither LESSEE_API_URL nor an override sets "
-			    "api.url",
-			    strerror(ENOENT));
+		            "cannot read: %s, and neither LESSEE_API_URL nor an override sets "
+		            "api.url",
+		            strerror(ENOENT));
 	return fail(L, L->path, "api.url is not set");
 }
 
@@ -678,16 +681,16 @@ static int check_relations(struct loader *L)
 
 	if (w->lease_refresh > w->lease_ttl / 2)
 		return fail(L, blame(L, "lease_refresh", "lease_ttl"),
-			    "worker.lease_refresh (%s) must be at most half of worker.lease_ttl "
-			    "(%s), so a failed renewal can be retried before the lease runs out",
-			    time_format_duration(a, sizeof(a), w->lease_refresh),
-			    time_format_duration(b, sizeof(b), w->lease_ttl));
+		            "worker.lease_refresh (%s) must be at most half of worker.lease_ttl "
+		            "(%s), so a failed renewal can be retried before the lease runs out",
+		            time_format_duration(a, sizeof(a), w->lease_refresh),
+		            time_format_duration(b, sizeof(b), w->lease_ttl));
 	if (w->failure_cooldown_max < w->failure_cooldown)
 		return fail(L, blame(L, "failure_cooldown_max", "failure_cooldown"),
-			    "worker.failure_cooldown_max (%s) is shorter than "
-			    "worker.failure_cooldown (%s)",
-			    time_format_duration(a, sizeof(a), w->failure_cooldown_max),
-			    time_format_duration(b, sizeof(b), w->failure_cooldown));
+		            "worker.failure_cooldown_max (%s) is shorter than "
+		            "worker.failure_cooldown (%s)",
+		            time_format_duration(a, sizeof(a), w->failure_cooldown_max),
+		            time_format_duration(b, sizeof(b), w->failure_cooldown));
 	return 0;
 }
 
@@ -731,7 +734,7 @@ static void env_dedup(char **env)
 static int wf_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct conf_workflow *)a)->name,
-		      ((const struct conf_workflow *)b)->name);
+	              ((const struct conf_workflow *)b)->name);
 }
 
 static int finalize_workflows(struct loader *L)
@@ -742,7 +745,8 @@ static int finalize_workflows(struct loader *L)
 	assert(streq(conf_wf_keys[timeout].name, "timeout"));
 	assert(streq(conf_wf_keys[max_log].name, "max_log_bytes"));
 	if (L->n_wfs == 0)
-		return fail(L, L->path, "no [workflow.NAME] section: this worker would run nothing");
+		return fail(L, L->path,
+		            "no [workflow.NAME] section: this worker would run nothing");
 	for (size_t i = 0; i < L->n_wfs; i++) {
 		struct wf_state *s = &L->wfs[i];
 
@@ -777,17 +781,17 @@ static int token_take(struct loader *L, int fd, const char *path, const char *or
 
 	if (r < 0)
 		return r == -ENOMEM ? r
-				    : fail(L, origin, "api.token_file: %s: %s", path,
-					   io_problem(r, TOKEN_FILE_MAX));
+		                    : fail(L, origin, "api.token_file: %s: %s", path,
+		                           io_problem(r, TOKEN_FILE_MAX));
 	t = str_trim(raw);
 	if (!*t)
 		r = fail(L, origin, "api.token_file: %s is empty", path);
 	for (const char *c = t; r >= 0 && *c; c++)
 		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
 			r = fail(L, origin,
-				 "api.token_file: %s holds whitespace, control or non-ASCII bytes "
-				 "(it goes into an HTTP header)",
-				 path);
+			         "api.token_file: %s holds whitespace, control or non-ASCII bytes "
+			         "(it goes into an HTTP header)",
+			         path);
 	if (r >= 0 && (!(L->c->api.token = strdup(t)) || !(L->c->api.token_path = strdup(path))))
 		r = -ENOMEM;
 	explicit_bzero(raw, len);
@@ -818,9 +822,9 @@ static int load_token(struct loader *L)
 		return fail(L, origin, "api.token_file: %s: %s", path, io_problem(fd, 0));
 	if (st.st_mode & (S_IROTH | S_IWOTH))
 		return fail(L, origin,
-			    "api.token_file: %s is accessible by others (mode %04o): "
-			    "chmod o-rwx it",
-			    path, (unsigned)(st.st_mode & 07777));
+		            "api.token_file: %s is accessible by others (mode %04o): "
+		            "chmod o-rwx it",
+		            path, (unsigned)(st.st_mode & 07777));
 	return token_take(L, fd, path, origin);
 }
 
@@ -862,15 +866,16 @@ static int collect_warnings(struct loader *L)
 
 	if (c->api.token && !url_is_loopback(c->api.url))
 		r = warn(L, "api.url is plain http:// to a remote host: the API token crosses the "
-			    "network unencrypted");
+		            "network unencrypted");
 	if (r >= 0 && w->lease_ttl - w->lease_refresh <= c->api.request_timeout)
 		r = warn(L, "api.request_timeout is not shorter than worker.lease_ttl - "
-			    "worker.lease_refresh: one hung renewal can lose the lease");
+		            "worker.lease_refresh: one hung renewal can lose the lease");
 	for (size_t i = 0; i < c->n_workflows && r >= 0; i++)
 		if (c->workflows[i].user && geteuid() != 0 && c->workflows[i].uid != geteuid())
-			r = warn(L, "workflow.%s: user=%s needs lessee to run as root; its runs "
-				    "will fail to start",
-				 c->workflows[i].name, c->workflows[i].user);
+			r = warn(L,
+			         "workflow.%s: user=%s needs lessee to run as root; its runs "
+			         "will fail to start",
+			         c->workflows[i].name, c->workflows[i].user);
 	return r;
 }
 
@@ -902,9 +907,9 @@ static void loader_done(struct loader *L)
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
 {
 	static int (*const steps[])(struct loader *) = {
-		loader_init, load_defaults,	   load_main,	       load_dropins,
-		load_env,    load_overrides,	   check_url_given,    finalize_id,
-		finalize_workflows, check_relations, load_token,	       collect_warnings,
+	    loader_init,        load_defaults,   load_main,       load_dropins,
+	    load_env,           load_overrides,  check_url_given, finalize_id,
+	    finalize_workflows, check_relations, load_token,      collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};

@@ -33,14 +33,14 @@ struct conf_api {
 struct conf_worker {
 	char *id; /* configured, or "<hostname>-<8 hex>" */
 	unsigned concurrency;
-	char **tags; /* sorted, unique, never NULL (may be empty) */
+	char **tags;          /* sorted, unique, never NULL (may be empty) */
 	usec_t lease_ttl;     /* whole seconds */
 	usec_t lease_refresh; /* <= lease_ttl / 2 */
 	usec_t long_poll;     /* whole seconds, 0 = no long poll */
 	usec_t poll_interval;
 	usec_t run_timeout; /* USEC_INFINITY = none */
 	usec_t kill_grace;
-	usec_t drain_timeout; /* USEC_INFINITY = wait for every run */
+	usec_t drain_timeout;              /* USEC_INFINITY = wait for every run */
 	unsigned max_consecutive_failures; /* 0 = circuit breaker off */
 	usec_t failure_cooldown;
 	usec_t failure_cooldown_max;
@@ -65,11 +65,11 @@ struct conf_log {
 
 struct conf_workflow {
 	char *name;
-	char **argv;     /* argv[0] is an absolute path; no shell, no expansion */
-	usec_t timeout;  /* effective: the workflow's own, else worker.run_timeout */
-	char **env;      /* "NAME=value", names unique (last assignment wins), never NULL */
-	char *user;      /* NULL = run as lessee's own user */
-	uid_t uid;       /* resolved at load when user is set */
+	char **argv;    /* argv[0] is an absolute path; no shell, no expansion */
+	usec_t timeout; /* effective: the workflow's own, else worker.run_timeout */
+	char **env;     /* "NAME=value", names unique (last assignment wins), never NULL */
+	char *user;     /* NULL = run as lessee's own user */
+	uid_t uid;      /* resolved at load when user is set */
 	gid_t gid;
 	char *working_directory; /* NULL = the run's fresh directory under run_dir */
 	uint64_t max_log_bytes;  /* effective: own, else worker.max_log_bytes */
@@ -134,7 +134,7 @@ struct conf_change {
 /* What differs between a running and a freshly loaded configuration, in key order.
  * *ret is NULL and *ret_n 0 when nothing changed. */
 int conf_diff(const struct conf *old, const struct conf *new, struct conf_change **ret,
-	      size_t *ret_n);
+              size_t *ret_n);
 struct conf_change *conf_changes_free(struct conf_change *c, size_t n);
 
 /* Copy every restart-only field (api.url, the token, worker.id, spool_dir, ...)

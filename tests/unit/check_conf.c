@@ -74,7 +74,7 @@ static char *put(const char *name, const char *text)
 }
 
 static int load_full(const char *path, char **env, const struct conf_override *ov, size_t n_ov,
-		     struct conf **ret, char **err)
+                     struct conf **ret, char **err)
 {
 	struct conf_source src = {.path = path, .env = env, .overrides = ov, .n_overrides = n_ov};
 
@@ -199,14 +199,14 @@ START_TEST(test_worker_id_default_given_and_random)
 	src.default_worker_id = "bad id";
 	ck_assert_int_eq(conf_load(&src, &a, &err), -EINVAL);
 	ck_assert_str_eq(err, "default worker id: worker.id: 'bad id' is not 1..128 bytes of "
-			      "[A-Za-z0-9._:-]");
+	                      "[A-Za-z0-9._:-]");
 }
 END_TEST
 
 START_TEST(test_systemd_directories)
 {
 	char *env[] = {"STATE_DIRECTORY=/var/lib/lx:/var/lib/other",
-		       "RUNTIME_DIRECTORY=/run/lx:/run/other", "UNRELATED=1", NULL};
+	               "RUNTIME_DIRECTORY=/run/lx:/run/other", "UNRELATED=1", NULL};
 	char *bad_env[] = {"STATE_DIRECTORY=relative", "RUNTIME_DIRECTORY=", NULL};
 	_cleanup_conf_ struct conf *c = load_ok(BASE, env);
 	_cleanup_conf_ struct conf *d = load_ok(BASE, bad_env);
@@ -222,7 +222,7 @@ END_TEST
 START_TEST(test_precedence)
 {
 	_cleanup_free_ char *path = put("lessee.conf", BASE "[worker]\nconcurrency = 2\n"
-							  "kill_grace = 5s\ntags = a\n");
+	                                                    "kill_grace = 5s\ntags = a\n");
 	_cleanup_free_ char *dropin = NULL;
 	char *env[] = {"LESSEE_WORKER_CONCURRENCY=4", "LESSEE_WORKER_TAGS= env , x ", NULL};
 	const struct conf_override ov[] = {{"--concurrency", "worker.concurrency=5"}};
@@ -234,9 +234,8 @@ START_TEST(test_precedence)
 
 		if (layer == 1)
 			dropin = put("lessee.conf.d/50-x.conf", "[worker]\nconcurrency = 3\n");
-		ck_assert_int_eq(load_full(path, layer >= 2 ? env : NULL, ov, layer >= 3 ? 1 : 0,
-					   &c, &err),
-				 0);
+		ck_assert_int_eq(
+		    load_full(path, layer >= 2 ? env : NULL, ov, layer >= 3 ? 1 : 0, &c, &err), 0);
 		ck_assert_uint_eq(c->worker.concurrency, want[layer]);
 		ck_assert_uint_eq(c->worker.kill_grace, 5 * USEC_PER_SEC);
 		ck_assert_str_eq(c->worker.tags[0], layer >= 2 ? "env" : "a");
@@ -255,10 +254,11 @@ START_TEST(test_dropin_order)
 	const struct conf_workflow *w;
 
 	/* bytewise: "10-" < "2-" < "20-"; other names are not drop-ins */
-	free(put("lessee.conf.d/2-b.conf", "[worker]\nconcurrency = 22\n[workflow.w]\nenv = B=2\n"));
+	free(
+	    put("lessee.conf.d/2-b.conf", "[worker]\nconcurrency = 22\n[workflow.w]\nenv = B=2\n"));
 	free(put("lessee.conf.d/10-a.conf", "[worker]\nconcurrency = 10\n"));
 	free(put("lessee.conf.d/20-c.conf", "[worker]\nconcurrency = 20\n[workflow.w]\n"
-					    "env = A=3\n"));
+	                                    "env = A=3\n"));
 	free(put("lessee.conf.d/99-z.conf.bak", "[worker]\nconcurrency = 99\n"));
 	free(put("lessee.conf.d/.99-hidden.conf", "[worker]\nconcurrency = 98\n"));
 	free(put("lessee.conf.d/README", "not ini at all"));
@@ -292,7 +292,7 @@ START_TEST(test_dropin_order)
 	path = path_in("lessee.conf");
 	ck_assert_int_eq(load_full(path, NULL, NULL, 0, &c, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "/lessee.conf.d/40-dir.conf: cannot read: not a "
-					  "regular file"));
+	                                  "regular file"));
 }
 END_TEST
 
@@ -303,52 +303,53 @@ START_TEST(test_durations_and_sizes)
 		size_t offset;
 		uint64_t want;
 	} ok[] = {
-		{"worker.run_timeout=90s", offsetof(struct conf, worker.run_timeout), 90 * USEC_PER_SEC},
-		{"worker.run_timeout=5min", offsetof(struct conf, worker.run_timeout),
-		 5 * USEC_PER_MINUTE},
-		{"worker.run_timeout=1h", offsetof(struct conf, worker.run_timeout), USEC_PER_HOUR},
-		{"worker.run_timeout=1h 30min", offsetof(struct conf, worker.run_timeout),
-		 90 * USEC_PER_MINUTE},
-		{"worker.run_timeout=infinity", offsetof(struct conf, worker.run_timeout),
-		 USEC_INFINITY},
-		{"worker.poll_interval=250ms", offsetof(struct conf, worker.poll_interval),
-		 250 * USEC_PER_MSEC},
-		{"worker.long_poll=0", offsetof(struct conf, worker.long_poll), 0},
-		{"worker.max_log_bytes=64M", offsetof(struct conf, worker.max_log_bytes), 64ULL << 20},
-		{"worker.max_log_bytes=1G", offsetof(struct conf, worker.max_log_bytes), 1ULL << 30},
-		{"worker.max_log_bytes=512K", offsetof(struct conf, worker.max_log_bytes), 512 << 10},
-		{"worker.max_log_bytes=2GiB", offsetof(struct conf, worker.max_log_bytes), 2ULL << 30},
-		{"worker.max_log_bytes=65536", offsetof(struct conf, worker.max_log_bytes), 65536},
-		{"worker.max_log_bytes=4096B", offsetof(struct conf, worker.max_log_bytes), 4096},
-		{"worker.max_log_bytes=1 T", offsetof(struct conf, worker.max_log_bytes), 1ULL << 40},
+	    {"worker.run_timeout=90s", offsetof(struct conf, worker.run_timeout),
+	     90 * USEC_PER_SEC},
+	    {"worker.run_timeout=5min", offsetof(struct conf, worker.run_timeout),
+	     5 * USEC_PER_MINUTE},
+	    {"worker.run_timeout=1h", offsetof(struct conf, worker.run_timeout), USEC_PER_HOUR},
+	    {"worker.run_timeout=1h 30min", offsetof(struct conf, worker.run_timeout),
+	     90 * USEC_PER_MINUTE},
+	    {"worker.run_timeout=infinity", offsetof(struct conf, worker.run_timeout),
+	     USEC_INFINITY},
+	    {"worker.poll_interval=250ms", offsetof(struct conf, worker.poll_interval),
+	     250 * USEC_PER_MSEC},
+	    {"worker.long_poll=0", offsetof(struct conf, worker.long_poll), 0},
+	    {"worker.max_log_bytes=64M", offsetof(struct conf, worker.max_log_bytes), 64ULL << 20},
+	    {"worker.max_log_bytes=1G", offsetof(struct conf, worker.max_log_bytes), 1ULL << 30},
+	    {"worker.max_log_bytes=512K", offsetof(struct conf, worker.max_log_bytes), 512 << 10},
+	    {"worker.max_log_bytes=2GiB", offsetof(struct conf, worker.max_log_bytes), 2ULL << 30},
+	    {"worker.max_log_bytes=65536", offsetof(struct conf, worker.max_log_bytes), 65536},
+	    {"worker.max_log_bytes=4096B", offsetof(struct conf, worker.max_log_bytes), 4096},
+	    {"worker.max_log_bytes=1 T", offsetof(struct conf, worker.max_log_bytes), 1ULL << 40},
 	};
 	static const struct {
 		const char *setting, *want;
 	} bad[] = {
-		{"worker.run_timeout=abc", "--set: worker.run_timeout: 'abc' is not a duration (like "
-					   "90s, 5min, 1h, 250ms, infinity)"},
-		{"worker.run_timeout=", "--set: worker.run_timeout: '' is not a duration (like 90s, "
-					"5min, 1h, 250ms, infinity)"},
-		{"worker.run_timeout=500ms", "--set: worker.run_timeout: 500ms is out of range: 1s .. "
-					     "30d or infinity"},
-		{"worker.kill_grace=infinity", "--set: worker.kill_grace: cannot be infinity"},
-		{"worker.lease_ttl=1500ms", "--set: worker.lease_ttl: must be a whole number of "
-					    "seconds (the protocol counts seconds)"},
-		{"worker.max_log_bytes=1.5G", "--set: worker.max_log_bytes: '1.5G' is not a size (like "
-					      "65536, 512K, 64M, 1G)"},
-		{"worker.max_log_bytes=64MB", "--set: worker.max_log_bytes: '64MB' is not a size (like "
-					      "65536, 512K, 64M, 1G)"},
-		{"worker.max_log_bytes=-1", "--set: worker.max_log_bytes: '-1' is not a size (like "
-					    "65536, 512K, 64M, 1G)"},
-		{"worker.max_log_bytes=99999999999999999999", "--set: worker.max_log_bytes: "
-							      "'99999999999999999999' is not a size "
-							      "(like 65536, 512K, 64M, 1G)"},
-		{"worker.max_log_bytes=16777216T", "--set: worker.max_log_bytes: '16777216T' is not a "
-						   "size (like 65536, 512K, 64M, 1G)"},
-		{"worker.max_log_bytes=100", "--set: worker.max_log_bytes: 100 is out of range: 1K .. "
-					     "1T"},
-		{"worker.max_output_bytes=65M", "--set: worker.max_output_bytes: 65M is out of range: "
-						"1K .. 64M"},
+	    {"worker.run_timeout=abc", "--set: worker.run_timeout: 'abc' is not a duration (like "
+	                               "90s, 5min, 1h, 250ms, infinity)"},
+	    {"worker.run_timeout=", "--set: worker.run_timeout: '' is not a duration (like 90s, "
+	                            "5min, 1h, 250ms, infinity)"},
+	    {"worker.run_timeout=500ms", "--set: worker.run_timeout: 500ms is out of range: 1s .. "
+	                                 "30d or infinity"},
+	    {"worker.kill_grace=infinity", "--set: worker.kill_grace: cannot be infinity"},
+	    {"worker.lease_ttl=1500ms", "--set: worker.lease_ttl: must be a whole number of "
+	                                "seconds (the protocol counts seconds)"},
+	    {"worker.max_log_bytes=1.5G", "--set: worker.max_log_bytes: '1.5G' is not a size (like "
+	                                  "65536, 512K, 64M, 1G)"},
+	    {"worker.max_log_bytes=64MB", "--set: worker.max_log_bytes: '64MB' is not a size (like "
+	                                  "65536, 512K, 64M, 1G)"},
+	    {"worker.max_log_bytes=-1", "--set: worker.max_log_bytes: '-1' is not a size (like "
+	                                "65536, 512K, 64M, 1G)"},
+	    {"worker.max_log_bytes=99999999999999999999", "--set: worker.max_log_bytes: "
+	                                                  "'99999999999999999999' is not a size "
+	                                                  "(like 65536, 512K, 64M, 1G)"},
+	    {"worker.max_log_bytes=16777216T", "--set: worker.max_log_bytes: '16777216T' is not a "
+	                                       "size (like 65536, 512K, 64M, 1G)"},
+	    {"worker.max_log_bytes=100", "--set: worker.max_log_bytes: 100 is out of range: 1K .. "
+	                                 "1T"},
+	    {"worker.max_output_bytes=65M", "--set: worker.max_output_bytes: 65M is out of range: "
+	                                    "1K .. 64M"},
 	};
 	_cleanup_free_ char *path = put("lessee.conf", BASE);
 
@@ -359,13 +360,13 @@ START_TEST(test_durations_and_sizes)
 		uint64_t got;
 
 		ck_assert_msg(load_full(path, NULL, &ov, 1, &c, &err) == 0, "%s: %s", ok[i].setting,
-			      err);
+		              err);
 		if (strstr(ok[i].setting, "bytes"))
 			got = *(uint64_t *)(void *)((char *)c + ok[i].offset);
 		else
 			got = *(usec_t *)(void *)((char *)c + ok[i].offset);
 		ck_assert_msg(got == ok[i].want, "%s gave %llu", ok[i].setting,
-			      (unsigned long long)got);
+		              (unsigned long long)got);
 	}
 	for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
 		const struct conf_override ov = {NULL, bad[i].setting};
@@ -384,25 +385,25 @@ START_TEST(test_command_words)
 		const char *in;
 		const char *want[5];
 	} ok[] = {
-		{"/bin/echo a  b", {"/bin/echo", "a", "b"}},
-		{"/bin/echo \"two words\" 'single $HOME \\n' x",
-		 {"/bin/echo", "two words", "single $HOME \\n", "x"}},
-		{"/bin/echo a\\ b \\\"q", {"/bin/echo", "a b", "\"q"}},
-		{"/bin/echo \"q\\\"uote\" 'it''s'", {"/bin/echo", "q\"uote", "its"}},
-		{"/bin/echo \"\\x41\\t\\\\\" \"\"", {"/bin/echo", "A\t\\", ""}},
-		{"/bin/echo pre\"mid dle\"post", {"/bin/echo", "premid dlepost"}},
-		{"\t/bin/sh -c 'echo \"$1\" | tr a b' sh ", {"/bin/sh", "-c", "echo \"$1\" | tr a b",
-							    "sh"}},
+	    {"/bin/echo a  b", {"/bin/echo", "a", "b"}},
+	    {"/bin/echo \"two words\" 'single $HOME \\n' x",
+	     {"/bin/echo", "two words", "single $HOME \\n", "x"}},
+	    {"/bin/echo a\\ b \\\"q", {"/bin/echo", "a b", "\"q"}},
+	    {"/bin/echo \"q\\\"uote\" 'it''s'", {"/bin/echo", "q\"uote", "its"}},
+	    {"/bin/echo \"\\x41\\t\\\\\" \"\"", {"/bin/echo", "A\t\\", ""}},
+	    {"/bin/echo pre\"mid dle\"post", {"/bin/echo", "premid dlepost"}},
+	    {"\t/bin/sh -c 'echo \"$1\" | tr a b' sh ",
+	     {"/bin/sh", "-c", "echo \"$1\" | tr a b", "sh"}},
 	};
 	static const struct {
 		const char *in, *want;
 	} bad[] = {
-		{"/bin/echo \"abc", "has an unterminated double quote"},
-		{"/bin/echo 'abc", "has an unterminated single quote"},
-		{"/bin/echo abc\\", "ends with a lone backslash"},
-		{"/bin/echo \\q", "unknown escape sequence '\\q'"},
-		{"/bin/echo \"\\x00\"", "\\x00 is not allowed"},
-		{"/bin/echo \\xZZ", "unknown escape sequence '\\x'"},
+	    {"/bin/echo \"abc", "has an unterminated double quote"},
+	    {"/bin/echo 'abc", "has an unterminated single quote"},
+	    {"/bin/echo abc\\", "ends with a lone backslash"},
+	    {"/bin/echo \\q", "unknown escape sequence '\\q'"},
+	    {"/bin/echo \"\\x00\"", "\\x00 is not allowed"},
+	    {"/bin/echo \\xZZ", "unknown escape sequence '\\x'"},
 	};
 	char problem[CONF_PROBLEM_MAX];
 
@@ -411,7 +412,7 @@ START_TEST(test_command_words)
 		size_t n = 0;
 
 		ck_assert_msg(conf_split_words(ok[i].in, &v, problem) == 0, "%s: %s", ok[i].in,
-			      problem);
+		              problem);
 		for (; ok[i].want[n]; n++)
 			ck_assert_str_eq(v[n], ok[i].want[n]);
 		ck_assert_ptr_null(v[n]);
@@ -444,14 +445,14 @@ END_TEST
 START_TEST(test_command_in_file)
 {
 	_cleanup_conf_ struct conf *c = load_ok(
-		"[api]\nurl = https://api.example\n[workflow.build]\n"
-		"command = /usr/bin/env \"A B\" \\\n"
-		"# a comment inside a continuation is skipped\n"
-		"    'c d' \\\n"
-		"    e\n"
-		"timeout = 5min\nmax_log_bytes = 1M\nworking_directory = /srv/build\nuser = root\n"
-		"env = A=1 B=\"two words\"\nenv = C=3\n",
-		NULL);
+	    "[api]\nurl = https://api.example\n[workflow.build]\n"
+	    "command = /usr/bin/env \"A B\" \\\n"
+	    "# a comment inside a continuation is skipped\n"
+	    "    'c d' \\\n"
+	    "    e\n"
+	    "timeout = 5min\nmax_log_bytes = 1M\nworking_directory = /srv/build\nuser = root\n"
+	    "env = A=1 B=\"two words\"\nenv = C=3\n",
+	    NULL);
 	const struct conf_workflow *w = conf_find_workflow(c, "build");
 
 	ck_assert_ptr_nonnull(w);
@@ -480,112 +481,112 @@ START_TEST(test_file_errors)
 	static const struct {
 		const char *text, *want;
 	} cases[] = {
-		/* values */
-		{BASE "[worker]\nconcurrency = 0\n",
-		 "%1$s:7: worker.concurrency: 0 is out of range: 1 .. 4096"},
-		{BASE "[worker]\nconcurrency = 4097\n",
-		 "%1$s:7: worker.concurrency: 4097 is out of range: 1 .. 4096"},
-		{BASE "[worker]\nconcurrency = four\n",
-		 "%1$s:7: worker.concurrency: 'four' is not a whole number"},
-		{BASE "[worker]\nconcurrency = -1\n",
-		 "%1$s:7: worker.concurrency: '-1' is not a whole number"},
-		{BASE "[worker]\nlease_ttl = 1h 1s\n",
-		 "%1$s:7: worker.lease_ttl: 1h 1s is out of range: 1s .. 1h"},
-		{BASE "[worker]\nlong_poll = 61s\n",
-		 "%1$s:7: worker.long_poll: 61s is out of range: 0 .. 1min"},
-		{BASE "[worker]\ntags = gpu bad!tag\n",
-		 "%1$s:7: worker.tags: tag 'bad!tag' is not 1..64 bytes of [A-Za-z0-9._:/=-]"},
-		{BASE "[worker]\nid = has space\n",
-		 "%1$s:7: worker.id: 'has space' is not 1..128 bytes of [A-Za-z0-9._:-]"},
-		{BASE "[worker]\nspool_dir = var/spool\n",
-		 "%1$s:7: worker.spool_dir: 'var/spool' is not an absolute path"},
-		{BASE "[worker]\nrun_dir =\n", "%1$s:7: worker.run_dir: must not be empty"},
-		{BASE "[worker]\nmax_consecutive_failures = 1001\n",
-		 "%1$s:7: worker.max_consecutive_failures: 1001 is out of range: 0 .. 1000"},
-		{"[api]\nurl = ftp://x\n[workflow.w]\ncommand = /bin/true\n",
-		 "%1$s:2: api.url: 'ftp://x' is not an http:// or https:// URL"},
-		{"[api]\nurl = https://user:pw@host\n[workflow.w]\ncommand = /bin/true\n",
-		 "%1$s:2: api.url: must not carry credentials (user@host): use api.token_file"},
-		{"[api]\nurl = https://host/?a=b\n", "%1$s:2: api.url: must not have a query or "
-						      "fragment"},
-		{"[api]\nurl = https:///path\n", "%1$s:2: api.url: 'https:///path' has no host"},
-		{"[api]\nurl = https://ho st\n", "%1$s:2: api.url: contains a blank, control or "
-						 "non-ASCII byte"},
-		{"[api]\nca_file = ca.pem\n", "%1$s:2: api.ca_file: 'ca.pem' is not an absolute path"},
-		{BASE "[status]\nlisten = localhost:9464\n",
-		 "%1$s:7: status.listen: 'localhost:9464' is not ADDRESS:PORT with an IP address "
-		 "(127.0.0.1:9464, [::1]:9464) and a port 1..65535"},
-		{BASE "[status]\nlisten = 127.0.0.1:0\n",
-		 "%1$s:7: status.listen: '127.0.0.1:0' is not ADDRESS:PORT with an IP address "
-		 "(127.0.0.1:9464, [::1]:9464) and a port 1..65535"},
-		{BASE "[status]\nheartbeat_url = hc-ping.com/x\n",
-		 "%1$s:7: status.heartbeat_url: 'hc-ping.com/x' is not an http:// or https:// URL"},
-		{BASE "[log]\nlevel = loud\n", "%1$s:7: log.level: 'loud' is not one of debug info "
-					       "notice warning error crit alert emerg"},
-		{BASE "[log]\nformat = xml\n", "%1$s:7: log.format: 'xml' is not one of auto logfmt "
-					       "json journal"},
-		/* workflows */
-		{BASE "timeout = 0\n", "%1$s:6: workflow.w.timeout: 0 is out of range: 1s .. 30d or "
-				       "infinity"},
-		{BASE "command = true\n", "%1$s:6: workflow.w.command: 'true' is not an absolute path "
-					  "(commands run without a shell or PATH search)"},
-		{BASE "command = -/bin/true\n", "%1$s:6: workflow.w.command: '-/bin/true' is not an "
-						"absolute path (commands run without a shell or "
-						"PATH search)"},
-		{BASE "command =\n", "%1$s:6: workflow.w.command: is empty"},
-		{BASE "command = /bin/echo \"open\n", "%1$s:6: workflow.w.command: has an "
-						      "unterminated double quote"},
-		{BASE "env = 1BAD=x\n", "%1$s:6: workflow.w.env: '1BAD=x' is not NAME=value"},
-		{BASE "env = NOEQUALS\n", "%1$s:6: workflow.w.env: 'NOEQUALS' is not NAME=value"},
-		{BASE "env = A-B=1\n", "%1$s:6: workflow.w.env: 'A-B' is not a variable name "
-				       "([A-Za-z_][A-Za-z0-9_]*)"},
-		{BASE "env = OK=1 LESSEE_RUN_ID=x\n", "%1$s:6: workflow.w.env: 'LESSEE_RUN_ID': "
-						      "LESSEE_* variables are set by lessee itself"},
-		{BASE "user = no-such-user-here\n", "%1$s:6: workflow.w.user: unknown user "
-						    "'no-such-user-here'"},
-		{BASE "user = ../etc\n", "%1$s:6: workflow.w.user: '../etc' is not a user name"},
-		{BASE "working_directory = srv\n", "%1$s:6: workflow.w.working_directory: 'srv' is not "
-						   "an absolute path"},
-		{BASE "max_log_bytes = 1\n", "%1$s:6: workflow.w.max_log_bytes: 1 is out of range: 1K "
-					     ".. 1T"},
-		{BASE "[workflow.empty]\n\n", "%1$s:6: workflow.empty: command is not set"},
-		{BASE "[workflow.bad/name]\n", "%1$s:6: workflow name 'bad/name' is not 1..128 bytes "
-					       "of [A-Za-z0-9._:-]"},
-		{BASE "[workflow]\n", "%1$s:6: a workflow section needs a name: [workflow.NAME]"},
-		{BASE "[workflow.]\n", "%1$s:6: workflow name '' is not 1..128 bytes of "
-				       "[A-Za-z0-9._:-]"},
-		/* structure */
-		{BASE "[apii]\n", "%1$s:6: unknown section [apii]"},
-		{BASE "[api\n", "%1$s:6: malformed section header '[api'"},
-		{BASE "[api]\nurll = http://x\n", "%1$s:7: unknown key 'urll' in [api] (did you mean "
-						  "'url'?)"},
-		{BASE "[worker]\nconcurency = 2\n", "%1$s:7: unknown key 'concurency' in [worker] (did "
-						    "you mean 'concurrency'?)"},
-		{BASE "[worker]\nfrobnicate = 2\n", "%1$s:7: unknown key 'frobnicate' in [worker]"},
-		{BASE "comand = /bin/x\n", "%1$s:6: unknown key 'comand' in [workflow.w] (did you mean "
-					   "'command'?)"},
-		{"url = http://x\n", "%1$s:1: assignment before the first [section]"},
-		{BASE "[worker]\njust some words\n", "%1$s:7: expected 'key = value' or '[section]', "
-						     "got 'just some words'"},
-		{BASE "[worker]\n = 4\n", "%1$s:7: missing key before '='"},
-		{BASE "[worker]\nconcurrency = \\\n  9\\\n  9 \\\n\nid = x\n",
-		 "%1$s:7: worker.concurrency: '9 9' is not a whole number"},
-		/* across keys and files */
-		{BASE "[worker]\nlease_refresh = 46s\n",
-		 "%1$s:7: worker.lease_refresh (46s) must be at most half of worker.lease_ttl "
-		 "(1min30s), so a failed renewal can be retried before the lease runs out"},
-		{BASE "[worker]\nlease_ttl = 50s\n",
-		 "%1$s:7: worker.lease_refresh (30s) must be at most half of worker.lease_ttl (50s), "
-		 "so a failed renewal can be retried before the lease runs out"},
-		{BASE "[worker]\nfailure_cooldown = 2h\n",
-		 "%1$s:7: worker.failure_cooldown_max (1h) is shorter than worker.failure_cooldown "
-		 "(2h)"},
-		{"[api]\nurl = http://x\n", "%1$s: no [workflow.NAME] section: this worker would run "
-					    "nothing"},
-		{"[workflow.w]\ncommand = /bin/true\n", "%1$s: api.url is not set"},
-		{"", "%1$s: api.url is not set"},
-		{"[api]\ntoken_file = /nonexistent/token\nurl = http://x\n[workflow.w]\ncommand = /x\n",
-		 "%1$s:2: api.token_file: /nonexistent/token: No such file or directory"},
+	    /* values */
+	    {BASE "[worker]\nconcurrency = 0\n",
+	     "%1$s:7: worker.concurrency: 0 is out of range: 1 .. 4096"},
+	    {BASE "[worker]\nconcurrency = 4097\n",
+	     "%1$s:7: worker.concurrency: 4097 is out of range: 1 .. 4096"},
+	    {BASE "[worker]\nconcurrency = four\n",
+	     "%1$s:7: worker.concurrency: 'four' is not a whole number"},
+	    {BASE "[worker]\nconcurrency = -1\n",
+	     "%1$s:7: worker.concurrency: '-1' is not a whole number"},
+	    {BASE "[worker]\nlease_ttl = 1h 1s\n",
+	     "%1$s:7: worker.lease_ttl: 1h 1s is out of range: 1s .. 1h"},
+	    {BASE "[worker]\nlong_poll = 61s\n",
+	     "%1$s:7: worker.long_poll: 61s is out of range: 0 .. 1min"},
+	    {BASE "[worker]\ntags = gpu bad!tag\n",
+	     "%1$s:7: worker.tags: tag 'bad!tag' is not 1..64 bytes of [A-Za-z0-9._:/=-]"},
+	    {BASE "[worker]\nid = has space\n",
+	     "%1$s:7: worker.id: 'has space' is not 1..128 bytes of [A-Za-z0-9._:-]"},
+	    {BASE "[worker]\nspool_dir = var/spool\n",
+	     "%1$s:7: worker.spool_dir: 'var/spool' is not an absolute path"},
+	    {BASE "[worker]\nrun_dir =\n", "%1$s:7: worker.run_dir: must not be empty"},
+	    {BASE "[worker]\nmax_consecutive_failures = 1001\n",
+	     "%1$s:7: worker.max_consecutive_failures: 1001 is out of range: 0 .. 1000"},
+	    {"[api]\nurl = ftp://x\n[workflow.w]\ncommand = /bin/true\n",
+	     "%1$s:2: api.url: 'ftp://x' is not an http:// or https:// URL"},
+	    {"[api]\nurl = https://user:pw@host\n[workflow.w]\ncommand = /bin/true\n",
+	     "%1$s:2: api.url: must not carry credentials (user@host): use api.token_file"},
+	    {"[api]\nurl = https://host/?a=b\n", "%1$s:2: api.url: must not have a query or "
+	                                         "fragment"},
+	    {"[api]\nurl = https:///path\n", "%1$s:2: api.url: 'https:///path' has no host"},
+	    {"[api]\nurl = https://ho st\n", "%1$s:2: api.url: contains a blank, control or "
+	                                     "non-ASCII byte"},
+	    {"[api]\nca_file = ca.pem\n", "%1$s:2: api.ca_file: 'ca.pem' is not an absolute path"},
+	    {BASE "[status]\nlisten = localhost:9464\n",
+	     "%1$s:7: status.listen: 'localhost:9464' is not ADDRESS:PORT with an IP address "
+	     "(127.0.0.1:9464, [::1]:9464) and a port 1..65535"},
+	    {BASE "[status]\nlisten = 127.0.0.1:0\n",
+	     "%1$s:7: status.listen: '127.0.0.1:0' is not ADDRESS:PORT with an IP address "
+	     "(127.0.0.1:9464, [::1]:9464) and a port 1..65535"},
+	    {BASE "[status]\nheartbeat_url = hc-ping.com/x\n",
+	     "%1$s:7: status.heartbeat_url: 'hc-ping.com/x' is not an http:// or https:// URL"},
+	    {BASE "[log]\nlevel = loud\n", "%1$s:7: log.level: 'loud' is not one of debug info "
+	                                   "notice warning error crit alert emerg"},
+	    {BASE "[log]\nformat = xml\n", "%1$s:7: log.format: 'xml' is not one of auto logfmt "
+	                                   "json journal"},
+	    /* workflows */
+	    {BASE "timeout = 0\n", "%1$s:6: workflow.w.timeout: 0 is out of range: 1s .. 30d or "
+	                           "infinity"},
+	    {BASE "command = true\n", "%1$s:6: workflow.w.command: 'true' is not an absolute path "
+	                              "(commands run without a shell or PATH search)"},
+	    {BASE "command = -/bin/true\n", "%1$s:6: workflow.w.command: '-/bin/true' is not an "
+	                                    "absolute path (commands run without a shell or "
+	                                    "PATH search)"},
+	    {BASE "command =\n", "%1$s:6: workflow.w.command: is empty"},
+	    {BASE "command = /bin/echo \"open\n", "%1$s:6: workflow.w.command: has an "
+	                                          "unterminated double quote"},
+	    {BASE "env = 1BAD=x\n", "%1$s:6: workflow.w.env: '1BAD=x' is not NAME=value"},
+	    {BASE "env = NOEQUALS\n", "%1$s:6: workflow.w.env: 'NOEQUALS' is not NAME=value"},
+	    {BASE "env = A-B=1\n", "%1$s:6: workflow.w.env: 'A-B' is not a variable name "
+	                           "([A-Za-z_][A-Za-z0-9_]*)"},
+	    {BASE "env = OK=1 LESSEE_RUN_ID=x\n", "%1$s:6: workflow.w.env: 'LESSEE_RUN_ID': "
+	                                          "LESSEE_* variables are set by lessee itself"},
+	    {BASE "user = no-such-user-here\n", "%1$s:6: workflow.w.user: unknown user "
+	                                        "'no-such-user-here'"},
+	    {BASE "user = ../etc\n", "%1$s:6: workflow.w.user: '../etc' is not a user name"},
+	    {BASE "working_directory = srv\n", "%1$s:6: workflow.w.working_directory: 'srv' is not "
+	                                       "an absolute path"},
+	    {BASE "max_log_bytes = 1\n", "%1$s:6: workflow.w.max_log_bytes: 1 is out of range: 1K "
+	                                 ".. 1T"},
+	    {BASE "[workflow.empty]\n\n", "%1$s:6: workflow.empty: command is not set"},
+	    {BASE "[workflow.bad/name]\n", "%1$s:6: workflow name 'bad/name' is not 1..128 bytes "
+	                                   "of [A-Za-z0-9._:-]"},
+	    {BASE "[workflow]\n", "%1$s:6: a workflow section needs a name: [workflow.NAME]"},
+	    {BASE "[workflow.]\n", "%1$s:6: workflow name '' is not 1..128 bytes of "
+	                           "[A-Za-z0-9._:-]"},
+	    /* structure */
+	    {BASE "[apii]\n", "%1$s:6: unknown section [apii]"},
+	    {BASE "[api\n", "%1$s:6: malformed section header '[api'"},
+	    {BASE "[api]\nurll = http://x\n", "%1$s:7: unknown key 'urll' in [api] (did you mean "
+	                                      "'url'?)"},
+	    {BASE "[worker]\nconcurency = 2\n", "%1$s:7: unknown key 'concurency' in [worker] (did "
+	                                        "you mean 'concurrency'?)"},
+	    {BASE "[worker]\nfrobnicate = 2\n", "%1$s:7: unknown key 'frobnicate' in [worker]"},
+	    {BASE "comand = /bin/x\n", "%1$s:6: unknown key 'comand' in [workflow.w] (did you mean "
+	                               "'command'?)"},
+	    {"url = http://x\n", "%1$s:1: assignment before the first [section]"},
+	    {BASE "[worker]\njust some words\n", "%1$s:7: expected 'key = value' or '[section]', "
+	                                         "got 'just some words'"},
+	    {BASE "[worker]\n = 4\n", "%1$s:7: missing key before '='"},
+	    {BASE "[worker]\nconcurrency = \\\n  9\\\n  9 \\\n\nid = x\n",
+	     "%1$s:7: worker.concurrency: '9 9' is not a whole number"},
+	    /* across keys and files */
+	    {BASE "[worker]\nlease_refresh = 46s\n",
+	     "%1$s:7: worker.lease_refresh (46s) must be at most half of worker.lease_ttl "
+	     "(1min30s), so a failed renewal can be retried before the lease runs out"},
+	    {BASE "[worker]\nlease_ttl = 50s\n",
+	     "%1$s:7: worker.lease_refresh (30s) must be at most half of worker.lease_ttl (50s), "
+	     "so a failed renewal can be retried before the lease runs out"},
+	    {BASE "[worker]\nfailure_cooldown = 2h\n",
+	     "%1$s:7: worker.failure_cooldown_max (1h) is shorter than worker.failure_cooldown "
+	     "(2h)"},
+	    {"[api]\nurl = http://x\n", "%1$s: no [workflow.NAME] section: this worker would run "
+	                                "nothing"},
+	    {"[workflow.w]\ncommand = /bin/true\n", "%1$s: api.url is not set"},
+	    {"", "%1$s: api.url is not set"},
+	    {"[api]\ntoken_file = /nonexistent/token\nurl = http://x\n[workflow.w]\ncommand = /x\n",
+	     "%1$s:2: api.token_file: /nonexistent/token: No such file or directory"},
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(cases); i++)
@@ -599,35 +600,38 @@ START_TEST(test_env_and_override_errors)
 	static const struct {
 		const char *env, *want;
 	} env_cases[] = {
-		{"LESSEE_WORKER_CONCURRENCY=0",
-		 "LESSEE_WORKER_CONCURRENCY: worker.concurrency: 0 is out of range: 1 .. 4096"},
-		{"LESSEE_WORKER_CONCURENCY=2", "LESSEE_WORKER_CONCURENCY: unknown key 'concurency' in "
-					       "[worker] (did you mean 'concurrency'?)"},
-		{"LESSEE_API_URL=gopher://x", "LESSEE_API_URL: api.url: 'gopher://x' is not an "
-					      "http:// or https:// URL"},
-		{"LESSEE_LOG_LEVEL=\xff", "LESSEE_LOG_LEVEL: is not valid UTF-8"},
-		{"LESSEE_LOG_LE\x1bVEL=x", "LESSEE_LOG_LE?VEL: contains a control character"},
-		{"LESSEE_STATUS_LISTEN=1.2.3.4", "LESSEE_STATUS_LISTEN: status.listen: '1.2.3.4' is not "
-						 "ADDRESS:PORT with an IP address (127.0.0.1:9464, "
-						 "[::1]:9464) and a port 1..65535"},
+	    {"LESSEE_WORKER_CONCURRENCY=0",
+	     "LESSEE_WORKER_CONCURRENCY: worker.concurrency: 0 is out of range: 1 .. 4096"},
+	    {"LESSEE_WORKER_CONCURENCY=2", "LESSEE_WORKER_CONCURENCY: unknown key 'concurency' in "
+	                                   "[worker] (did you mean 'concurrency'?)"},
+	    {"LESSEE_API_URL=gopher://x", "LESSEE_API_URL: api.url: 'gopher://x' is not an "
+	                                  "http:// or https:// URL"},
+	    {"LESSEE_LOG_LEVEL=\xff", "LESSEE_LOG_LEVEL: is not valid UTF-8"},
+	    {"LESSEE_LOG_LE\x1bVEL=x", "LESSEE_LOG_LE?VEL: contains a control character"},
+	    {"LESSEE_STATUS_LISTEN=1.2.3.4",
+	     "LESSEE_STATUS_LISTEN: status.listen: '1.2.3.4' is not "
+	     "ADDRESS:PORT with an IP address (127.0.0.1:9464, "
+	     "[::1]:9464) and a port 1..65535"},
 	};
 	static const struct {
 		struct conf_override ov;
 		const char *want;
 	} ov_cases[] = {
-		{{"--concurrency", "worker.concurrency=x"},
-		 "--concurrency: worker.concurrency: 'x' is not a whole number"},
-		{{NULL, "worker"}, "--set: 'worker' is not section.key=value"},
-		{{NULL, "worker=3"}, "--set: 'worker=3' is not section.key=value"},
-		{{NULL, ".x=3"}, "--set: '.x=3' is not section.key=value"},
-		{{NULL, "worker.=3"}, "--set: 'worker.=3' is not section.key=value"},
-		{{NULL, "nope.key=3"}, "--set: unknown section [nope]"},
-		{{NULL, "workflow.w.comand=/x"}, "--set: unknown key 'comand' in [workflow.w] (did you "
-						 "mean 'command'?)"},
-		{{"--api-url", "api.url=http://a\tb"}, "--api-url: api.url: contains a blank, control "
-						       "or non-ASCII byte"},
-		{{NULL, "worker.id=a\x01"}, "--set: contains a control character"},
-		{{NULL, "wor\xffker.id=a"}, "--set: is not valid UTF-8"},
+	    {{"--concurrency", "worker.concurrency=x"},
+	     "--concurrency: worker.concurrency: 'x' is not a whole number"},
+	    {{NULL, "worker"}, "--set: 'worker' is not section.key=value"},
+	    {{NULL, "worker=3"}, "--set: 'worker=3' is not section.key=value"},
+	    {{NULL, ".x=3"}, "--set: '.x=3' is not section.key=value"},
+	    {{NULL, "worker.=3"}, "--set: 'worker.=3' is not section.key=value"},
+	    {{NULL, "nope.key=3"}, "--set: unknown section [nope]"},
+	    {{NULL, "workflow.w.comand=/x"},
+	     "--set: unknown key 'comand' in [workflow.w] (did you "
+	     "mean 'command'?)"},
+	    {{"--api-url", "api.url=http://a\tb"},
+	     "--api-url: api.url: contains a blank, control "
+	     "or non-ASCII byte"},
+	    {{NULL, "worker.id=a\x01"}, "--set: contains a control character"},
+	    {{NULL, "wor\xffker.id=a"}, "--set: is not valid UTF-8"},
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(env_cases); i++) {
@@ -651,9 +655,15 @@ END_TEST
 /* Variables outside LESSEE_{API,WORKER,STATUS,LOG}_ are not ours. */
 START_TEST(test_env_namespace)
 {
-	char *env[] = {"LESSEE_IO_BACKEND=epoll", "LESSEE_RUN_ID=r-1", "LESSEE_WORKFLOW=w",
-		       "LESSEE_APIURL=x", "LESSEE_WORKER_CONCURRENCY= 7 ", "LESSEE_LOG_LEVEL=debug",
-		       "LESSEE_STATUS_LISTEN=", "LESSEE_API_REQUEST_TIMEOUT=5s", NULL};
+	char *env[] = {"LESSEE_IO_BACKEND=epoll",
+	               "LESSEE_RUN_ID=r-1",
+	               "LESSEE_WORKFLOW=w",
+	               "LESSEE_APIURL=x",
+	               "LESSEE_WORKER_CONCURRENCY= 7 ",
+	               "LESSEE_LOG_LEVEL=debug",
+	               "LESSEE_STATUS_LISTEN=",
+	               "LESSEE_API_REQUEST_TIMEOUT=5s",
+	               NULL};
 	_cleanup_conf_ struct conf *c = load_ok(BASE, env);
 
 	ck_assert_uint_eq(c->worker.concurrency, 7);
@@ -696,8 +706,9 @@ START_TEST(test_missing_files)
 	c = conf_free(c);
 	src.env = NULL;
 	ck_assert_int_eq(conf_load(&src, &c, &err), -EINVAL);
-	ck_assert_str_eq(err, CONF_DEFAULT_PATH ": cannot read: No such file or directory, and "
-					       "neither LESSEE_API_URL nor an override sets api.url");
+	ck_assert_str_eq(err,
+	                 CONF_DEFAULT_PATH ": cannot read: No such file or directory, and "
+	                                   "neither LESSEE_API_URL nor an override sets api.url");
 }
 END_TEST
 
@@ -734,19 +745,21 @@ START_TEST(test_token)
 
 	/* readable by others: refused, naming the line that set token_file */
 	ck_assert_int_eq(chmod(explicit, 0644), 0);
-	ck_assert_int_ge(asprintf(&want, "%%1$s:7: api.token_file: %s is accessible by others "
-					 "(mode 0644): chmod o-rwx it",
-				  explicit),
-			 0);
+	ck_assert_int_ge(asprintf(&want,
+	                          "%%1$s:7: api.token_file: %s is accessible by others "
+	                          "(mode 0644): chmod o-rwx it",
+	                          explicit),
+	                 0);
 	expect_error(text, env, want);
 	want = mfree(want);
 
 	/* the credential checked the same way, named by its path */
 	ck_assert_int_eq(chmod(cred_file, 0604), 0);
-	ck_assert_int_ge(asprintf(&want, "%s: api.token_file: %s is accessible by others (mode "
-					 "0604): chmod o-rwx it",
-				  cred_file, cred_file),
-			 0);
+	ck_assert_int_ge(asprintf(&want,
+	                          "%s: api.token_file: %s is accessible by others (mode "
+	                          "0604): chmod o-rwx it",
+	                          cred_file, cred_file),
+	                 0);
 	expect_error(BASE, env, want);
 	want = mfree(want);
 
@@ -757,10 +770,11 @@ START_TEST(test_token)
 	expect_error(text, env, want);
 	want = mfree(want);
 	write_some(explicit, "abc\r\nX-Evil: 1\n", 15, 0600);
-	ck_assert_int_ge(asprintf(&want, "%%1$s:7: api.token_file: %s holds whitespace, control "
-					 "or non-ASCII bytes (it goes into an HTTP header)",
-				  explicit),
-			 0);
+	ck_assert_int_ge(asprintf(&want,
+	                          "%%1$s:7: api.token_file: %s holds whitespace, control "
+	                          "or non-ASCII bytes (it goes into an HTTP header)",
+	                          explicit),
+	                 0);
 	expect_error(text, env, want);
 }
 END_TEST
@@ -771,13 +785,14 @@ START_TEST(test_print_redacts)
 	_cleanup_free_ char *text = NULL, *out = NULL;
 	_cleanup_conf_ struct conf *c = NULL;
 
-	ck_assert_int_ge(asprintf(&text,
-				  "[api]\nurl = https://api.example/\ntoken_file = %s\n"
-				  "[workflow.deploy]\ncommand = /bin/deploy --fast\n"
-				  "env = PLAIN=visible-value DB_PASSWORD=hunter2 aws_secret_key=zz9\n"
-				  "env = GITHUB_TOKEN=ghp_abc\n",
-				  tok),
-			 0);
+	ck_assert_int_ge(
+	    asprintf(&text,
+	             "[api]\nurl = https://api.example/\ntoken_file = %s\n"
+	             "[workflow.deploy]\ncommand = /bin/deploy --fast\n"
+	             "env = PLAIN=visible-value DB_PASSWORD=hunter2 aws_secret_key=zz9\n"
+	             "env = GITHUB_TOKEN=ghp_abc\n",
+	             tok),
+	    0);
 	c = load_ok(text, NULL);
 	out = print_str(c);
 	ck_assert_ptr_null(strstr(out, "TOPSECRETVALUE123"));
@@ -786,7 +801,7 @@ START_TEST(test_print_redacts)
 	ck_assert_ptr_null(strstr(out, "ghp_abc"));
 	ck_assert_ptr_nonnull(strstr(out, "# token: set, 17 bytes, read from "));
 	ck_assert_ptr_nonnull(strstr(out, "env = PLAIN=visible-value DB_PASSWORD=(redacted) "
-					  "aws_secret_key=(redacted) GITHUB_TOKEN=(redacted)\n"));
+	                                  "aws_secret_key=(redacted) GITHUB_TOKEN=(redacted)\n"));
 	ck_assert_ptr_nonnull(strstr(out, "\n[api]\nurl = https://api.example\n"));
 	ck_assert_ptr_nonnull(strstr(out, "command = /bin/deploy --fast\n"));
 	ck_assert_ptr_nonnull(strstr(out, "\n[workflow.deploy]\n"));
@@ -799,16 +814,16 @@ END_TEST
 /* What --check-config prints loads back into the same configuration. */
 START_TEST(test_print_round_trip)
 {
-	_cleanup_conf_ struct conf *a = load_ok(
-		"[api]\nurl = https://h:8443/base\nrequest_timeout = 1.5s\n"
-		"[worker]\nid = me\ntags = b, a a\nlease_ttl = 60s\nlease_refresh = 250ms\n"
-		"drain_timeout = 1h 30min\nmax_log_bytes = 1536K\n"
-		"[status]\nlisten = [::1]:9999\nheartbeat_url = https://hc/ping\n"
-		"[log]\nlevel = debug\nformat = json\n"
-		"[workflow.b]\ncommand = /bin/sh -c \"echo 'hi there' \\\"$X\\\"\" '' \\t\n"
-		"env = A=\"1 2\" B=\\x01 C=\nuser = 0\n[workflow.a]\ncommand = /bin/cat\n"
-		"timeout = infinity\n",
-		NULL);
+	_cleanup_conf_ struct conf *a =
+	    load_ok("[api]\nurl = https://h:8443/base\nrequest_timeout = 1.5s\n"
+	            "[worker]\nid = me\ntags = b, a a\nlease_ttl = 60s\nlease_refresh = 250ms\n"
+	            "drain_timeout = 1h 30min\nmax_log_bytes = 1536K\n"
+	            "[status]\nlisten = [::1]:9999\nheartbeat_url = https://hc/ping\n"
+	            "[log]\nlevel = debug\nformat = json\n"
+	            "[workflow.b]\ncommand = /bin/sh -c \"echo 'hi there' \\\"$X\\\"\" '' \\t\n"
+	            "env = A=\"1 2\" B=\\x01 C=\nuser = 0\n[workflow.a]\ncommand = /bin/cat\n"
+	            "timeout = infinity\n",
+	            NULL);
 	_cleanup_free_ char *out = print_str(a), *out2 = NULL;
 	_cleanup_conf_ struct conf *b = load_ok(out, NULL);
 	struct conf_change *ch = NULL;
@@ -893,11 +908,11 @@ START_TEST(test_shipped_conf)
 		if (streq(k->name, "url") || streq(k->name, "id"))
 			continue; /* set by the test / random */
 		ck_assert_msg(conf_value_parse(k, &scratch, v, problem) == 0, "%s: %s", k->name,
-			      problem);
+		              problem);
 		shown = conf_value_format(k, &scratch, false);
 		actual = conf_value_format(k, c, false);
 		ck_assert_msg(streq(shown, actual), "conf/lessee.conf: %s = %s, default is %s",
-			      k->name, v, actual);
+		              k->name, v, actual);
 		conf_value_free(k, &scratch);
 	}
 	for (size_t i = 0; i < conf_n_wf_keys; i++) {
@@ -908,13 +923,13 @@ START_TEST(test_shipped_conf)
 		ck_assert_int_ge(asprintf(&set, "\n%s =", conf_wf_keys[i].name), 0);
 		ck_assert_int_ge(asprintf(&commented, "\n#%s =", conf_wf_keys[i].name), 0);
 		ck_assert_msg(strstr(example, set) || strstr(example, commented),
-			      "conf/lessee.conf lacks %s", conf_wf_keys[i].name);
+		              "conf/lessee.conf lacks %s", conf_wf_keys[i].name);
 	}
 }
 END_TEST
 
 static const struct conf_change *find_change(const struct conf_change *ch, size_t n,
-					     const char *prefix)
+                                             const char *prefix)
 {
 	for (size_t i = 0; i < n; i++)
 		if (startswith(ch[i].description, prefix))
@@ -934,37 +949,39 @@ START_TEST(test_diff_and_retain)
 		const char *prefix;
 		bool live;
 	} want[] = {
-		{"api.url: https://one -> https://two", false},
-		{"api.token_file: ", false},
-		{"api.token: changed", false},
-		{"worker.id: w1 -> w2", false},
-		{"worker.concurrency: 4 -> 8", true},
-		{"worker.tags: (unset) -> gpu", true},
-		{"worker.lease_refresh: 30s -> 20s", true},
-		{"worker.spool_dir: /s1 -> /s2", false},
-		{"status.listen: 127.0.0.1:9464 -> (unset)", false},
-		{"log.level: info -> debug", true},
-		{"workflow.gone: removed", true},
-		{"workflow.keep.command: /bin/a -> /bin/b \"x y\"", true},
-		{"workflow.keep.timeout: 30min -> 1min", true},
-		{"workflow.keep.env: changed (secret values not shown)", true},
-		{"workflow.new: added", true},
+	    {"api.url: https://one -> https://two", false},
+	    {"api.token_file: ", false},
+	    {"api.token: changed", false},
+	    {"worker.id: w1 -> w2", false},
+	    {"worker.concurrency: 4 -> 8", true},
+	    {"worker.tags: (unset) -> gpu", true},
+	    {"worker.lease_refresh: 30s -> 20s", true},
+	    {"worker.spool_dir: /s1 -> /s2", false},
+	    {"status.listen: 127.0.0.1:9464 -> (unset)", false},
+	    {"log.level: info -> debug", true},
+	    {"workflow.gone: removed", true},
+	    {"workflow.keep.command: /bin/a -> /bin/b \"x y\"", true},
+	    {"workflow.keep.timeout: 30min -> 1min", true},
+	    {"workflow.keep.env: changed (secret values not shown)", true},
+	    {"workflow.new: added", true},
 	};
 
-	ck_assert_int_ge(asprintf(&ta,
-				  "[api]\nurl = https://one\ntoken_file = %s\n[worker]\nid = w1\n"
-				  "spool_dir = /s1\n[workflow.keep]\ncommand = /bin/a\n"
-				  "env = API_TOKEN=oldsecretvalue\n[workflow.gone]\ncommand = /bin/g\n",
-				  tok_a),
-			 0);
-	ck_assert_int_ge(asprintf(&tb,
-				  "[api]\nurl = https://two\ntoken_file = %s\n[worker]\nid = w2\n"
-				  "concurrency = 8\ntags = gpu\nlease_refresh = 20s\nspool_dir = /s2\n"
-				  "[status]\nlisten =\n[log]\nlevel = debug\n"
-				  "[workflow.keep]\ncommand = /bin/b \"x y\"\nenv = API_TOKEN=newsecretvalue\n"
-				  "timeout = 1min\n[workflow.new]\ncommand = /bin/n\n",
-				  tok_b),
-			 0);
+	ck_assert_int_ge(
+	    asprintf(&ta,
+	             "[api]\nurl = https://one\ntoken_file = %s\n[worker]\nid = w1\n"
+	             "spool_dir = /s1\n[workflow.keep]\ncommand = /bin/a\n"
+	             "env = API_TOKEN=oldsecretvalue\n[workflow.gone]\ncommand = /bin/g\n",
+	             tok_a),
+	    0);
+	ck_assert_int_ge(
+	    asprintf(&tb,
+	             "[api]\nurl = https://two\ntoken_file = %s\n[worker]\nid = w2\n"
+	             "concurrency = 8\ntags = gpu\nlease_refresh = 20s\nspool_dir = /s2\n"
+	             "[status]\nlisten =\n[log]\nlevel = debug\n"
+	             "[workflow.keep]\ncommand = /bin/b \"x y\"\nenv = API_TOKEN=newsecretvalue\n"
+	             "timeout = 1min\n[workflow.new]\ncommand = /bin/n\n",
+	             tok_b),
+	    0);
 	pa = put("a.conf", ta);
 	pb = put("b.conf", tb);
 	ck_assert_int_eq(load_full(pa, NULL, NULL, 0, &a, &err), 0);
@@ -974,7 +991,7 @@ START_TEST(test_diff_and_retain)
 	ck_assert_uint_eq(n, ELEMENTSOF(want));
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_msg(startswith(ch[i].description, want[i].prefix), "change %zu: %s", i,
-			      ch[i].description);
+		              ch[i].description);
 		ck_assert_msg(ch[i].live == want[i].live, "%s", ch[i].description);
 		ck_assert_ptr_null(strstr(ch[i].description, "secretvalue"));
 		ck_assert_ptr_null(strstr(ch[i].description, "bbb"));
@@ -1009,18 +1026,20 @@ START_TEST(test_warnings)
 	_cleanup_free_ char *tok = put_mode("tok", "t", 1, 0600), *text = NULL, *text2 = NULL;
 	_cleanup_conf_ struct conf *plain = NULL, *local = NULL, *tls = NULL;
 
-	ck_assert_int_ge(asprintf(&text, "[api]\nurl = http://ci.example\ntoken_file = %s\n"
-					 "request_timeout = 1min\n[workflow.w]\ncommand = /x\n",
-				  tok),
-			 0);
+	ck_assert_int_ge(asprintf(&text,
+	                          "[api]\nurl = http://ci.example\ntoken_file = %s\n"
+	                          "request_timeout = 1min\n[workflow.w]\ncommand = /x\n",
+	                          tok),
+	                 0);
 	plain = load_ok(text, NULL);
 	ck_assert_uint_eq(strv_length(plain->warnings), 2);
 	ck_assert_ptr_nonnull(strstr(plain->warnings[0], "unencrypted"));
 	ck_assert_ptr_nonnull(strstr(plain->warnings[1], "one hung renewal can lose the lease"));
-	ck_assert_int_ge(asprintf(&text2, "[api]\nurl = http://localhost:8080\ntoken_file = %s\n"
-					  "[workflow.w]\ncommand = /x\n",
-				  tok),
-			 0);
+	ck_assert_int_ge(asprintf(&text2,
+	                          "[api]\nurl = http://localhost:8080\ntoken_file = %s\n"
+	                          "[workflow.w]\ncommand = /x\n",
+	                          tok),
+	                 0);
 	local = load_ok(text2, NULL);
 	ck_assert_ptr_null(local->warnings[0]);
 	tls = load_ok("[api]\nurl = https://ci.example\n[workflow.w]\ncommand = /x\n", NULL);
@@ -1045,8 +1064,8 @@ START_TEST(test_hostile_input)
 
 	/* a file over 1 MiB */
 	for (size_t i = 0; i + 1 < big; i += 64)
-		memcpy(huge + i, "# filler comment to make the file large .......................\n",
-		       64);
+		memcpy(huge + i,
+		       "# filler comment to make the file large .......................\n", 64);
 	path = put_mode("huge.conf", huge, big, 0644);
 	ck_assert_int_eq(load_full(path, NULL, NULL, 0, &c, &err), -EINVAL);
 	ck_assert_int_ge(asprintf(&want, "%s: cannot read: larger than 1048576 bytes", path), 0);
@@ -1060,16 +1079,18 @@ START_TEST(test_hostile_input)
 	ck_assert_int_eq(load_full(path, NULL, NULL, 0, &c, &err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "nul.conf:3: line contains a NUL byte"));
 	err = mfree(err);
-	expect_error("[api]\nurl = http://x\x1b[31m\n", NULL, "%1$s:2: line contains a control "
-							      "character");
+	expect_error("[api]\nurl = http://x\x1b[31m\n", NULL,
+	             "%1$s:2: line contains a control "
+	             "character");
 	expect_error("[api]\nurl = http://\xc3\x28\n", NULL, "%1$s:2: line is not valid UTF-8");
 	expect_error("[api]\nurl = http://\xed\xa0\x80\n", NULL, "%1$s:2: line is not valid UTF-8");
 	expect_error("[api]\nurl = http://\xc0\xaf\n", NULL, "%1$s:2: line is not valid UTF-8");
-	expect_error("[api]\nurl = http://\xf4\x90\x80\x80\n", NULL, "%1$s:2: line is not valid "
-								     "UTF-8");
+	expect_error("[api]\nurl = http://\xf4\x90\x80\x80\n", NULL,
+	             "%1$s:2: line is not valid "
+	             "UTF-8");
 	/* valid UTF-8 passes the text check and fails where the value's syntax says */
 	expect_error("[api]\nurl = http://h\xc3\xa9t\xc3\xa9\n", NULL,
-		     "%1$s:2: api.url: contains a blank, control or non-ASCII byte");
+	             "%1$s:2: api.url: contains a blank, control or non-ASCII byte");
 	/* CRLF line ends are fine */
 	c = load_ok("[api]\r\nurl = http://x\r\n[workflow.w]\r\ncommand = /bin/true\r\n", NULL);
 	ck_assert_str_eq(c->api.url, "http://x");
@@ -1082,10 +1103,31 @@ END_TEST
 START_TEST(test_fuzz_no_crash)
 {
 	static const char *const pieces[] = {
-		"[api]\n", "[worker]\n", "[workflow.w]\n", "[status]\n", "[log]\n", "url = http://x\n",
-		"command = /bin/x 'a b' \"c\\\"\" \\\n", "env = A=1 B=\"2\"\n", "concurrency = 3\n",
-		"tags = a,b c\n", "lease_ttl = 90s\n", "\\\n", "#c\n", ";c\n", "=\n", "[\n", "]\n",
-		"\xff\xfe", "\xe2\x82", "\"", "'", "\\", "\n", "listen = [::1]:1\n", "\0",
+	    "[api]\n",
+	    "[worker]\n",
+	    "[workflow.w]\n",
+	    "[status]\n",
+	    "[log]\n",
+	    "url = http://x\n",
+	    "command = /bin/x 'a b' \"c\\\"\" \\\n",
+	    "env = A=1 B=\"2\"\n",
+	    "concurrency = 3\n",
+	    "tags = a,b c\n",
+	    "lease_ttl = 90s\n",
+	    "\\\n",
+	    "#c\n",
+	    ";c\n",
+	    "=\n",
+	    "[\n",
+	    "]\n",
+	    "\xff\xfe",
+	    "\xe2\x82",
+	    "\"",
+	    "'",
+	    "\\",
+	    "\n",
+	    "listen = [::1]:1\n",
+	    "\0",
 	};
 	char buf[4096];
 
