@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/signalfd.h>
 #include <sys/types.h>
 
 #include "util/time.h"
@@ -52,7 +53,8 @@ usec_t ev_now(ev_t *e);
 
 /* fd watches, level-triggered.  events = EV_READ|EV_WRITE (0 = paused).
  * revents may add EV_ERROR / EV_HUP.  The fd is not owned: close it after
- * ev_io_del().  One watch per fd. */
+ * ev_io_del().  One watch per fd (-EEXIST); regular files and directories are
+ * not pollable (-EPERM). */
 typedef void (*ev_io_cb)(ev_io_t *w, int fd, uint32_t revents, void *userdata);
 int ev_io_add(ev_t *e, int fd, uint32_t events, ev_io_cb cb, void *userdata, ev_io_t **ret);
 int ev_io_set_events(ev_io_t *w, uint32_t events);
@@ -71,7 +73,9 @@ bool ev_timer_armed(const ev_timer_t *t);
 usec_t ev_timer_deadline(const ev_timer_t *t); /* USEC_INFINITY if disarmed */
 ev_timer_t *ev_timer_del(ev_timer_t *t);
 
-/* Signals via signalfd.  ev_signal_add blocks the signal for the process. */
+/* Signals via signalfd.  ev_signal_add blocks the signal for the process (one
+ * watch per signal); ev_signal_del discards instances still pending and unblocks
+ * it again unless it was blocked before. */
 typedef void (*ev_signal_cb)(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata);
 int ev_signal_add(ev_t *e, int sig, ev_signal_cb cb, void *userdata, ev_signal_t **ret);
 ev_signal_t *ev_signal_del(ev_signal_t *s);
@@ -80,7 +84,8 @@ ev_signal_t *ev_signal_del(ev_signal_t *s);
  * waitid(P_PIDFD) (the watch does not own the pidfd).  pidfd < 0: reaped via the
  * SIGCHLD fallback.  The callback runs exactly once, with si_code CLD_EXITED /
  * CLD_KILLED / CLD_DUMPED and si_status; the watch is then inert (still free it
- * with ev_child_del). */
+ * with ev_child_del).  Should the status be lost (waitid fails: someone else
+ * reaped it), the callback still runs once, with si_code 0 and si_errno set. */
 typedef void (*ev_child_cb)(ev_child_t *c, const siginfo_t *si, void *userdata);
 int ev_child_add(ev_t *e, pid_t pid, int pidfd, ev_child_cb cb, void *userdata,
 		 ev_child_t **ret);
