@@ -1,0 +1,141 @@
+/* lessor's durable state: runs, leases, claims, workers and logs in one SQLite
+ * database (WAL).  Every state transition is one IMMEDIATE transaction, so a
+ * caller that got 0 back knows the change is committed (and, with
+ * synchronous=FULL, on disk).  Calls are serialised on one connection by an
+ * internal mutex; any thread may call.
+ *
+ * Time is passed in by the caller as wall-clock milliseconds since the epoch
+ * (`now`), so tests drive the clock and nothing in here reads one.
+ *
+ * Errors: -ENOENT unknown run, -ESTALE stale lease token (already counted in
+ * the run's rejected_writes), -EEXIST claim_id owned by another worker,
+ * -ERANGE log offset mismatch, -EFBIG log cap reached, -EBUSY wrong state for
+ * an admin action, -EIO/-ENOSPC/-ENOMEM from SQLite. */
+#pragma once
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct lessor_store lessor_store;
+
+struct lessor_store_config {
+	bool sync_full;              /* synchronous=FULL: commits survive power loss */
+	unsigned max_lease_expiries; /* a run fails after this many expired leases */
+	int64_t retry_base_ms;       /* first retry delay; doubles per consumed attempt */
+	int64_t retry_max_ms;        /* cap of the retry delay */
+	uint64_t max_log_bytes;      /* per-run log cap */
+};
+
+#define LESSOR_SCHEMA_VERSION 1
+#define LESSOR_RUN_ID_MAX 32
+#define LESSOR_TOKEN_LEN 32
+
+int lessor_store_open(const char *path, const struct lessor_store_config *cfg,
+		      lessor_store **ret);
+lessor_store *lessor_store_free(lessor_store *s);
+
+/* After a restart: give every held lease its full ttl from `now`, so a server
+ * outage longer than a ttl does not expire leases nobody could renew. */
+int lessor_store_recover(lessor_store *s, int64_t now);
+
+struct lessor_enqueue {
+	const char *workflow;
+	const char *input_json; /* valid JSON text */
+	char **tags;            /* normalised: validated, sorted, unique; may be NULL */
+	unsigned max_attempts;  /* >= 1 */
+	unsigned timeout_s;     /* 0 = worker default */
+	const char *idempotency_key; /* NULL = none */
+};
+/* *ret_created is false when idempotency_key named an existing run (returned). */
+int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_t now,
+			 char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created);
+
+struct lessor_claim_req {
+	const char *claim_id;
+	const char *worker_id;
+	unsigned max_runs;
+	unsigned ttl_s;
+	const char *workflows_json; /* JSON array text, NULL = any workflow */
+	const char *tags_json;      /* JSON array text of the worker's tags */
+	bool record_worker;         /* count this request in the workers table */
+};
+
+struct lessor_grant {
+	char id[LESSOR_RUN_ID_MAX];
+	char token[LESSOR_TOKEN_LEN + 1];
+	char *workflow;
+	char *input_json;
+	char *tags_json;
+	unsigned attempt;
+	unsigned ttl_s;
+	unsigned timeout_s; /* 0 = none */
+};
+
+struct lessor_claim_result {
+	struct lessor_grant *runs;
+	size_t n_runs;
+	uint64_t queue_depth; /* eligible pending runs left for this worker */
+	bool replay;          /* claim_id was answered before: runs are the ones still held */
+	bool cancelled;       /* claim_id was cancelled: nothing granted */
+};
+int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
+		       struct lessor_claim_result *ret);
+void lessor_claim_result_done(struct lessor_claim_result *r);
+
+/* Releases every run granted to claim_id whose lease was never renewed and
+ * marks the claim cancelled, so no later request with that id grants anything. */
+int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,
+			      unsigned *ret_released);
+
+int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
+		       int64_t now, bool *ret_cancel_requested);
+
+/* Appends at byte offset `start`.  *ret_length is the log's length afterwards
+ * (also on -ERANGE and -EFBIG; on -EFBIG the part that fit was kept). */
+int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
+			    const void *data, size_t len, int64_t now, uint64_t *ret_length);
+
+struct lessor_completion {
+	const char *token;
+	const char *status; /* succeeded | failed | cancelled */
+	const char *reason; /* exit | timeout | crash | spawn_error | cancelled | rejected */
+	bool has_exit_code;
+	int exit_code;
+	const char *signal; /* NULL = none */
+	bool retryable;
+	const char *error; /* NULL = none */
+	int64_t duration_ms;
+	int64_t log_length;
+	const char *output_json; /* NULL = none */
+};
+/* *ret_run_status: "succeeded" | "failed" | "retrying" | "cancelled" (static). */
+int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *c,
+			  int64_t now, const char **ret_run_status);
+
+int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
+			 unsigned delay_s, int64_t now);
+
+/* Admin.  cancel: pending -> cancelled, running -> cancel_requested, cancelled
+ * -> no-op, succeeded/failed -> -EBUSY.  *ret_status is the status afterwards.
+ * requeue: revoke the running lease now (-EBUSY when not running). */
+int lessor_store_cancel(lessor_store *s, const char *id, int64_t now, const char **ret_status);
+int lessor_store_requeue(lessor_store *s, const char *id, int64_t now);
+
+/* Housekeeping, called periodically: expires leases (requeue, or fail after
+ * max_lease_expiries), prunes claim records older than a day.  *ret_wake is
+ * true when a run became claimable since `last` (requeued, or its retry or
+ * release delay ran out), so long polls must re-check. */
+int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake);
+
+/* Read-only views, as JSON for the admin API. */
+int lessor_store_run_json(lessor_store *s, const char *id, cJSON **ret);
+int lessor_store_list_json(lessor_store *s, const char *status, const char *workflow,
+			   unsigned limit, cJSON **ret);
+int lessor_store_stats_json(lessor_store *s, cJSON **ret);
+int lessor_store_workers_json(lessor_store *s, cJSON **ret);
+int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *ret_len);
+
+/* Run status names, for validation. */
+bool lessor_run_status_valid(const char *s);

@@ -1,0 +1,941 @@
+/* State transitions.  Each public function is one transaction (lessor_db_tx).
+ * A protocol answer such as "stale token" is not a database failure: the
+ * transaction still commits (it may have counted the rejected write), so the
+ * op functions return < 0 only for SQLite errors and leave the answer in
+ * their context. */
+#include "lessor/store-int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/macro.h"
+#include "util/random.h"
+#include "util/strutil.h"
+
+#define CLAIM_RECORD_TTL_MS (24 * 3600 * 1000LL)
+#define REAP_BATCH 256
+
+static void new_token(char buf[LESSOR_TOKEN_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	uint8_t b[LESSOR_TOKEN_LEN / 2];
+
+	random_bytes(b, sizeof(b));
+	for (size_t i = 0; i < sizeof(b); i++) {
+		buf[2 * i] = hex[b[i] >> 4];
+		buf[2 * i + 1] = hex[b[i] & 15];
+	}
+	buf[LESSOR_TOKEN_LEN] = '\0';
+}
+
+static int end_lease(lessor_store *s, int64_t lease_id, const char *reason, const char *detail,
+		     int64_t now)
+{
+	return lessor_db_query(s, NULL,
+			       "UPDATE leases SET ended_at = ?, end_reason = ?, detail = ?"
+			       " WHERE id = ?",
+			       "issi", now, reason, detail, lease_id);
+}
+
+static int to_pending(lessor_store *s, int64_t seq, int64_t not_before, int64_t now)
+{
+	return lessor_db_query(s, NULL,
+			       "UPDATE runs SET status = 'pending', lease_id = NULL,"
+			       " lease_expires_at = NULL, not_before = ?, updated_at = ?"
+			       " WHERE seq = ?",
+			       "iii", not_before, now, seq);
+}
+
+static int fail_run(lessor_store *s, int64_t seq, const char *reason, const char *error,
+		    int64_t now)
+{
+	return lessor_db_query(s, NULL,
+			       "UPDATE runs SET status = 'failed', lease_id = NULL,"
+			       " lease_expires_at = NULL, outcome = 'failed', reason = ?, error = ?,"
+			       " exit_code = NULL, signal = NULL, retryable = 0,"
+			       " updated_at = ?, finished_at = ? WHERE seq = ?",
+			       "ssiii", reason, error, now, now, seq);
+}
+
+/* ---- the held lease: fencing ---- */
+
+struct held {
+	int64_t seq;
+	int64_t lease_id;
+	int64_t attempts;
+	int64_t max_attempts;
+	int64_t log_length;
+	bool cancel_requested;
+};
+
+/* 0 when token is the run's current lease; -ENOENT unknown run; -ESTALE
+ * otherwise, after counting the refused write on the run. */
+static int held_lease(lessor_store *s, const char *id, const char *token, int64_t now,
+		      struct held *ret)
+{
+	sqlite3_stmt *st;
+	int64_t seq;
+	int r;
+
+	if (lessor_run_id_parse(id, &seq) < 0)
+		return -ENOENT;
+	r = lessor_db_query(s, &st,
+			    "SELECT r.lease_id, l.token, r.attempts, r.max_attempts, r.log_length,"
+			    " r.cancel_requested FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
+			    " WHERE r.seq = ?",
+			    "i", seq);
+	if (r <= 0)
+		return r < 0 ? r : -ENOENT;
+	if (lessor_db_is_null(st, 0) ||
+	    !streq_ptr((const char *)sqlite3_column_text(st, 1), token)) {
+		r = lessor_db_query(s, NULL,
+				    "UPDATE runs SET rejected_writes = rejected_writes + 1"
+				    " WHERE seq = ?",
+				    "i", seq);
+		return r < 0 ? r : -ESTALE;
+	}
+	*ret = (struct held){
+		.seq = seq,
+		.lease_id = lessor_db_int(st, 0),
+		.attempts = lessor_db_int(st, 2),
+		.max_attempts = lessor_db_int(st, 3),
+		.log_length = lessor_db_int(st, 4),
+		.cancel_requested = lessor_db_int(st, 5) != 0,
+	};
+	return 0;
+}
+
+/* Splits held_lease()'s result into a database error (returned) and a
+ * protocol answer (*answer). */
+static int held_or_answer(lessor_store *s, const char *id, const char *token, int64_t now,
+			  struct held *h, int *answer)
+{
+	int r = held_lease(s, id, token, now, h);
+
+	*answer = r;
+	return r == -ENOENT || r == -ESTALE ? 0 : r;
+}
+
+/* ---- enqueue ---- */
+
+struct enqueue_ctx {
+	const struct lessor_enqueue *e;
+	int64_t now;
+	int64_t seq;
+	bool created;
+};
+
+static char *tags_to_json(char **tags)
+{
+	cJSON *a = cJSON_CreateArray();
+	char *out;
+
+	if (!a)
+		return NULL;
+	for (size_t i = 0; tags && tags[i]; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateString(tags[i]));
+	out = cJSON_PrintUnformatted(a);
+	cJSON_Delete(a);
+	return out;
+}
+
+static int enqueue_tx(lessor_store *s, void *userdata)
+{
+	struct enqueue_ctx *c = userdata;
+	const struct lessor_enqueue *e = c->e;
+	_cleanup_free_ char *tags = tags_to_json(e->tags);
+	int64_t timeout = e->timeout_s;
+	sqlite3_stmt *st;
+	int r;
+
+	if (!tags)
+		return -ENOMEM;
+	if (e->idempotency_key) {
+		r = lessor_db_query(s, &st, "SELECT seq FROM runs WHERE idempotency_key = ?", "s",
+				    e->idempotency_key);
+		if (r != 0) {
+			if (r > 0)
+				c->seq = lessor_db_int(st, 0);
+			return r < 0 ? r : 0;
+		}
+	}
+	r = lessor_db_query(s, NULL,
+			    "INSERT INTO runs (workflow, input, tags, max_attempts, timeout_s,"
+			    " idempotency_key, status, not_before, created_at, updated_at)"
+			    " VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+			    "sssinsiii", e->workflow, e->input_json, tags, (int64_t)e->max_attempts,
+			    timeout > 0 ? &timeout : NULL, e->idempotency_key, c->now, c->now, c->now);
+	if (r < 0)
+		return r;
+	c->seq = sqlite3_last_insert_rowid(s->db);
+	c->created = true;
+	for (size_t i = 0; e->tags && e->tags[i]; i++) {
+		r = lessor_db_query(s, NULL, "INSERT INTO run_tags (run_seq, tag) VALUES (?, ?)",
+				    "is", c->seq, e->tags[i]);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_t now,
+			 char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created)
+{
+	struct enqueue_ctx c = {.e = e, .now = now};
+	int r = lessor_db_tx(s, true, enqueue_tx, &c);
+
+	if (r < 0)
+		return r;
+	lessor_run_id_format(ret_id, c.seq);
+	*ret_created = c.created;
+	return 0;
+}
+
+/* ---- claim ---- */
+
+/* ?1 now, ?2 workflows JSON array or NULL, ?3 the worker's tags JSON array */
+#define ELIGIBLE_WHERE                                                                             \
+	" r.status = 'pending' AND r.not_before <= ?1"                                             \
+	" AND (?2 IS NULL OR r.workflow IN (SELECT value FROM json_each(?2)))"                     \
+	" AND NOT EXISTS (SELECT 1 FROM run_tags t WHERE t.run_seq = r.seq"                        \
+	"   AND t.tag NOT IN (SELECT value FROM json_each(?3)))"
+
+struct claim_ctx {
+	const struct lessor_claim_req *req;
+	int64_t now;
+	struct lessor_claim_result *res;
+	int answer;
+};
+
+static int grant_push(struct lessor_claim_result *res, sqlite3_stmt *st)
+{
+	struct lessor_grant *g, *n = realloc(res->runs, (res->n_runs + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	res->runs = n;
+	g = &n[res->n_runs];
+	*g = (struct lessor_grant){0};
+	lessor_run_id_format(g->id, lessor_db_int(st, 0));
+	g->workflow = lessor_db_strdup(st, 1);
+	g->input_json = lessor_db_strdup(st, 2);
+	g->tags_json = lessor_db_strdup(st, 3);
+	g->attempt = (unsigned)lessor_db_int(st, 4);
+	g->timeout_s = (unsigned)lessor_db_int(st, 5);
+	res->n_runs++;
+	if (!g->workflow || !g->input_json || !g->tags_json)
+		return -ENOMEM;
+	return 0;
+}
+
+/* A claim_id answered before: return what it still holds, with the leases
+ * extended as if granted now (the worker counts from this request's send time). */
+static int claim_replay(lessor_store *s, struct claim_ctx *c)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	c->res->replay = true;
+	r = lessor_db_query(s, &st,
+			    "SELECT r.seq, r.workflow, r.input, r.tags, l.attempt, r.timeout_s,"
+			    " l.token, l.ttl_s FROM leases l JOIN runs r ON r.lease_id = l.id"
+			    " WHERE l.claim_id = ? ORDER BY r.seq",
+			    "s", c->req->claim_id);
+	for (; r > 0; r = lessor_db_next(s, st)) {
+		struct lessor_grant *g;
+
+		r = grant_push(c->res, st);
+		if (r < 0)
+			return r;
+		g = &c->res->runs[c->res->n_runs - 1];
+		snprintf(g->token, sizeof(g->token), "%s", sqlite3_column_text(st, 6));
+		g->ttl_s = (unsigned)lessor_db_int(st, 7);
+	}
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < c->res->n_runs; i++) {
+		int64_t seq;
+
+		(void)lessor_run_id_parse(c->res->runs[i].id, &seq);
+		r = lessor_db_query(s, NULL, "UPDATE runs SET lease_expires_at = ? WHERE seq = ?",
+				    "ii", c->now + 1000LL * c->res->runs[i].ttl_s, seq);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* 1 when the claim_id was seen before (and handled), 0 when new. */
+static int claim_lookup(lessor_store *s, struct claim_ctx *c)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	r = lessor_db_query(s, &st, "SELECT worker_id, cancelled FROM claims WHERE claim_id = ?",
+			    "s", c->req->claim_id);
+	if (r <= 0)
+		return r;
+	if (lessor_db_int(st, 1)) {
+		c->res->cancelled = true;
+		return 1;
+	}
+	if (!streq((const char *)sqlite3_column_text(st, 0), c->req->worker_id)) {
+		c->answer = -EEXIST;
+		return 1;
+	}
+	r = claim_replay(s, c);
+	return r < 0 ? r : 1;
+}
+
+static int record_worker(lessor_store *s, struct claim_ctx *c)
+{
+	const struct lessor_claim_req *q = c->req;
+
+	return lessor_db_query(s, NULL,
+			       "INSERT INTO workers (worker_id, last_claim_at, workflows, tags,"
+			       " max_runs, claims) VALUES (?, ?, ?, ?, ?, 1)"
+			       " ON CONFLICT (worker_id) DO UPDATE SET"
+			       " last_claim_at = excluded.last_claim_at,"
+			       " workflows = excluded.workflows, tags = excluded.tags,"
+			       " max_runs = excluded.max_runs, claims = claims + 1",
+			       "sissi", q->worker_id, c->now, q->workflows_json, q->tags_json,
+			       (int64_t)q->max_runs);
+}
+
+static int grant_one(lessor_store *s, struct claim_ctx *c, struct lessor_grant *g)
+{
+	int64_t seq, lease_id;
+	int r;
+
+	(void)lessor_run_id_parse(g->id, &seq);
+	g->attempt += 1; /* consumed attempts + 1 */
+	g->ttl_s = c->req->ttl_s;
+	new_token(g->token);
+	r = lessor_db_query(s, NULL,
+			    "INSERT INTO leases (run_seq, token, attempt, worker_id, claim_id, ttl_s,"
+			    " granted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+			    "isissii", seq, g->token, (int64_t)g->attempt, c->req->worker_id,
+			    c->req->claim_id, (int64_t)g->ttl_s, c->now);
+	if (r < 0)
+		return r;
+	lease_id = sqlite3_last_insert_rowid(s->db);
+	return lessor_db_query(s, NULL,
+			       "UPDATE runs SET status = 'running', lease_id = ?,"
+			       " lease_expires_at = ?, started_at = COALESCE(started_at, ?),"
+			       " updated_at = ? WHERE seq = ?",
+			       "iiiii", lease_id, c->now + 1000LL * g->ttl_s, c->now, c->now, seq);
+}
+
+static int claim_new(lessor_store *s, struct claim_ctx *c)
+{
+	const struct lessor_claim_req *q = c->req;
+	sqlite3_stmt *st;
+	int r;
+
+	/* collect first: updating rows under an open SELECT on them is undefined */
+	r = lessor_db_query(s, &st,
+			    "SELECT r.seq, r.workflow, r.input, r.tags, r.attempts, r.timeout_s"
+			    " FROM runs r WHERE" ELIGIBLE_WHERE " ORDER BY r.seq LIMIT ?4",
+			    "issi", c->now, q->workflows_json, q->tags_json, (int64_t)q->max_runs);
+	for (; r > 0; r = lessor_db_next(s, st))
+		if ((r = grant_push(c->res, st)) < 0)
+			return r;
+	if (r < 0)
+		return r;
+	sqlite3_reset(st);
+	for (size_t i = 0; i < c->res->n_runs; i++)
+		if ((r = grant_one(s, c, &c->res->runs[i])) < 0)
+			return r;
+	if (c->res->n_runs == 0)
+		return 0;
+	r = lessor_db_query(s, NULL,
+			    "INSERT INTO claims (claim_id, worker_id, created_at) VALUES (?, ?, ?)",
+			    "ssi", q->claim_id, q->worker_id, c->now);
+	if (r < 0)
+		return r;
+	return lessor_db_query(s, NULL,
+			       "UPDATE workers SET runs_granted = runs_granted + ?"
+			       " WHERE worker_id = ?",
+			       "is", (int64_t)c->res->n_runs, q->worker_id);
+}
+
+static int queue_depth(lessor_store *s, struct claim_ctx *c)
+{
+	sqlite3_stmt *st;
+	int r = lessor_db_query(s, &st, "SELECT COUNT(*) FROM runs r WHERE" ELIGIBLE_WHERE, "iss",
+				c->now, c->req->workflows_json, c->req->tags_json);
+
+	if (r > 0)
+		c->res->queue_depth = (uint64_t)lessor_db_int(st, 0);
+	return r < 0 ? r : 0;
+}
+
+static int claim_tx(lessor_store *s, void *userdata)
+{
+	struct claim_ctx *c = userdata;
+	int r;
+
+	r = claim_lookup(s, c);
+	if (r != 0)
+		return r < 0 ? r : 0;
+	if (c->req->record_worker && (r = record_worker(s, c)) < 0)
+		return r;
+	r = claim_new(s, c);
+	if (r < 0)
+		return r;
+	return queue_depth(s, c);
+}
+
+void lessor_claim_result_done(struct lessor_claim_result *r)
+{
+	for (size_t i = 0; i < r->n_runs; i++) {
+		free(r->runs[i].workflow);
+		free(r->runs[i].input_json);
+		free(r->runs[i].tags_json);
+	}
+	free(r->runs);
+	*r = (struct lessor_claim_result){0};
+}
+
+int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
+		       struct lessor_claim_result *ret)
+{
+	struct lessor_claim_result res = {0};
+	struct claim_ctx c = {.req = req, .now = now, .res = &res};
+	int r = lessor_db_tx(s, true, claim_tx, &c);
+
+	if (r >= 0)
+		r = c.answer;
+	if (r < 0) {
+		lessor_claim_result_done(&res);
+		return r;
+	}
+	*ret = res;
+	return 0;
+}
+
+/* ---- claim cancel ---- */
+
+struct claim_cancel_ctx {
+	const char *claim_id;
+	int64_t now;
+	unsigned released;
+};
+
+static int claim_cancel_tx(lessor_store *s, void *userdata)
+{
+	struct claim_cancel_ctx *c = userdata;
+	int64_t seqs[REAP_BATCH], leases[REAP_BATCH];
+	sqlite3_stmt *st;
+	size_t n = 0;
+	int r;
+
+	r = lessor_db_query(s, NULL,
+			    "INSERT INTO claims (claim_id, worker_id, created_at, cancelled)"
+			    " VALUES (?, '', ?, 1) ON CONFLICT (claim_id) DO UPDATE SET cancelled = 1",
+			    "si", c->claim_id, c->now);
+	if (r < 0)
+		return r;
+	/* max_runs caps a claim at 256 runs, so one batch holds them all */
+	r = lessor_db_query(s, &st,
+			    "SELECT r.seq, l.id FROM leases l JOIN runs r ON r.lease_id = l.id"
+			    " WHERE l.claim_id = ? AND l.last_renewed_at IS NULL",
+			    "s", c->claim_id);
+	for (; r > 0 && n < REAP_BATCH; r = lessor_db_next(s, st), n++) {
+		seqs[n] = lessor_db_int(st, 0);
+		leases[n] = lessor_db_int(st, 1);
+	}
+	if (r < 0)
+		return r;
+	sqlite3_reset(st);
+	for (size_t i = 0; i < n; i++) {
+		r = end_lease(s, leases[i], "cancelled", "claim cancelled", c->now);
+		if (r >= 0)
+			r = to_pending(s, seqs[i], c->now, c->now);
+		if (r < 0)
+			return r;
+	}
+	c->released = (unsigned)n;
+	return 0;
+}
+
+int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,
+			      unsigned *ret_released)
+{
+	struct claim_cancel_ctx c = {.claim_id = claim_id, .now = now};
+	int r = lessor_db_tx(s, true, claim_cancel_tx, &c);
+
+	if (r < 0)
+		return r;
+	*ret_released = c.released;
+	return 0;
+}
+
+/* ---- renew ---- */
+
+struct renew_ctx {
+	const char *id, *token;
+	unsigned ttl_s;
+	int64_t now;
+	bool cancel_requested;
+	int answer;
+};
+
+static int renew_tx(lessor_store *s, void *userdata)
+{
+	struct renew_ctx *c = userdata;
+	struct held h;
+	int r = held_or_answer(s, c->id, c->token, c->now, &h, &c->answer);
+
+	if (r < 0 || c->answer < 0)
+		return r;
+	c->cancel_requested = h.cancel_requested;
+	r = lessor_db_query(s, NULL, "UPDATE leases SET last_renewed_at = ?, ttl_s = ? WHERE id = ?",
+			    "iii", c->now, (int64_t)c->ttl_s, h.lease_id);
+	if (r < 0)
+		return r;
+	return lessor_db_query(s, NULL,
+			       "UPDATE runs SET lease_expires_at = ?, updated_at = ? WHERE seq = ?",
+			       "iii", c->now + 1000LL * c->ttl_s, c->now, h.seq);
+}
+
+int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
+		       int64_t now, bool *ret_cancel_requested)
+{
+	struct renew_ctx c = {.id = id, .token = token, .ttl_s = ttl_s, .now = now};
+	int r = lessor_db_tx(s, true, renew_tx, &c);
+
+	if (r < 0)
+		return r;
+	if (c.answer < 0)
+		return c.answer;
+	*ret_cancel_requested = c.cancel_requested;
+	return 0;
+}
+
+/* ---- log ---- */
+
+struct log_ctx {
+	const char *id, *token;
+	uint64_t start;
+	const void *data;
+	size_t len;
+	int64_t now;
+	uint64_t max;
+	uint64_t length;
+	int answer;
+};
+
+static int log_tx(lessor_store *s, void *userdata)
+{
+	struct log_ctx *c = userdata;
+	struct held h;
+	uint64_t keep;
+	int r = held_or_answer(s, c->id, c->token, c->now, &h, &c->answer);
+
+	if (r < 0 || c->answer < 0)
+		return r;
+	c->length = (uint64_t)h.log_length;
+	if (c->start != c->length) {
+		c->answer = -ERANGE;
+		return 0;
+	}
+	keep = c->length >= c->max ? 0 : MIN((uint64_t)c->len, c->max - c->length);
+	if (keep < c->len)
+		c->answer = -EFBIG;
+	if (keep == 0)
+		return 0;
+	r = lessor_db_query(s, NULL, "INSERT INTO log_chunks (run_seq, start, data) VALUES (?, ?, ?)",
+			    "iib", h.seq, (int64_t)c->start, c->data, (size_t)keep);
+	if (r < 0)
+		return r;
+	c->length += keep;
+	return lessor_db_query(s, NULL,
+			       "UPDATE runs SET log_length = ?, updated_at = ? WHERE seq = ?", "iii",
+			       (int64_t)c->length, c->now, h.seq);
+}
+
+int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
+			    const void *data, size_t len, int64_t now, uint64_t *ret_length)
+{
+	struct log_ctx c = {.id = id,
+			    .token = token,
+			    .start = start,
+			    .data = data,
+			    .len = len,
+			    .now = now,
+			    .max = s->cfg.max_log_bytes};
+	int r = lessor_db_tx(s, true, log_tx, &c);
+
+	if (r < 0)
+		return r;
+	if (c.answer == 0 || c.answer == -ERANGE || c.answer == -EFBIG)
+		*ret_length = c.length;
+	return c.answer;
+}
+
+/* ---- complete ---- */
+
+struct complete_ctx {
+	const char *id;
+	const struct lessor_completion *in;
+	int64_t now;
+	const char *run_status;
+	int answer;
+};
+
+/* The static copy of a status name (for answers that outlive the statement). */
+static const char *static_run_status(const char *s)
+{
+	static const char *const names[] = {"pending", "running", "succeeded",
+					    "failed",  "retrying", "cancelled"};
+
+	for (size_t i = 0; s && i < ELEMENTSOF(names); i++)
+		if (streq(s, names[i]))
+			return names[i];
+	return NULL;
+}
+
+/* A second complete with the token that completed the run gets the same answer. */
+static int complete_replay(lessor_store *s, struct complete_ctx *c)
+{
+	sqlite3_stmt *st;
+	int64_t seq;
+	int r;
+
+	if (lessor_run_id_parse(c->id, &seq) < 0)
+		return 0;
+	r = lessor_db_query(s, &st,
+			    "SELECT answer FROM leases WHERE run_seq = ? AND token = ?"
+			    " AND end_reason = 'completed'",
+			    "is", seq, c->in->token);
+	if (r <= 0)
+		return r;
+	c->run_status = static_run_status((const char *)sqlite3_column_text(st, 0));
+	return c->run_status ? 1 : -EIO;
+}
+
+static int64_t retry_delay(const struct lessor_store_config *cfg, int64_t consumed)
+{
+	int64_t d = cfg->retry_base_ms;
+
+	for (int64_t i = 1; i < consumed && d < cfg->retry_max_ms; i++)
+		d *= 2;
+	return MIN(d, cfg->retry_max_ms);
+}
+
+/* Decide the run's next status; returns the answer and sets *ret_status and *ret_not_before. */
+static const char *complete_decide(lessor_store *s, const struct held *h,
+				   const struct lessor_completion *in, int64_t now,
+				   const char **ret_status, int64_t *ret_not_before)
+{
+	int64_t consumed = h->attempts + 1;
+
+	*ret_not_before = now;
+	if (streq(in->status, "succeeded") || streq(in->status, "cancelled")) {
+		*ret_status = static_run_status(in->status);
+		return *ret_status;
+	}
+	if (in->retryable && !h->cancel_requested && consumed < h->max_attempts) {
+		*ret_status = "pending";
+		*ret_not_before = now + retry_delay(&s->cfg, consumed);
+		return "retrying";
+	}
+	*ret_status = "failed";
+	return "failed";
+}
+
+static int complete_apply(lessor_store *s, struct complete_ctx *c, const struct held *h)
+{
+	const struct lessor_completion *in = c->in;
+	const char *status;
+	int64_t not_before, exit_code = in->exit_code, finished = c->now;
+	int r;
+
+	c->run_status = complete_decide(s, h, in, c->now, &status, &not_before);
+	r = lessor_db_query(
+		s, NULL,
+		"UPDATE runs SET status = ?, attempts = attempts + 1, lease_id = NULL,"
+		" lease_expires_at = NULL, not_before = ?, outcome = ?, reason = ?, exit_code = ?,"
+		" signal = ?, error = ?, retryable = ?, duration_ms = ?, reported_log_length = ?,"
+		" output = ?, updated_at = ?, finished_at = ? WHERE seq = ?",
+		"sissnssiiisini", status, not_before, in->status, in->reason,
+		in->has_exit_code ? &exit_code : NULL, in->signal, in->error,
+		(int64_t)in->retryable, in->duration_ms, in->log_length, in->output_json, c->now,
+		streq(status, "pending") ? NULL : &finished, h->seq);
+	if (r < 0)
+		return r;
+	return lessor_db_query(s, NULL,
+			       "UPDATE leases SET ended_at = ?, end_reason = 'completed', answer = ?"
+			       " WHERE id = ?",
+			       "isi", c->now, c->run_status, h->lease_id);
+}
+
+static int complete_tx(lessor_store *s, void *userdata)
+{
+	struct complete_ctx *c = userdata;
+	struct held h;
+	int r;
+
+	r = complete_replay(s, c);
+	if (r != 0)
+		return r < 0 ? r : 0;
+	r = held_or_answer(s, c->id, c->in->token, c->now, &h, &c->answer);
+	if (r < 0 || c->answer < 0)
+		return r;
+	return complete_apply(s, c, &h);
+}
+
+int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *in,
+			  int64_t now, const char **ret_run_status)
+{
+	struct complete_ctx c = {.id = id, .in = in, .now = now};
+	int r = lessor_db_tx(s, true, complete_tx, &c);
+
+	if (r < 0)
+		return r;
+	if (c.answer < 0)
+		return c.answer;
+	*ret_run_status = c.run_status;
+	return 0;
+}
+
+/* ---- release ---- */
+
+struct release_ctx {
+	const char *id, *token, *reason;
+	unsigned delay_s;
+	int64_t now;
+	int answer;
+};
+
+static int release_tx(lessor_store *s, void *userdata)
+{
+	struct release_ctx *c = userdata;
+	struct held h;
+	int r = held_or_answer(s, c->id, c->token, c->now, &h, &c->answer);
+
+	if (r < 0 || c->answer < 0)
+		return r;
+	r = end_lease(s, h.lease_id, "released", c->reason, c->now);
+	if (r < 0)
+		return r;
+	return to_pending(s, h.seq, c->now + 1000LL * c->delay_s, c->now);
+}
+
+int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
+			 unsigned delay_s, int64_t now)
+{
+	struct release_ctx c = {
+		.id = id, .token = token, .reason = reason, .delay_s = delay_s, .now = now};
+	int r = lessor_db_tx(s, true, release_tx, &c);
+
+	return r < 0 ? r : c.answer;
+}
+
+/* ---- admin: cancel, requeue ---- */
+
+struct admin_ctx {
+	const char *id;
+	int64_t now;
+	const char *status;
+	int answer;
+};
+
+/* Reads status and lease of the run named by c->id. */
+static int admin_lookup(lessor_store *s, struct admin_ctx *c, int64_t *ret_seq,
+			int64_t *ret_lease_id)
+{
+	sqlite3_stmt *st;
+	int r;
+
+	if (lessor_run_id_parse(c->id, ret_seq) < 0) {
+		c->answer = -ENOENT;
+		return 0;
+	}
+	r = lessor_db_query(s, &st, "SELECT status, lease_id FROM runs WHERE seq = ?", "i",
+			    *ret_seq);
+	if (r <= 0) {
+		c->answer = -ENOENT;
+		return r;
+	}
+	c->status = static_run_status((const char *)sqlite3_column_text(st, 0));
+	if (!c->status)
+		return -EIO;
+	*ret_lease_id = lessor_db_int(st, 1);
+	return 0;
+}
+
+static int cancel_tx(lessor_store *s, void *userdata)
+{
+	struct admin_ctx *c = userdata;
+	int64_t seq, lease_id;
+	int r = admin_lookup(s, c, &seq, &lease_id);
+
+	if (r < 0 || c->answer < 0)
+		return r;
+	if (streq(c->status, "running"))
+		return lessor_db_query(s, NULL,
+				       "UPDATE runs SET cancel_requested = 1, updated_at = ?"
+				       " WHERE seq = ?",
+				       "ii", c->now, seq);
+	if (streq(c->status, "pending")) {
+		c->status = "cancelled";
+		return lessor_db_query(s, NULL,
+				       "UPDATE runs SET status = 'cancelled', outcome = 'cancelled',"
+				       " reason = 'cancelled', error = 'cancelled by an operator',"
+				       " cancel_requested = 1, updated_at = ?, finished_at = ?"
+				       " WHERE seq = ?",
+				       "iii", c->now, c->now, seq);
+	}
+	if (!streq(c->status, "cancelled"))
+		c->answer = -EBUSY;
+	return 0;
+}
+
+int lessor_store_cancel(lessor_store *s, const char *id, int64_t now, const char **ret_status)
+{
+	struct admin_ctx c = {.id = id, .now = now};
+	int r = lessor_db_tx(s, true, cancel_tx, &c);
+
+	if (r < 0)
+		return r;
+	if (c.answer < 0)
+		return c.answer;
+	*ret_status = c.status;
+	return 0;
+}
+
+static int requeue_tx(lessor_store *s, void *userdata)
+{
+	struct admin_ctx *c = userdata;
+	int64_t seq, lease_id;
+	int r = admin_lookup(s, c, &seq, &lease_id);
+
+	if (r < 0 || c->answer < 0)
+		return r;
+	if (!streq(c->status, "running")) {
+		c->answer = -EBUSY;
+		return 0;
+	}
+	r = end_lease(s, lease_id, "revoked", "requeued by an operator", c->now);
+	if (r < 0)
+		return r;
+	return to_pending(s, seq, c->now, c->now);
+}
+
+int lessor_store_requeue(lessor_store *s, const char *id, int64_t now)
+{
+	struct admin_ctx c = {.id = id, .now = now};
+	int r = lessor_db_tx(s, true, requeue_tx, &c);
+
+	return r < 0 ? r : c.answer;
+}
+
+/* ---- housekeeping ---- */
+
+struct tick_ctx {
+	int64_t last, now;
+	unsigned max_expiries;
+	bool wake;
+};
+
+static int expire_one(lessor_store *s, struct tick_ctx *c, int64_t seq, int64_t lease_id,
+		      int64_t expiries)
+{
+	char error[96];
+	int r;
+
+	r = end_lease(s, lease_id, "expired", NULL, c->now);
+	if (r < 0)
+		return r;
+	r = lessor_db_query(s, NULL, "UPDATE runs SET lease_expiries = ? WHERE seq = ?", "ii",
+			    expiries, seq);
+	if (r < 0)
+		return r;
+	if (expiries >= (int64_t)c->max_expiries) {
+		snprintf(error, sizeof(error), "lease expired %" PRId64 " times", expiries);
+		return fail_run(s, seq, "lease_expired", error, c->now);
+	}
+	c->wake = true;
+	return to_pending(s, seq, c->now, c->now);
+}
+
+static int expire_leases(lessor_store *s, struct tick_ctx *c)
+{
+	int64_t seqs[REAP_BATCH], leases[REAP_BATCH], expiries[REAP_BATCH];
+	sqlite3_stmt *st;
+	size_t n = 0;
+	int r;
+
+	r = lessor_db_query(s, &st,
+			    "SELECT seq, lease_id, lease_expiries FROM runs"
+			    " WHERE status = 'running' AND lease_expires_at <= ? LIMIT ?",
+			    "ii", c->now, (int64_t)REAP_BATCH);
+	for (; r > 0; r = lessor_db_next(s, st), n++) {
+		seqs[n] = lessor_db_int(st, 0);
+		leases[n] = lessor_db_int(st, 1);
+		expiries[n] = lessor_db_int(st, 2) + 1;
+	}
+	if (r < 0)
+		return r;
+	sqlite3_reset(st);
+	for (size_t i = 0; i < n; i++)
+		if ((r = expire_one(s, c, seqs[i], leases[i], expiries[i])) < 0)
+			return r;
+	return 0;
+}
+
+static int tick_tx(lessor_store *s, void *userdata)
+{
+	struct tick_ctx *c = userdata;
+	sqlite3_stmt *st;
+	int r;
+
+	r = expire_leases(s, c);
+	if (r < 0)
+		return r;
+	/* a retry backoff or release delay that ran out makes a run claimable */
+	r = lessor_db_query(s, &st,
+			    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'pending'"
+			    " AND not_before > ? AND not_before <= ?)",
+			    "ii", c->last, c->now);
+	if (r < 0)
+		return r;
+	if (r > 0 && lessor_db_int(st, 0))
+		c->wake = true;
+	sqlite3_reset(st);
+	return lessor_db_query(s, NULL, "DELETE FROM claims WHERE created_at < ?", "i",
+			       c->now - CLAIM_RECORD_TTL_MS);
+}
+
+int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake)
+{
+	struct tick_ctx c = {.last = last, .now = now, .max_expiries = s->cfg.max_lease_expiries};
+	int r = lessor_db_tx(s, true, tick_tx, &c);
+
+	if (r < 0)
+		return r;
+	*ret_wake = c.wake;
+	return 0;
+}
+
+static int recover_tx(lessor_store *s, void *userdata)
+{
+	const int64_t *now = userdata;
+
+	return lessor_db_query(s, NULL,
+			       "UPDATE runs SET lease_expires_at = MAX(lease_expires_at,"
+			       " ?1 + 1000 * (SELECT ttl_s FROM leases WHERE id = runs.lease_id))"
+			       " WHERE status = 'running'",
+			       "i", *now);
+}
+
+int lessor_store_recover(lessor_store *s, int64_t now)
+{
+	return lessor_db_tx(s, true, recover_tx, &now);
+}

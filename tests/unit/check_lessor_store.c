@@ -1,0 +1,740 @@
+/* lib/lessor store: every state transition, driven with an explicit clock. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lessor/store.h"
+#include "log/log.h"
+#include "testutil.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+#define T0 1767225600000LL /* 2026-01-01T00:00:00Z */
+
+static char *dir;
+static char *path;
+static lessor_store *st;
+static const struct lessor_store_config cfg = {
+	.sync_full = false, /* the unit tests prove logic; durability is tested over HTTP */
+	.max_lease_expiries = 3,
+	.retry_base_ms = 1000,
+	.retry_max_ms = 3000,
+	.max_log_bytes = 10,
+};
+
+static void setup(void)
+{
+	log_set_max_level(LOG_WARNING);
+	dir = tu_tmpdir("store");
+	ck_assert_ptr_nonnull(dir);
+	ck_assert_int_ge(asprintf(&path, "%s/lessor.db", dir), 0);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+}
+
+static void teardown(void)
+{
+	st = lessor_store_free(st);
+	rm_rf(dir);
+	free(dir);
+	free(path);
+}
+
+/* Enqueue a run of workflow wf with the given (normalised) tags. */
+static char *enqueue_full(const char *wf, char *tag1, char *tag2, unsigned attempts)
+{
+	char *tags[3] = {tag1, tag2, NULL};
+	struct lessor_enqueue e = {
+		.workflow = wf, .input_json = "{\"n\":1}", .tags = tags, .max_attempts = attempts};
+	char id[LESSOR_RUN_ID_MAX];
+	bool created;
+
+	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0, id, &created), 0);
+	ck_assert(created);
+	return strdup(id);
+}
+
+static char *enqueue(const char *wf)
+{
+	return enqueue_full(wf, NULL, NULL, 1);
+}
+
+static struct lessor_claim_result claim_as(const char *claim_id, const char *worker,
+					   const char *workflows, const char *tags, unsigned max,
+					   int64_t now)
+{
+	struct lessor_claim_req q = {.claim_id = claim_id,
+				     .worker_id = worker,
+				     .max_runs = max,
+				     .ttl_s = 1,
+				     .workflows_json = workflows,
+				     .tags_json = tags ? tags : "[]",
+				     .record_worker = true};
+	struct lessor_claim_result r;
+
+	ck_assert_int_eq(lessor_store_claim(st, &q, now, &r), 0);
+	return r;
+}
+
+static struct lessor_claim_result claim(const char *claim_id, unsigned max, int64_t now)
+{
+	return claim_as(claim_id, "w1", NULL, NULL, max, now);
+}
+
+static cJSON *run_view(const char *id)
+{
+	cJSON *j = NULL;
+
+	ck_assert_int_eq(lessor_store_run_json(st, id, &j), 0);
+	return j;
+}
+
+static char *run_str(const char *id, const char *field)
+{
+	cJSON *j = run_view(id);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
+	char *s = cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
+
+	cJSON_Delete(j);
+	return s;
+}
+
+static double run_num(const char *id, const char *field)
+{
+	cJSON *j = run_view(id);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
+	double d;
+
+	ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", field);
+	d = v->valuedouble;
+	cJSON_Delete(j);
+	return d;
+}
+
+static void assert_status(const char *id, const char *want)
+{
+	_cleanup_free_ char *s = run_str(id, "status");
+
+	ck_assert_str_eq(s, want);
+}
+
+static struct lessor_completion done_ok(const char *token)
+{
+	return (struct lessor_completion){.token = token,
+					  .status = "succeeded",
+					  .reason = "exit",
+					  .has_exit_code = true,
+					  .exit_code = 0,
+					  .duration_ms = 5,
+					  .log_length = 0};
+}
+
+static struct lessor_completion done_fail(const char *token, bool retryable)
+{
+	struct lessor_completion c = done_ok(token);
+
+	c.status = "failed";
+	c.exit_code = 3;
+	c.retryable = retryable;
+	c.error = "exit status 3";
+	return c;
+}
+
+START_TEST(test_schema_and_lock)
+{
+	lessor_store *other = NULL;
+	sqlite3 *db;
+
+	/* a second server on the same database is refused */
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &other), -EBUSY);
+	st = lessor_store_free(st);
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), -EPROTO);
+	ck_assert_ptr_null(st);
+}
+END_TEST
+
+START_TEST(test_enqueue_and_idempotency_key)
+{
+	char *tags[] = {"gpu", "region:eu", NULL};
+	struct lessor_enqueue e = {.workflow = "build",
+				   .input_json = "[1,2]",
+				   .tags = tags,
+				   .max_attempts = 2,
+				   .timeout_s = 30,
+				   .idempotency_key = "k-1"};
+	char id[LESSOR_RUN_ID_MAX], id2[LESSOR_RUN_ID_MAX];
+	bool created;
+	_cleanup_free_ char *t = NULL, *in = NULL;
+
+	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0, id, &created), 0);
+	ck_assert(created);
+	e.workflow = "other";
+	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0 + 5, id2, &created), 0);
+	ck_assert(!created);
+	ck_assert_str_eq(id, id2);
+	assert_status(id, "pending");
+	t = run_str(id, "tags");
+	ck_assert_str_eq(t, "[\"gpu\",\"region:eu\"]");
+	in = run_str(id, "input");
+	ck_assert_str_eq(in, "[1,2]");
+	ck_assert_int_eq((int)run_num(id, "timeout_s"), 30);
+	ck_assert_int_eq((int)run_num(id, "attempt"), 0);
+	ck_assert_int_eq(lessor_store_run_json(st, "r-999", &(cJSON *){NULL}), -ENOENT);
+	ck_assert_int_eq(lessor_store_run_json(st, "r-01", &(cJSON *){NULL}), -ENOENT);
+	ck_assert_int_eq(lessor_store_run_json(st, "bogus", &(cJSON *){NULL}), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_routing)
+{
+	_cleanup_free_ char *a = enqueue("build");
+	_cleanup_free_ char *b = enqueue_full("build", "gpu", NULL, 1);
+	_cleanup_free_ char *c = enqueue_full("deploy", "gpu", "region:eu", 1);
+	struct lessor_claim_result r;
+
+	r = claim_as("c1", "w1", "[]", "[\"gpu\",\"region:eu\"]", 10, T0);
+	ck_assert_uint_eq(r.n_runs, 0); /* [] = no workflow */
+	lessor_claim_result_done(&r);
+	r = claim_as("c2", "w1", "[\"deploy\"]", "[\"gpu\"]", 10, T0);
+	ck_assert_uint_eq(r.n_runs, 0); /* c also needs region:eu */
+	lessor_claim_result_done(&r);
+	r = claim_as("c3", "w1", NULL, "[]", 10, T0);
+	ck_assert_uint_eq(r.n_runs, 1); /* untagged worker: untagged runs only */
+	ck_assert_str_eq(r.runs[0].id, a);
+	lessor_claim_result_done(&r);
+	r = claim_as("c4", "w1", "[\"deploy\",\"x\"]", "[\"gpu\",\"region:eu\",\"z\"]", 10, T0);
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_str_eq(r.runs[0].id, c);
+	ck_assert_str_eq(r.runs[0].workflow, "deploy");
+	ck_assert_str_eq(r.runs[0].tags_json, "[\"gpu\",\"region:eu\"]");
+	ck_assert_uint_eq(r.queue_depth, 0);
+	lessor_claim_result_done(&r);
+	assert_status(b, "pending");
+}
+END_TEST
+
+START_TEST(test_claim_order_and_depth)
+{
+	_cleanup_free_ char *a = enqueue("w"), *b = enqueue("w"), *c = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 2, T0);
+
+	ck_assert_uint_eq(r.n_runs, 2);
+	ck_assert_str_eq(r.runs[0].id, a); /* oldest first */
+	ck_assert_str_eq(r.runs[1].id, b);
+	ck_assert_uint_eq(r.runs[0].attempt, 1);
+	ck_assert_uint_eq(r.runs[0].ttl_s, 1);
+	ck_assert_uint_eq(strlen(r.runs[0].token), LESSOR_TOKEN_LEN);
+	ck_assert_str_ne(r.runs[0].token, r.runs[1].token);
+	ck_assert_uint_eq(r.queue_depth, 1);
+	lessor_claim_result_done(&r);
+	assert_status(c, "pending");
+}
+END_TEST
+
+START_TEST(test_claim_idempotent)
+{
+	_cleanup_free_ char *a = enqueue("w"), *b = enqueue("w");
+	struct lessor_claim_result r1 = claim("c1", 2, T0), r2;
+	struct lessor_claim_req q = {.claim_id = "c1",
+				     .worker_id = "w2",
+				     .max_runs = 1,
+				     .ttl_s = 1,
+				     .tags_json = "[]"};
+	struct lessor_completion done;
+	const char *answer;
+	_cleanup_free_ char *c = enqueue("w");
+
+	ck_assert_uint_eq(r1.n_runs, 2);
+	r2 = claim("c1", 5, T0 + 500); /* a retry: same runs, same tokens, nothing new */
+	ck_assert(r2.replay);
+	ck_assert_uint_eq(r2.n_runs, 2);
+	for (size_t i = 0; i < 2; i++) {
+		ck_assert_str_eq(r1.runs[i].id, r2.runs[i].id);
+		ck_assert_str_eq(r1.runs[i].token, r2.runs[i].token);
+		ck_assert_uint_eq(r2.runs[i].attempt, 1);
+	}
+	lessor_claim_result_done(&r2);
+	assert_status(c, "pending");
+	/* another worker may not reuse the claim_id */
+	ck_assert_int_eq(lessor_store_claim(st, &q, T0, &r2), -EEXIST);
+	/* the replay extended the leases from its own time (T0 + 500 + 1 s) */
+	{
+		bool wake;
+
+		ck_assert_int_eq(lessor_store_tick(st, T0, T0 + 1200, &wake), 0);
+		assert_status(a, "running");
+	}
+	done = done_ok(r1.runs[0].token);
+	ck_assert_int_eq(lessor_store_complete(st, a, &done, T0 + 1300, &answer), 0);
+	r2 = claim("c1", 5, T0 + 1300);
+	ck_assert_uint_eq(r2.n_runs, 1); /* only what is still held */
+	ck_assert_str_eq(r2.runs[0].id, b);
+	lessor_claim_result_done(&r2);
+	lessor_claim_result_done(&r1);
+}
+END_TEST
+
+START_TEST(test_claim_cancel)
+{
+	_cleanup_free_ char *a = enqueue("w"), *b = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 2, T0), r2;
+	unsigned released = 99;
+	bool cancel;
+	_cleanup_free_ char *reason = NULL;
+	cJSON *v;
+
+	ck_assert_int_eq(lessor_store_renew(st, b, r.runs[1].token, 5, T0 + 10, &cancel), 0);
+	ck_assert(!cancel);
+	ck_assert_int_eq(lessor_store_claim_cancel(st, "c1", T0 + 20, &released), 0);
+	ck_assert_uint_eq(released, 1); /* only the never-renewed one */
+	assert_status(a, "pending");
+	assert_status(b, "running");
+	v = run_view(a);
+	reason = cJSON_PrintUnformatted(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "leases"), 0),
+				    "end_reason"));
+	cJSON_Delete(v);
+	ck_assert_str_eq(reason, "\"cancelled\"");
+	r2 = claim("c1", 2, T0 + 30); /* a cancelled claim grants nothing, ever */
+	ck_assert(r2.cancelled);
+	ck_assert_uint_eq(r2.n_runs, 0);
+	lessor_claim_result_done(&r2);
+	/* cancelling a claim before it was answered poisons it too */
+	ck_assert_int_eq(lessor_store_claim_cancel(st, "c2", T0 + 40, &released), 0);
+	ck_assert_uint_eq(released, 0);
+	r2 = claim("c2", 2, T0 + 50);
+	ck_assert(r2.cancelled);
+	lessor_claim_result_done(&r2);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_fencing)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0);
+	struct lessor_completion done = done_ok("not-the-token");
+	const char *answer;
+	uint64_t len;
+	bool cancel;
+
+	ck_assert_int_eq(lessor_store_renew(st, a, "nope", 5, T0, &cancel), -ESTALE);
+	ck_assert_int_eq(lessor_store_append_log(st, a, "nope", 0, "x", 1, T0, &len), -ESTALE);
+	ck_assert_int_eq(lessor_store_complete(st, a, &done, T0, &answer), -ESTALE);
+	ck_assert_int_eq(lessor_store_release(st, a, "nope", "draining", 0, T0), -ESTALE);
+	ck_assert_int_eq((int)run_num(a, "rejected_writes"), 4);
+	ck_assert_int_eq(lessor_store_renew(st, "r-77", r.runs[0].token, 5, T0, &cancel), -ENOENT);
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0, &cancel), 0);
+	assert_status(a, "running");
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_log_append)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0);
+	const char *tok = r.runs[0].token;
+	uint64_t len = 0;
+	char *log;
+	size_t n;
+
+	ck_assert_int_eq(lessor_store_append_log(st, a, tok, 0, "hello", 5, T0, &len), 0);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_int_eq(lessor_store_append_log(st, a, tok, 3, "lo wo", 5, T0, &len), -ERANGE);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_int_eq(lessor_store_append_log(st, a, tok, 9, "x", 1, T0, &len), -ERANGE);
+	/* the cap (10) keeps what fits and refuses the rest */
+	ck_assert_int_eq(lessor_store_append_log(st, a, tok, 5, " world", 6, T0, &len), -EFBIG);
+	ck_assert_uint_eq(len, 10);
+	ck_assert_int_eq(lessor_store_append_log(st, a, tok, 10, "!", 1, T0, &len), -EFBIG);
+	ck_assert_uint_eq(len, 10);
+	ck_assert_int_eq(lessor_store_read_log(st, a, &log, &n), 0);
+	ck_assert_uint_eq(n, 10);
+	ck_assert_str_eq(log, "hello worl");
+	free(log);
+	ck_assert_int_eq((int)run_num(a, "log_length"), 10);
+	ck_assert_int_eq(lessor_store_read_log(st, "r-9", &log, &n), -ENOENT);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_complete_idempotent)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0);
+	struct lessor_completion done = done_ok(r.runs[0].token), fail;
+	const char *answer = NULL;
+	uint64_t len;
+	bool cancel;
+	_cleanup_free_ char *out = NULL;
+
+	done.output_json = "{\"artifact\":\"x.tar\"}";
+	ck_assert_int_eq(lessor_store_complete(st, a, &done, T0 + 1, &answer), 0);
+	ck_assert_str_eq(answer, "succeeded");
+	fail = done_fail(r.runs[0].token, true);
+	answer = NULL;
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 2, &answer), 0);
+	ck_assert_str_eq(answer, "succeeded"); /* same answer, nothing changed */
+	assert_status(a, "succeeded");
+	out = run_str(a, "output");
+	ck_assert_str_eq(out, "{\"artifact\":\"x.tar\"}");
+	ck_assert_int_eq((int)run_num(a, "exit_code"), 0);
+	ck_assert_int_eq((int)run_num(a, "attempts_used"), 1);
+	/* other writes with the finished lease are stale */
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0, &cancel), -ESTALE);
+	ck_assert_int_eq(lessor_store_append_log(st, a, r.runs[0].token, 0, "x", 1, T0, &len),
+			 -ESTALE);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_retry_backoff_and_budget)
+{
+	_cleanup_free_ char *a = enqueue_full("w", NULL, NULL, 3);
+	struct lessor_claim_result r = claim("c1", 1, T0), r2;
+	struct lessor_completion fail = done_fail(r.runs[0].token, true);
+	const char *answer;
+	bool wake;
+
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 100, &answer), 0);
+	ck_assert_str_eq(answer, "retrying");
+	assert_status(a, "pending");
+	r2 = claim("c2", 1, T0 + 1099); /* backoff 1 s after the first failure */
+	ck_assert_uint_eq(r2.n_runs, 0);
+	lessor_claim_result_done(&r2);
+	ck_assert_int_eq(lessor_store_tick(st, T0 + 1000, T0 + 1099, &wake), 0);
+	ck_assert(!wake);
+	ck_assert_int_eq(lessor_store_tick(st, T0 + 1099, T0 + 1100, &wake), 0);
+	ck_assert(wake); /* long polls are told the run became due */
+	lessor_claim_result_done(&r);
+	r = claim("c3", 1, T0 + 1100);
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_uint_eq(r.runs[0].attempt, 2);
+	fail = done_fail(r.runs[0].token, true);
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 1200, &answer), 0);
+	ck_assert_str_eq(answer, "retrying");
+	r2 = claim("c4", 1, T0 + 3199); /* doubled: 2 s */
+	ck_assert_uint_eq(r2.n_runs, 0);
+	lessor_claim_result_done(&r2);
+	lessor_claim_result_done(&r);
+	r = claim("c5", 1, T0 + 3200);
+	ck_assert_uint_eq(r.runs[0].attempt, 3);
+	fail = done_fail(r.runs[0].token, true);
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 3300, &answer), 0);
+	ck_assert_str_eq(answer, "failed"); /* budget of 3 spent */
+	assert_status(a, "failed");
+	ck_assert_int_eq((int)run_num(a, "attempts_used"), 3);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_not_retryable_and_cap)
+{
+	_cleanup_free_ char *a = enqueue_full("w", NULL, NULL, 5);
+	_cleanup_free_ char *b = enqueue_full("w", NULL, NULL, 9);
+	struct lessor_claim_result r = claim("c1", 2, T0), r2;
+	struct lessor_completion fail = done_fail(r.runs[0].token, false);
+	const char *answer;
+	int64_t t = T0;
+
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, t, &answer), 0);
+	ck_assert_str_eq(answer, "failed");
+	/* the delay doubles up to retry_max (3 s) and stays there */
+	fail = done_fail(r.runs[1].token, true);
+	ck_assert_int_eq(lessor_store_complete(st, b, &fail, t, &answer), 0);
+	lessor_claim_result_done(&r);
+	for (int i = 0, delay = 1000; i < 4; i++, delay = MIN(delay * 2, 3000)) {
+		char cid[16];
+
+		snprintf(cid, sizeof(cid), "x%d", i);
+		r2 = claim(cid, 1, t + delay - 1);
+		ck_assert_uint_eq(r2.n_runs, 0);
+		lessor_claim_result_done(&r2);
+		snprintf(cid, sizeof(cid), "y%d", i);
+		r2 = claim(cid, 1, t + delay);
+		ck_assert_uint_eq(r2.n_runs, 1);
+		t += delay;
+		fail = done_fail(r2.runs[0].token, true);
+		ck_assert_int_eq(lessor_store_complete(st, b, &fail, t, &answer), 0);
+		lessor_claim_result_done(&r2);
+	}
+}
+END_TEST
+
+START_TEST(test_release)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0), r2;
+
+	ck_assert_int_eq(lessor_store_release(st, a, r.runs[0].token, "draining", 5, T0 + 10), 0);
+	assert_status(a, "pending");
+	r2 = claim("c2", 1, T0 + 5009);
+	ck_assert_uint_eq(r2.n_runs, 0);
+	lessor_claim_result_done(&r2);
+	r2 = claim("c3", 1, T0 + 5010);
+	ck_assert_uint_eq(r2.n_runs, 1);
+	ck_assert_uint_eq(r2.runs[0].attempt, 1); /* a release consumes no attempt */
+	ck_assert_int_eq(lessor_store_release(st, a, r.runs[0].token, "draining", 0, T0), -ESTALE);
+	lessor_claim_result_done(&r2);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_reaper)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0), r2;
+	_cleanup_free_ char *err = NULL, *reason = NULL;
+	int64_t t = T0;
+	bool wake;
+	cJSON *v;
+
+	ck_assert_int_eq(lessor_store_tick(st, t, t + 999, &wake), 0);
+	assert_status(a, "running");
+	ck_assert(!wake);
+	ck_assert_int_eq(lessor_store_tick(st, t + 999, t + 1000, &wake), 0);
+	ck_assert(wake);
+	assert_status(a, "pending");
+	r2 = claim("c2", 1, t + 1000);
+	ck_assert_uint_eq(r2.n_runs, 1);
+	ck_assert_str_ne(r2.runs[0].token, r.runs[0].token); /* a new token */
+	ck_assert_uint_eq(r2.runs[0].attempt, 1);            /* expiry is not an attempt */
+	lessor_claim_result_done(&r2);
+	v = run_view(a);
+	reason = cJSON_PrintUnformatted(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "leases"), 0),
+				    "end_reason"));
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(v, "leases")), 2);
+	cJSON_Delete(v);
+	ck_assert_str_eq(reason, "\"expired\"");
+	/* the third expiry fails the run */
+	for (int i = 0; i < 2; i++) {
+		t += 1000;
+		ck_assert_int_eq(lessor_store_tick(st, t, t + 1000, &wake), 0);
+		if (i == 0) {
+			char cid[8];
+
+			snprintf(cid, sizeof(cid), "d%d", i);
+			r2 = claim(cid, 1, t + 1000);
+			lessor_claim_result_done(&r2);
+		}
+	}
+	assert_status(a, "failed");
+	err = run_str(a, "error");
+	ck_assert_str_eq(err, "lease expired 3 times");
+	ck_assert_int_eq((int)run_num(a, "lease_expiries"), 3);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_admin_requeue_and_cancel)
+{
+	_cleanup_free_ char *a = enqueue_full("w", NULL, NULL, 3), *b = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0), r2;
+	struct lessor_completion fail;
+	const char *status, *answer;
+	bool cancel;
+
+	ck_assert_int_eq(lessor_store_requeue(st, a, T0 + 1), 0);
+	assert_status(a, "pending");
+	ck_assert_int_eq(lessor_store_requeue(st, a, T0 + 1), -EBUSY);
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0, &cancel), -ESTALE);
+	r2 = claim("c2", 1, T0 + 2);
+	ck_assert_str_eq(r2.runs[0].id, a);
+	ck_assert_uint_eq(r2.runs[0].attempt, 1);
+	ck_assert_int_eq(lessor_store_cancel(st, b, T0 + 3, &status), 0);
+	ck_assert_str_eq(status, "cancelled");
+	ck_assert_int_eq(lessor_store_cancel(st, b, T0 + 3, &status), 0);
+	ck_assert_int_eq(lessor_store_cancel(st, a, T0 + 3, &status), 0);
+	ck_assert_str_eq(status, "running");
+	ck_assert_int_eq(lessor_store_renew(st, a, r2.runs[0].token, 5, T0 + 4, &cancel), 0);
+	ck_assert(cancel);
+	/* a cancel request is not retried even when the worker calls it retryable */
+	fail = done_fail(r2.runs[0].token, true);
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 5, &answer), 0);
+	ck_assert_str_eq(answer, "failed");
+	ck_assert_int_eq(lessor_store_cancel(st, a, T0 + 6, &status), -EBUSY);
+	ck_assert_int_eq(lessor_store_cancel(st, "r-404", T0 + 6, &status), -ENOENT);
+	lessor_claim_result_done(&r2);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_restart_recover)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0);
+	const char *answer;
+	bool wake;
+	struct lessor_completion done;
+
+	st = lessor_store_free(st);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+	/* back after 60 s: the lease gets its ttl (1 s) again from now */
+	ck_assert_int_eq(lessor_store_recover(st, T0 + 60000), 0);
+	ck_assert_int_eq(lessor_store_tick(st, T0, T0 + 60999, &wake), 0);
+	assert_status(a, "running");
+	done = done_ok(r.runs[0].token);
+	ck_assert_int_eq(lessor_store_complete(st, a, &done, T0 + 60999, &answer), 0);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+START_TEST(test_views)
+{
+	_cleanup_free_ char *a = enqueue("build"), *b = enqueue("deploy");
+	struct lessor_claim_result r = claim_as("c1", "w1", "[\"build\"]", "[\"t\"]", 1, T0);
+	cJSON *j = NULL, *w;
+	_cleanup_free_ char *s = NULL;
+
+	lessor_claim_result_done(&r);
+	r = claim_as("c2", "w2", NULL, "[]", 1, T0);
+	lessor_claim_result_done(&r);
+	r = claim_as("c3", "w3", "[]", "[]", 1, T0);
+	lessor_claim_result_done(&r);
+	ck_assert_int_eq(lessor_store_stats_json(st, &j), 0);
+	s = cJSON_PrintUnformatted(j);
+	ck_assert_str_eq(s, "{\"pending\":0,\"running\":2,\"succeeded\":0,\"failed\":0,"
+			    "\"cancelled\":0,\"total\":2}");
+	cJSON_Delete(j);
+	ck_assert_int_eq(lessor_store_list_json(st, "running", "deploy", 10, &j), 0);
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "runs")), 1);
+	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0),
+					     "worker_id")
+				 ->valuestring,
+			 "w2");
+	cJSON_Delete(j);
+	ck_assert_int_eq(lessor_store_workers_json(st, &j), 0);
+	w = cJSON_GetObjectItem(j, "workers");
+	ck_assert_int_eq(cJSON_GetArraySize(w), 3);
+	for (int i = 0; i < 3; i++) {
+		cJSON *e = cJSON_GetArrayItem(w, i);
+		const char *id = cJSON_GetObjectItem(e, "worker_id")->valuestring;
+		char *wf = cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "workflows"));
+
+		/* omitted (any) and [] (none) stay distinguishable */
+		ck_assert_str_eq(wf, streq(id, "w1")   ? "[\"build\"]"
+				     : streq(id, "w2") ? "null"
+						       : "[]");
+		ck_assert_int_eq(cJSON_GetObjectItem(e, "runs_held")->valueint,
+				 streq(id, "w3") ? 0 : 1);
+		free(wf);
+	}
+	cJSON_Delete(j);
+	(void)a;
+	(void)b;
+}
+END_TEST
+
+/* ---- concurrency: many threads claiming on one store never share a run ---- */
+
+#define N_RUNS 400
+#define N_THREADS 4
+
+struct claimer {
+	int index;
+	char ids[N_RUNS][LESSOR_RUN_ID_MAX];
+	size_t n;
+};
+
+static void *claimer_main(void *p)
+{
+	struct claimer *c = p;
+
+	for (int round = 0;; round++) {
+		char cid[32];
+		struct lessor_claim_req q = {.claim_id = cid,
+					     .worker_id = "w",
+					     .max_runs = 1 + (unsigned)(round % 7),
+					     .ttl_s = 60,
+					     .tags_json = "[]"};
+		struct lessor_claim_result r;
+
+		snprintf(cid, sizeof(cid), "t%d-%d", c->index, round);
+		if (lessor_store_claim(st, &q, T0, &r) < 0)
+			return (void *)1;
+		if (r.n_runs == 0)
+			return NULL;
+		for (size_t i = 0; i < r.n_runs; i++) {
+			struct lessor_completion done = done_ok(r.runs[i].token);
+			const char *answer;
+
+			memcpy(c->ids[c->n++], r.runs[i].id, LESSOR_RUN_ID_MAX);
+			if (lessor_store_complete(st, r.runs[i].id, &done, T0, &answer) < 0)
+				return (void *)1;
+		}
+		lessor_claim_result_done(&r);
+	}
+}
+
+START_TEST(test_concurrent_claims)
+{
+	static struct claimer c[N_THREADS];
+	pthread_t t[N_THREADS];
+	static char seen[N_RUNS + 1];
+	size_t total = 0;
+
+	for (int i = 0; i < N_RUNS; i++)
+		free(enqueue("w"));
+	for (int i = 0; i < N_THREADS; i++) {
+		c[i] = (struct claimer){.index = i};
+		ck_assert_int_eq(pthread_create(&t[i], NULL, claimer_main, &c[i]), 0);
+	}
+	for (int i = 0; i < N_THREADS; i++) {
+		void *rv;
+
+		pthread_join(t[i], &rv);
+		ck_assert_ptr_null(rv);
+		for (size_t k = 0; k < c[i].n; k++) {
+			int n = atoi(c[i].ids[k] + 2);
+
+			ck_assert_int_le(n, N_RUNS);
+			ck_assert_msg(!seen[n], "run %s granted twice", c[i].ids[k]);
+			seen[n] = 1;
+		}
+		total += c[i].n;
+	}
+	ck_assert_uint_eq(total, N_RUNS);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("lessor_store");
+	TCase *tc = tcase_create("store");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_schema_and_lock);
+	tcase_add_test(tc, test_enqueue_and_idempotency_key);
+	tcase_add_test(tc, test_routing);
+	tcase_add_test(tc, test_claim_order_and_depth);
+	tcase_add_test(tc, test_claim_idempotent);
+	tcase_add_test(tc, test_claim_cancel);
+	tcase_add_test(tc, test_fencing);
+	tcase_add_test(tc, test_log_append);
+	tcase_add_test(tc, test_complete_idempotent);
+	tcase_add_test(tc, test_retry_backoff_and_budget);
+	tcase_add_test(tc, test_not_retryable_and_cap);
+	tcase_add_test(tc, test_release);
+	tcase_add_test(tc, test_reaper);
+	tcase_add_test(tc, test_admin_requeue_and_cancel);
+	tcase_add_test(tc, test_restart_recover);
+	tcase_add_test(tc, test_views);
+	tcase_add_test(tc, test_concurrent_claims);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(suite());
+}
