@@ -1,0 +1,84 @@
+/* Private to lib/lessor/api*.c. */
+#pragma once
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "lessor/api.h"
+#include "lessor/faults.h"
+#include "lessor/fields.h"
+#include "util/macro.h"
+
+struct lessor_api {
+	lessor_store *store;
+	lessor_waiters *waiters;
+	char *token;
+	size_t max_body;
+	lessor_faults *faults; /* NULL unless --enable-faults */
+};
+
+struct lessor_route {
+	const char *method;
+	const char *pattern; /* "*" matches one path segment, captured in call->arg */
+	int (*handler)(lessor_call *c);
+	enum lessor_endpoint endpoint; /* fault injection target */
+	bool json_body;                /* the body must be a JSON object */
+};
+
+#define LESSOR_ARG_MAX 160
+
+struct lessor_call {
+	lessor_api *api;
+	struct lessor_call_io io;
+	char *method, *path;
+	const struct lessor_route *route;
+	char arg[LESSOR_ARG_MAX];
+	char allow[48];
+	const char *body;
+	size_t len;
+	cJSON *json;
+	unsigned round; /* 0, then one more per resume */
+	bool fault_taken;
+	struct lessor_fault fault;
+	struct lessor_waiter waiter;
+	void *state; /* a handler's state across resumes */
+	void (*state_free)(void *state);
+	struct lessor_reply reply;
+	char msg[LESSOR_MSG_MAX];
+};
+
+int64_t lessor_now_ms(void);
+
+/* Each returns LESSOR_CALL_REPLY.  lessor_reply_json takes body. */
+int lessor_reply_json(lessor_call *c, unsigned status, cJSON *body);
+int lessor_reply_error(lessor_call *c, unsigned status, const char *code, const char *fmt, ...)
+	_printf_(4, 5);
+/* 400 invalid_request with c->msg. */
+int lessor_reply_invalid(lessor_call *c);
+/* -ENOENT, -ESTALE, database errors ... as the right status. */
+int lessor_reply_store_error(lessor_call *c, int r);
+
+/* Parks the call until woken or c->waiter.deadline: 0 parked, -EAGAIN (a wake
+ * happened since seen_gen: look again), -ESHUTDOWN. */
+int lessor_call_park(lessor_call *c, uint64_t seen_gen);
+
+/* handlers: api_worker.c */
+int lessor_h_claim(lessor_call *c);
+int lessor_h_claim_cancel(lessor_call *c);
+int lessor_h_renew(lessor_call *c);
+int lessor_h_log_append(lessor_call *c);
+int lessor_h_complete(lessor_call *c);
+int lessor_h_release(lessor_call *c);
+/* handlers: api_admin.c */
+int lessor_h_enqueue(lessor_call *c);
+int lessor_h_list(lessor_call *c);
+int lessor_h_show(lessor_call *c);
+int lessor_h_log_read(lessor_call *c);
+int lessor_h_cancel(lessor_call *c);
+int lessor_h_requeue(lessor_call *c);
+int lessor_h_stats(lessor_call *c);
+int lessor_h_workers(lessor_call *c);
+int lessor_h_faults_set(lessor_call *c);
+int lessor_h_faults_clear(lessor_call *c);
+int lessor_h_faults_get(lessor_call *c);
+int lessor_h_health(lessor_call *c);

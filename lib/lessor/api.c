@@ -1,0 +1,342 @@
+/* Routing, authentication, body checks, fault injection and replies. */
+#include "lessor/api-int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log/log.h"
+#include "util/strutil.h"
+#include "util/time.h"
+
+static const struct lessor_route routes[] = {
+	{"POST", "/v1/claims", lessor_h_claim, LESSOR_EP_CLAIMS, true},
+	{"POST", "/v1/claims/*/cancel", lessor_h_claim_cancel, LESSOR_EP_NONE, false},
+	{"POST", "/v1/runs/*/lease", lessor_h_renew, LESSOR_EP_LEASE, true},
+	{"PATCH", "/v1/runs/*/log", lessor_h_log_append, LESSOR_EP_LOG, false},
+	{"GET", "/v1/runs/*/log", lessor_h_log_read, LESSOR_EP_NONE, false},
+	{"POST", "/v1/runs/*/complete", lessor_h_complete, LESSOR_EP_COMPLETE, true},
+	{"POST", "/v1/runs/*/release", lessor_h_release, LESSOR_EP_RELEASE, true},
+	{"POST", "/v1/runs/*/cancel", lessor_h_cancel, LESSOR_EP_NONE, false},
+	{"POST", "/v1/runs/*/requeue", lessor_h_requeue, LESSOR_EP_NONE, false},
+	{"POST", "/v1/runs", lessor_h_enqueue, LESSOR_EP_NONE, true},
+	{"GET", "/v1/runs", lessor_h_list, LESSOR_EP_NONE, false},
+	{"GET", "/v1/runs/*", lessor_h_show, LESSOR_EP_NONE, false},
+	{"GET", "/v1/stats", lessor_h_stats, LESSOR_EP_NONE, false},
+	{"GET", "/v1/workers", lessor_h_workers, LESSOR_EP_NONE, false},
+	{"POST", "/v1/admin/faults", lessor_h_faults_set, LESSOR_EP_NONE, true},
+	{"DELETE", "/v1/admin/faults", lessor_h_faults_clear, LESSOR_EP_NONE, false},
+	{"GET", "/v1/admin/faults", lessor_h_faults_get, LESSOR_EP_NONE, false},
+	{"GET", "/healthz", lessor_h_health, LESSOR_EP_NONE, false},
+};
+
+int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret)
+{
+	lessor_api *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	*a = (lessor_api){.store = cfg->store, .waiters = cfg->waiters, .max_body = cfg->max_body};
+	if ((cfg->token && !(a->token = strdup(cfg->token))) ||
+	    (cfg->enable_faults && !(a->faults = lessor_faults_new()))) {
+		lessor_api_free(a);
+		return -ENOMEM;
+	}
+	*ret = a;
+	return 0;
+}
+
+lessor_api *lessor_api_free(lessor_api *a)
+{
+	if (!a)
+		return NULL;
+	if (a->token)
+		explicit_bzero(a->token, strlen(a->token));
+	free(a->token);
+	lessor_faults_free(a->faults);
+	free(a);
+	return NULL;
+}
+
+size_t lessor_api_max_body(const lessor_api *a)
+{
+	return a->max_body;
+}
+
+int64_t lessor_now_ms(void)
+{
+	return (int64_t)(time_real() / USEC_PER_MSEC);
+}
+
+int lessor_call_new(lessor_api *a, const char *method, const char *path,
+		    const struct lessor_call_io *io, lessor_call **ret)
+{
+	lessor_call *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->api = a;
+	c->io = *io;
+	c->method = strdup(method);
+	c->path = strdup(path);
+	if (!c->method || !c->path) {
+		lessor_call_free(c);
+		return -ENOMEM;
+	}
+	*ret = c;
+	return 0;
+}
+
+lessor_call *lessor_call_free(lessor_call *c)
+{
+	if (!c)
+		return NULL;
+	if (c->state_free)
+		c->state_free(c->state);
+	cJSON_Delete(c->json);
+	free(c->reply.body);
+	free(c->method);
+	free(c->path);
+	free(c);
+	return NULL;
+}
+
+struct lessor_reply *lessor_call_reply(lessor_call *c)
+{
+	return &c->reply;
+}
+
+/* ---- replies ---- */
+
+int lessor_reply_json(lessor_call *c, unsigned status, cJSON *body)
+{
+	char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+
+	cJSON_Delete(body);
+	free(c->reply.body);
+	c->reply.body = NULL;
+	if (!text) {
+		/* out of memory: a bodiless 503 is all that is left */
+		c->reply = (struct lessor_reply){.status = 503, .retry_after_s = 1};
+		return LESSOR_CALL_REPLY;
+	}
+	c->reply.status = status;
+	c->reply.content_type = "application/json";
+	c->reply.body = text;
+	c->reply.len = strlen(text);
+	return LESSOR_CALL_REPLY;
+}
+
+static cJSON *error_body(const char *code, const char *message)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (o && (!cJSON_AddStringToObject(o, "error", code) ||
+		  !cJSON_AddStringToObject(o, "message", message))) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+int lessor_reply_error(lessor_call *c, unsigned status, const char *code, const char *fmt, ...)
+{
+	char message[LESSOR_MSG_MAX + 64];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	return lessor_reply_json(c, status, error_body(code, message));
+}
+
+int lessor_reply_invalid(lessor_call *c)
+{
+	return lessor_reply_error(c, 400, "invalid_request", "%s", c->msg);
+}
+
+int lessor_reply_store_error(lessor_call *c, int r)
+{
+	switch (r) {
+	case -ENOENT:
+		return lessor_reply_error(c, 404, "not_found", "no such run");
+	case -ESTALE:
+		return lessor_reply_error(c, 409, "lease_lost",
+					  "the lease token is not the run's current lease");
+	case -EBUSY:
+	case -ENOMEM:
+	case -ENOSPC:
+		log_warning("%s %s: %s, answering 503", c->method, c->path, strerror(-r));
+		lessor_reply_error(c, 503, "unavailable", "the database is busy or full");
+		c->reply.retry_after_s = 1;
+		return LESSOR_CALL_REPLY;
+	default:
+		log_error("%s %s: %s", c->method, c->path, strerror(-r));
+		return lessor_reply_error(c, 500, "internal", "the database failed");
+	}
+}
+
+int lessor_call_park(lessor_call *c, uint64_t seen_gen)
+{
+	c->waiter.resume = c->io.resume;
+	c->waiter.userdata = c->io.userdata;
+	return lessor_waiters_park(c->api->waiters, &c->waiter, seen_gen, c->io.suspend,
+				   c->io.userdata);
+}
+
+/* ---- routing ---- */
+
+static bool match_pattern(const char *pattern, const char *path, char arg[LESSOR_ARG_MAX])
+{
+	while (*pattern) {
+		if (*pattern == '*') {
+			size_t n = strcspn(path, "/");
+
+			if (n == 0 || n >= LESSOR_ARG_MAX)
+				return false;
+			memcpy(arg, path, n);
+			arg[n] = '\0';
+			path += n;
+			pattern++;
+		} else if (*pattern++ != *path++)
+			return false;
+	}
+	return *path == '\0';
+}
+
+/* The Allow list of a path: the methods of every route with its pattern. */
+static void allow_list(lessor_call *c, const char *pattern)
+{
+	size_t off = 0;
+
+	for (size_t i = 0; i < ELEMENTSOF(routes); i++)
+		if (streq(routes[i].pattern, pattern) && off < sizeof(c->allow))
+			off += (size_t)snprintf(c->allow + off, sizeof(c->allow) - off, "%s%s",
+						off ? ", " : "", routes[i].method);
+}
+
+static int route(lessor_call *c)
+{
+	const char *known = NULL;
+
+	for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
+		if (!match_pattern(routes[i].pattern, c->path, c->arg))
+			continue;
+		if (streq(c->method, routes[i].method)) {
+			c->route = &routes[i];
+			return 0;
+		}
+		known = known ? known : routes[i].pattern;
+	}
+	if (!known)
+		return lessor_reply_error(c, 404, "not_found", "no such endpoint");
+	allow_list(c, known);
+	lessor_reply_error(c, 405, "method_not_allowed", "%s is not allowed here", c->method);
+	c->reply.allow = c->allow;
+	return LESSOR_CALL_REPLY;
+}
+
+/* ---- authentication, body ---- */
+
+static bool token_equal(const char *want, const char *got)
+{
+	size_t n = strlen(want), m = strlen(got);
+	unsigned char d = n != m;
+
+	/* constant time in the length of the expected token */
+	for (size_t i = 0; i < n; i++)
+		d |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
+	return d == 0;
+}
+
+static bool authorized(lessor_call *c)
+{
+	const char *h;
+
+	if (!c->api->token || c->route->handler == lessor_h_health)
+		return true;
+	h = c->io.header(c->io.userdata, "Authorization");
+	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+		return false;
+	h += 7;
+	while (*h == ' ')
+		h++;
+	return token_equal(c->api->token, h);
+}
+
+static int parse_json_body(lessor_call *c)
+{
+	const char *end = NULL;
+
+	if (c->len > 0)
+		c->json = cJSON_ParseWithLengthOpts(c->body, c->len, &end, false);
+	if (!cJSON_IsObject(c->json))
+		return lessor_reply_error(c, 400, "invalid_request",
+					  "the body must be a JSON object");
+	for (; end < c->body + c->len; end++)
+		if (!strchr(" \t\r\n", *end))
+			return lessor_reply_error(c, 400, "invalid_request",
+						  "trailing bytes after the JSON body");
+	return 0;
+}
+
+/* The checks before any handler runs; LESSOR_CALL_REPLY when one refused. */
+static int prepare(lessor_call *c, bool body_too_large)
+{
+	int r = route(c);
+
+	if (r != 0)
+		return r;
+	if (!authorized(c)) {
+		lessor_reply_error(c, 401, "unauthorized", "a valid bearer token is required");
+		c->reply.auth_challenge = true;
+		return LESSOR_CALL_REPLY;
+	}
+	if (body_too_large)
+		return lessor_reply_error(c, 413, "body_too_large",
+					  "the request body exceeds %zu bytes", c->api->max_body);
+	if (c->route->json_body)
+		return parse_json_body(c);
+	return 0;
+}
+
+/* An armed fault: delay first (parked, no thread held), then its status. */
+static int inject_fault(lessor_call *c)
+{
+	if (!c->fault_taken) {
+		if (!lessor_faults_take(c->api->faults, c->route->endpoint, &c->fault))
+			return 0;
+		c->fault_taken = true;
+		if (c->fault.delay_ms > 0) {
+			c->waiter = (struct lessor_waiter){
+				.deadline = time_mono() + c->fault.delay_ms * USEC_PER_MSEC};
+			if (lessor_call_park(c, LESSOR_GEN_ANY) == 0)
+				return LESSOR_CALL_SUSPENDED;
+		}
+	}
+	if (c->fault.status == 0)
+		return 0;
+	lessor_reply_error(c, c->fault.status, "injected", "fault injected by the test");
+	c->reply.retry_after_s = c->fault.retry_after_s;
+	return LESSOR_CALL_REPLY;
+}
+
+int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_large)
+{
+	int r;
+
+	c->body = body;
+	c->len = len;
+	if (!c->route) {
+		r = prepare(c, body_too_large);
+		if (r != 0)
+			return r;
+	}
+	r = inject_fault(c);
+	if (r != 0)
+		return r;
+	return c->route->handler(c);
+}

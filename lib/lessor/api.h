@@ -1,0 +1,61 @@
+/* The HTTP API of lessor, independent of the HTTP server library: a call is
+ * one request (method, path, headers via callbacks, the whole body) and
+ * produces one reply, or parks itself (long poll, injected delay) and is run
+ * again when resumed.  See docs/protocol.md for the endpoints. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lessor/store.h"
+#include "lessor/waiters.h"
+
+typedef struct lessor_api lessor_api;
+typedef struct lessor_call lessor_call;
+
+struct lessor_api_config {
+	lessor_store *store;     /* borrowed */
+	lessor_waiters *waiters; /* borrowed */
+	const char *token;       /* bearer token; NULL = no authentication */
+	size_t max_body;         /* request bodies above this are refused (413) */
+	bool enable_faults;      /* serve /v1/admin/faults */
+};
+
+int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret);
+lessor_api *lessor_api_free(lessor_api *a);
+size_t lessor_api_max_body(const lessor_api *a);
+
+/* How a call reads its request and parks itself.  suspend() is called with
+ * the waiters' lock held; resume() from any thread. */
+struct lessor_call_io {
+	const char *(*header)(void *userdata, const char *name);
+	const char *(*query)(void *userdata, const char *name);
+	void (*suspend)(void *userdata);
+	void (*resume)(void *userdata);
+	void *userdata;
+};
+
+enum {
+	LESSOR_CALL_REPLY = 1,     /* lessor_call_reply() is ready */
+	LESSOR_CALL_SUSPENDED = 2, /* parked: run again after resume() */
+};
+
+int lessor_call_new(lessor_api *a, const char *method, const char *path,
+		    const struct lessor_call_io *io, lessor_call **ret);
+lessor_call *lessor_call_free(lessor_call *c);
+
+/* Runs the request, or runs it again after a resume.  body_too_large: the
+ * body exceeded max_body and was not kept.  Returns LESSOR_CALL_REPLY or
+ * LESSOR_CALL_SUSPENDED. */
+int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_large);
+
+struct lessor_reply {
+	unsigned status;
+	const char *content_type;
+	char *body; /* owned by the call; the HTTP layer may take it (TAKE_PTR) */
+	size_t len;
+	unsigned retry_after_s; /* 0 = no Retry-After */
+	const char *allow;      /* Allow: for 405 */
+	bool auth_challenge;    /* WWW-Authenticate: Bearer */
+};
+struct lessor_reply *lessor_call_reply(lessor_call *c);

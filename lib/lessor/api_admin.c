@@ -1,0 +1,274 @@
+/* The admin endpoints, for people, the CLI and tests: enqueue, list, show,
+ * log, cancel, requeue, stats, workers, fault injection, health. */
+#include "lessor/api-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lessor/faults.h"
+#include "util/strutil.h"
+
+#define MAX_ATTEMPTS 100
+#define MAX_TIMEOUT_S (7 * 24 * 3600)
+#define LIST_DEFAULT 100
+#define LIST_MAX 1000
+
+static int reply_run(lessor_call *c, unsigned status, const char *id)
+{
+	cJSON *run = NULL;
+	int r = lessor_store_run_json(c->api->store, id, &run);
+
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	return lessor_reply_json(c, status, run);
+}
+
+/* ---- enqueue ---- */
+
+/* input: any JSON value; absent = {} */
+static char *input_text(const cJSON *j)
+{
+	const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
+
+	return in ? cJSON_PrintUnformatted(in) : strdup("{}");
+}
+
+static int enqueue_fields(lessor_call *c, struct lessor_enqueue *e, char ***tags)
+{
+	const cJSON *j = c->json;
+	int64_t attempts, timeout;
+
+	if (lessor_field_str(j, "workflow", true, 0, lessor_valid_id, &e->workflow, c->msg) < 0 ||
+	    lessor_field_tags(j, "tags", tags, c->msg) < 0 ||
+	    lessor_field_int(j, "max_attempts", false, 1, MAX_ATTEMPTS, 1, &attempts, c->msg) < 0 ||
+	    lessor_field_int(j, "timeout_s", false, 1, MAX_TIMEOUT_S, 0, &timeout, c->msg) < 0 ||
+	    lessor_field_str(j, "idempotency_key", false, 0, lessor_valid_id, &e->idempotency_key,
+			     c->msg) < 0)
+		return -EINVAL;
+	e->max_attempts = (unsigned)attempts;
+	e->timeout_s = (unsigned)timeout;
+	return 0;
+}
+
+int lessor_h_enqueue(lessor_call *c)
+{
+	struct lessor_enqueue e = {0};
+	char **tags = NULL;
+	_cleanup_free_ char *input = NULL;
+	char id[LESSOR_RUN_ID_MAX];
+	bool created;
+	int r;
+
+	if (enqueue_fields(c, &e, &tags) < 0) {
+		strv_free(tags);
+		return lessor_reply_invalid(c);
+	}
+	input = input_text(c->json);
+	if (!input) {
+		strv_free(tags);
+		return lessor_reply_store_error(c, -ENOMEM);
+	}
+	e.input_json = input;
+	e.tags = tags;
+	r = lessor_store_enqueue(c->api->store, &e, lessor_now_ms(), id, &created);
+	if (r >= 0 && created)
+		lessor_waiters_wake(c->api->waiters, e.workflow, tags);
+	strv_free(tags);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	return reply_run(c, created ? 201 : 200, id);
+}
+
+/* ---- views ---- */
+
+static const char *query(lessor_call *c, const char *name)
+{
+	const char *v = c->io.query(c->io.userdata, name);
+
+	return v && *v ? v : NULL;
+}
+
+static int parse_limit(const char *s, unsigned *ret)
+{
+	char *end;
+	unsigned long v;
+
+	if (!s) {
+		*ret = LIST_DEFAULT;
+		return 0;
+	}
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < 1 || v > LIST_MAX)
+		return -EINVAL;
+	*ret = (unsigned)v;
+	return 0;
+}
+
+int lessor_h_list(lessor_call *c)
+{
+	const char *status = query(c, "status"), *workflow = query(c, "workflow");
+	cJSON *o = NULL;
+	unsigned limit;
+	int r;
+
+	if (status && !lessor_run_status_valid(status))
+		return lessor_reply_error(c, 400, "invalid_request", "unknown status");
+	if (workflow && !lessor_valid_id(workflow))
+		return lessor_reply_error(c, 400, "invalid_request", "malformed workflow");
+	if (parse_limit(query(c, "limit"), &limit) < 0)
+		return lessor_reply_error(c, 400, "invalid_request", "limit must be in 1..%d",
+					  LIST_MAX);
+	r = lessor_store_list_json(c->api->store, status, workflow, limit, &o);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	return lessor_reply_json(c, 200, o);
+}
+
+int lessor_h_show(lessor_call *c)
+{
+	return reply_run(c, 200, c->arg);
+}
+
+int lessor_h_log_read(lessor_call *c)
+{
+	char *data;
+	size_t len;
+	int r = lessor_store_read_log(c->api->store, c->arg, &data, &len);
+
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	free(c->reply.body);
+	c->reply = (struct lessor_reply){.status = 200,
+					 .content_type = "application/octet-stream",
+					 .body = data,
+					 .len = len};
+	return LESSOR_CALL_REPLY;
+}
+
+int lessor_h_stats(lessor_call *c)
+{
+	cJSON *o = NULL;
+	int r = lessor_store_stats_json(c->api->store, &o);
+
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	cJSON_AddNumberToObject(o, "parked_requests",
+				(double)lessor_waiters_count(c->api->waiters));
+	return lessor_reply_json(c, 200, o);
+}
+
+int lessor_h_workers(lessor_call *c)
+{
+	cJSON *o = NULL;
+	int r = lessor_store_workers_json(c->api->store, &o);
+
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	return lessor_reply_json(c, 200, o);
+}
+
+int lessor_h_health(lessor_call *c)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "status", "ok");
+	return lessor_reply_json(c, 200, o);
+}
+
+/* ---- admin actions ---- */
+
+static int reply_status(lessor_call *c, const char *status)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "id", c->arg);
+	cJSON_AddStringToObject(o, "status", status);
+	return lessor_reply_json(c, 200, o);
+}
+
+int lessor_h_cancel(lessor_call *c)
+{
+	const char *status;
+	int r = lessor_store_cancel(c->api->store, c->arg, lessor_now_ms(), &status);
+
+	if (r == -EBUSY)
+		return lessor_reply_error(c, 409, "conflict", "the run has already finished");
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	return reply_status(c, status);
+}
+
+int lessor_h_requeue(lessor_call *c)
+{
+	int r = lessor_store_requeue(c->api->store, c->arg, lessor_now_ms());
+
+	if (r == -EBUSY)
+		return lessor_reply_error(c, 409, "conflict", "the run is not running");
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	lessor_waiters_wake(c->api->waiters, NULL, NULL);
+	return reply_status(c, "pending");
+}
+
+/* ---- fault injection ---- */
+
+static int faults_reply(lessor_call *c)
+{
+	cJSON *o = lessor_faults_json(c->api->faults);
+
+	return o ? lessor_reply_json(c, 200, o) : lessor_reply_store_error(c, -ENOMEM);
+}
+
+static int faults_disabled(lessor_call *c)
+{
+	return lessor_reply_error(c, 404, "not_found",
+				  "fault injection is off (lessor serve --enable-faults)");
+}
+
+int lessor_h_faults_set(lessor_call *c)
+{
+	const char *name;
+	int64_t status, count, retry_after, delay;
+	enum lessor_endpoint ep;
+	static const char *const endpoints[] = {"claims", "lease", "log", "complete", "release",
+						NULL};
+
+	if (!c->api->faults)
+		return faults_disabled(c);
+	if (lessor_field_enum(c->json, "endpoint", true, endpoints, &name, c->msg) < 0 ||
+	    lessor_field_int(c->json, "status", false, 0, 599, 0, &status, c->msg) < 0 ||
+	    lessor_field_int(c->json, "count", false, 1, 1000000, 1, &count, c->msg) < 0 ||
+	    lessor_field_int(c->json, "retry_after_s", false, 0, 3600, 0, &retry_after, c->msg) <
+		    0 ||
+	    lessor_field_int(c->json, "delay_ms", false, 0, 600000, 0, &delay, c->msg) < 0)
+		return lessor_reply_invalid(c);
+	if ((status != 0 && status < 100) || (status == 0 && delay == 0))
+		return lessor_reply_error(c, 400, "invalid_request",
+					  "a fault needs a status in 100..599 or a delay_ms");
+	(void)lessor_endpoint_from_name(name, &ep);
+	lessor_faults_set(c->api->faults, ep,
+			  &(struct lessor_fault){.status = (unsigned)status,
+						 .count = (unsigned)count,
+						 .retry_after_s = (unsigned)retry_after,
+						 .delay_ms = (unsigned)delay});
+	return faults_reply(c);
+}
+
+int lessor_h_faults_clear(lessor_call *c)
+{
+	if (!c->api->faults)
+		return faults_disabled(c);
+	lessor_faults_clear(c->api->faults);
+	return faults_reply(c);
+}
+
+int lessor_h_faults_get(lessor_call *c)
+{
+	if (!c->api->faults)
+		return faults_disabled(c);
+	return faults_reply(c);
+}

@@ -1,0 +1,381 @@
+/* The worker endpoints of protocol v1: claims (long poll), claim cancel,
+ * lease renewal, log append, complete, release. */
+#include "lessor/api-int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/strutil.h"
+#include "util/time.h"
+
+#define MAX_RUNS 256
+#define MAX_TTL_S 3600
+#define MAX_WAIT_S 60
+#define MAX_JSON_INT (1LL << 53)
+
+static const char *const complete_statuses[] = {"succeeded", "failed", "cancelled", NULL};
+static const char *const complete_reasons[] = {"exit",        "timeout",   "crash",
+					       "spawn_error", "cancelled", "rejected",
+					       NULL};
+static const char *const release_reasons[] = {"draining", "shutdown", "blocked_workflow",
+					      "unsupported_workflow", NULL};
+
+/* ---- claims ---- */
+
+struct claim_state {
+	struct lessor_claim_req req;
+	char **workflows; /* NULL = any */
+	char **tags;
+	char *workflows_json;
+	char *tags_json;
+	usec_t deadline;
+	bool recorded;
+};
+
+static void claim_state_free(void *p)
+{
+	struct claim_state *cs = p;
+
+	if (!cs)
+		return;
+	strv_free(cs->workflows);
+	strv_free(cs->tags);
+	free(cs->workflows_json);
+	free(cs->tags_json);
+	free(cs);
+}
+
+static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wait)
+{
+	const cJSON *j = c->json;
+	int64_t max_runs, ttl;
+	int r;
+
+	if ((r = lessor_field_str(j, "claim_id", true, 0, lessor_valid_id, &cs->req.claim_id,
+				  c->msg)) < 0 ||
+	    (r = lessor_field_str(j, "worker_id", true, 0, lessor_valid_worker_id,
+				  &cs->req.worker_id, c->msg)) < 0 ||
+	    (r = lessor_field_int(j, "max_runs", true, 1, MAX_RUNS, 1, &max_runs, c->msg)) < 0 ||
+	    (r = lessor_field_int(j, "lease_ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg)) < 0 ||
+	    (r = lessor_field_int(j, "wait_s", false, 0, MAX_WAIT_S, 0, ret_wait, c->msg)) < 0 ||
+	    (r = lessor_field_ids(j, "workflows", LESSOR_WORKFLOWS_MAX, &cs->workflows,
+				  c->msg)) < 0 ||
+	    (r = lessor_field_tags(j, "tags", &cs->tags, c->msg)) < 0)
+		return r;
+	cs->req.max_runs = (unsigned)max_runs;
+	cs->req.ttl_s = (unsigned)ttl;
+	return 0;
+}
+
+/* Parses the claim once; it is kept across wake-ups in c->state. */
+static int claim_parse(lessor_call *c, struct claim_state **ret)
+{
+	struct claim_state *cs = calloc(1, sizeof(*cs));
+	int64_t wait_s = 0;
+	int r;
+
+	if (!cs)
+		return -ENOMEM;
+	c->state = cs;
+	c->state_free = claim_state_free;
+	r = claim_fields(c, cs, &wait_s);
+	if (r < 0)
+		return r;
+	cs->tags_json = lessor_strv_to_json(cs->tags);
+	if (cs->workflows)
+		cs->workflows_json = lessor_strv_to_json(cs->workflows);
+	if (!cs->tags_json || (cs->workflows && !cs->workflows_json))
+		return -ENOMEM;
+	cs->req.tags_json = cs->tags_json;
+	cs->req.workflows_json = cs->workflows_json;
+	cs->deadline = time_mono() + (usec_t)wait_s * USEC_PER_SEC;
+	*ret = cs;
+	return 0;
+}
+
+static cJSON *grant_json(const struct lessor_grant *g)
+{
+	cJSON *o = cJSON_CreateObject(), *lease;
+
+	if (!o)
+		return NULL;
+	cJSON_AddStringToObject(o, "id", g->id);
+	cJSON_AddStringToObject(o, "workflow", g->workflow);
+	cJSON_AddNumberToObject(o, "attempt", g->attempt);
+	lease = cJSON_AddObjectToObject(o, "lease");
+	if (lease) {
+		cJSON_AddStringToObject(lease, "token", g->token);
+		cJSON_AddNumberToObject(lease, "ttl_s", g->ttl_s);
+	}
+	cJSON_AddItemToObject(o, "input", cJSON_Parse(g->input_json));
+	cJSON_AddItemToObject(o, "tags", cJSON_Parse(g->tags_json));
+	if (g->timeout_s)
+		cJSON_AddNumberToObject(o, "timeout_s", g->timeout_s);
+	return o;
+}
+
+static int claim_reply(lessor_call *c, struct lessor_claim_result *res)
+{
+	cJSON *o = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(o, "runs");
+
+	for (size_t i = 0; runs && i < res->n_runs; i++)
+		cJSON_AddItemToArray(runs, grant_json(&res->runs[i]));
+	cJSON_AddNumberToObject(o, "queue_depth", (double)res->queue_depth);
+	lessor_claim_result_done(res);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* One look for runs; LESSOR_CALL_REPLY when answered, 0 when there is nothing yet. */
+static int claim_once(lessor_call *c, struct claim_state *cs)
+{
+	struct lessor_claim_result res;
+	int r;
+
+	cs->req.record_worker = !cs->recorded;
+	r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
+	if (r == -EEXIST)
+		return lessor_reply_error(c, 400, "invalid_request",
+					  "claim_id was used by another worker");
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	cs->recorded = true;
+	if (res.n_runs > 0 || res.replay || res.cancelled || time_mono() >= cs->deadline)
+		return claim_reply(c, &res);
+	lessor_claim_result_done(&res);
+	return 0;
+}
+
+int lessor_h_claim(lessor_call *c)
+{
+	struct claim_state *cs = c->state;
+	int r;
+
+	if (!cs && (r = claim_parse(c, &cs)) < 0)
+		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
+	for (;;) {
+		/* read the generation before looking: a wake in between refuses the park */
+		uint64_t gen = lessor_waiters_gen(c->api->waiters);
+		struct lessor_claim_result none = {0};
+
+		r = claim_once(c, cs);
+		if (r != 0)
+			return r;
+		c->waiter = (struct lessor_waiter){.deadline = cs->deadline,
+						   .claim = true,
+						   .workflows = cs->workflows,
+						   .tags = cs->tags,
+						   .claim_id = cs->req.claim_id};
+		r = lessor_call_park(c, gen);
+		if (r == 0)
+			return LESSOR_CALL_SUSPENDED;
+		if (r == -ESHUTDOWN)
+			return claim_reply(c, &none);
+	}
+}
+
+int lessor_h_claim_cancel(lessor_call *c)
+{
+	unsigned released = 0;
+	cJSON *o;
+	int r;
+
+	if (!lessor_valid_id(c->arg))
+		return lessor_reply_error(c, 400, "invalid_request", "malformed claim_id");
+	r = lessor_store_claim_cancel(c->api->store, c->arg, lessor_now_ms(), &released);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	lessor_waiters_wake_claim(c->api->waiters, c->arg);
+	if (released > 0)
+		lessor_waiters_wake(c->api->waiters, NULL, NULL);
+	o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "released", released);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* ---- lease ---- */
+
+static int token_field(lessor_call *c, const char **ret)
+{
+	return lessor_field_str(c->json, "token", true, 0, lessor_valid_id, ret, c->msg);
+}
+
+int lessor_h_renew(lessor_call *c)
+{
+	const char *token;
+	int64_t ttl;
+	bool cancel;
+	cJSON *o;
+	int r;
+
+	if (token_field(c, &token) < 0 ||
+	    lessor_field_int(c->json, "ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg) < 0)
+		return lessor_reply_invalid(c);
+	r = lessor_store_renew(c->api->store, c->arg, token, (unsigned)ttl, lessor_now_ms(),
+			       &cancel);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "ttl_s", (double)ttl);
+	cJSON_AddBoolToObject(o, "cancel_requested", cancel);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* ---- log ---- */
+
+static bool parse_u64(const char **p, uint64_t *ret)
+{
+	uint64_t v = 0;
+	const char *s = *p;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		v = v * 10 + (uint64_t)(*s - '0');
+		if (v > (uint64_t)MAX_JSON_INT)
+			return false;
+	}
+	*p = s;
+	*ret = v;
+	return true;
+}
+
+/* "bytes <start>-<end>/STAR" (STAR = "*", or a total length, ignored) covering
+ * exactly len bytes. */
+static int parse_content_range(const char *h, size_t len, uint64_t *ret_start)
+{
+	uint64_t start, end, total;
+	const char *p = h ? startswith(h, "bytes ") : NULL;
+
+	if (!p || !parse_u64(&p, &start) || *p++ != '-' || !parse_u64(&p, &end) || *p++ != '/')
+		return -EINVAL;
+	if (!(streq(p, "*") || (parse_u64(&p, &total) && *p == '\0')))
+		return -EINVAL;
+	if (end < start || end - start + 1 != len)
+		return -EINVAL;
+	*ret_start = start;
+	return 0;
+}
+
+static int log_reply(lessor_call *c, unsigned status, const char *code, uint64_t length)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (code) {
+		cJSON_AddStringToObject(o, "error", code);
+		cJSON_AddStringToObject(o, "message", status == 416
+							      ? "start is not the log's length"
+							      : "the log reached its size limit");
+	}
+	cJSON_AddNumberToObject(o, "length", (double)length);
+	return lessor_reply_json(c, status, o);
+}
+
+int lessor_h_log_append(lessor_call *c)
+{
+	const char *token = c->io.header(c->io.userdata, "Lease-Token");
+	uint64_t start, length = 0;
+	int r;
+
+	if (!token || !lessor_valid_id(token))
+		return lessor_reply_error(c, 400, "invalid_request", "Lease-Token is required");
+	if (c->len == 0)
+		return lessor_reply_error(c, 400, "invalid_request", "the body is empty");
+	if (parse_content_range(c->io.header(c->io.userdata, "Content-Range"), c->len, &start) < 0)
+		return lessor_reply_error(c, 400, "invalid_request",
+					  "Content-Range must be 'bytes <start>-<end>/*' "
+					  "matching the body");
+	r = lessor_store_append_log(c->api->store, c->arg, token, start, c->body, c->len,
+				    lessor_now_ms(), &length);
+	if (r == -ERANGE)
+		return log_reply(c, 416, "range_mismatch", length);
+	if (r == -EFBIG)
+		return log_reply(c, 413, "log_limit", length);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	return log_reply(c, 202, NULL, length);
+}
+
+/* ---- complete ---- */
+
+static bool valid_signal(const char *s)
+{
+	return str_in_charset(s, 1, 32, "+-");
+}
+
+static int completion_fields(lessor_call *c, struct lessor_completion *in)
+{
+	const cJSON *j = c->json;
+	int64_t exit_code;
+
+	if (token_field(c, &in->token) < 0 ||
+	    lessor_field_enum(j, "status", true, complete_statuses, &in->status, c->msg) < 0 ||
+	    lessor_field_enum(j, "reason", true, complete_reasons, &in->reason, c->msg) < 0 ||
+	    lessor_field_int(j, "exit_code", false, -1, 255, -1, &exit_code, c->msg) < 0 ||
+	    lessor_field_str(j, "signal", false, 0, valid_signal, &in->signal, c->msg) < 0 ||
+	    lessor_field_bool(j, "retryable", false, &in->retryable, c->msg) < 0 ||
+	    lessor_field_str(j, "error", false, 4096, NULL, &in->error, c->msg) < 0 ||
+	    lessor_field_int(j, "duration_ms", false, 0, MAX_JSON_INT, 0, &in->duration_ms,
+			     c->msg) < 0 ||
+	    lessor_field_int(j, "log_length", false, 0, MAX_JSON_INT, 0, &in->log_length,
+			     c->msg) < 0)
+		return -EINVAL;
+	/* -1 is the "absent" default, not a value a client may send */
+	if (exit_code == -1 && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "exit_code"))) {
+		snprintf(c->msg, sizeof(c->msg), "'exit_code' must be an integer in 0..255");
+		return -EINVAL;
+	}
+	in->has_exit_code = exit_code >= 0;
+	in->exit_code = (int)exit_code;
+	return 0;
+}
+
+int lessor_h_complete(lessor_call *c)
+{
+	struct lessor_completion in = {0};
+	const cJSON *output = cJSON_GetObjectItemCaseSensitive(c->json, "output");
+	_cleanup_free_ char *output_json = NULL;
+	const char *run_status;
+	cJSON *o;
+	int r;
+
+	if (completion_fields(c, &in) < 0)
+		return lessor_reply_invalid(c);
+	if (output && !cJSON_IsNull(output)) {
+		output_json = cJSON_PrintUnformatted(output);
+		if (!output_json)
+			return lessor_reply_store_error(c, -ENOMEM);
+		in.output_json = output_json;
+	}
+	r = lessor_store_complete(c->api->store, c->arg, &in, lessor_now_ms(), &run_status);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "run_status", run_status);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* ---- release ---- */
+
+int lessor_h_release(lessor_call *c)
+{
+	const char *token, *reason;
+	int64_t delay;
+	cJSON *o;
+	int r;
+
+	if (token_field(c, &token) < 0 ||
+	    lessor_field_enum(c->json, "reason", true, release_reasons, &reason, c->msg) < 0 ||
+	    lessor_field_int(c->json, "delay_s", false, 0, MAX_TTL_S, 0, &delay, c->msg) < 0)
+		return lessor_reply_invalid(c);
+	r = lessor_store_release(c->api->store, c->arg, token, reason, (unsigned)delay,
+				 lessor_now_ms());
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	if (delay == 0) /* later: the reaper's tick notices the delay running out */
+		lessor_waiters_wake(c->api->waiters, NULL, NULL);
+	o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "run_status", "pending");
+	return lessor_reply_json(c, 200, o);
+}

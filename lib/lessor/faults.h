@@ -1,0 +1,38 @@
+/* Fault injection for tests (lessor serve --enable-faults): the next `count`
+ * requests to a worker endpoint are delayed and/or answered with a status. */
+#pragma once
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+enum lessor_endpoint {
+	LESSOR_EP_NONE = -1,
+	LESSOR_EP_CLAIMS,
+	LESSOR_EP_LEASE,
+	LESSOR_EP_LOG,
+	LESSOR_EP_COMPLETE,
+	LESSOR_EP_RELEASE,
+	_LESSOR_EP_MAX,
+};
+
+struct lessor_fault {
+	unsigned status;        /* 0 = handle normally (after the delay) */
+	unsigned count;         /* requests left to affect */
+	unsigned retry_after_s; /* 0 = no Retry-After header */
+	unsigned delay_ms;
+};
+
+typedef struct lessor_faults lessor_faults;
+
+lessor_faults *lessor_faults_new(void);
+lessor_faults *lessor_faults_free(lessor_faults *f);
+
+int lessor_endpoint_from_name(const char *name, enum lessor_endpoint *ret);
+const char *lessor_endpoint_name(enum lessor_endpoint ep);
+
+void lessor_faults_set(lessor_faults *f, enum lessor_endpoint ep, const struct lessor_fault *x);
+void lessor_faults_clear(lessor_faults *f);
+/* Consumes one request's worth of the fault armed for ep, if any. */
+bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret);
+/* {"complete": {"status":..., "count":..., ...}, ...} for armed faults. */
+cJSON *lessor_faults_json(lessor_faults *f);

@@ -1,0 +1,62 @@
+/* Parked requests: long-poll claims waiting for a run, and requests held by
+ * an injected delay.  A parked request costs no thread: the HTTP layer
+ * suspends the connection and the waker resumes it.
+ *
+ * Lost wake-ups are ruled out with a generation counter: a claimer reads
+ * lessor_waiters_gen() BEFORE it looks for runs; lessor_waiters_park() refuses
+ * (-EAGAIN) when any wake happened since, so the claimer looks again.  Every
+ * waker commits its change first and wakes after.
+ *
+ * The waiters also own the timer the reaper thread sleeps on: deadlines of
+ * parked requests and a kick when something changes. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/time.h"
+
+typedef struct lessor_waiters lessor_waiters;
+
+struct lessor_waiter {
+	struct lessor_waiter *prev, *next; /* owned by the waiters list */
+	usec_t deadline;                   /* CLOCK_MONOTONIC; resumed then at the latest */
+	bool claim;                        /* woken by matching runs; false = timer only */
+	char *const *workflows;            /* NULL = any workflow (borrowed) */
+	char *const *tags;                 /* the claimer's tags (borrowed) */
+	const char *claim_id;              /* borrowed */
+	void (*resume)(void *userdata);    /* called once, from any thread, lock not held */
+	void *userdata;
+	bool woken; /* set before resume: the wake-up was a match or a cancel, not the deadline */
+};
+
+#define LESSOR_GEN_ANY UINT64_MAX
+
+lessor_waiters *lessor_waiters_new(void);
+/* All waiters must have been resumed (lessor_waiters_shutdown). */
+lessor_waiters *lessor_waiters_free(lessor_waiters *w);
+
+uint64_t lessor_waiters_gen(lessor_waiters *w);
+
+/* Calls suspend(userdata) and links x, under the lock, unless a wake-up
+ * happened since seen_gen (-EAGAIN; LESSOR_GEN_ANY never refuses) or the
+ * waiters are shut down (-ESHUTDOWN).  x must stay valid until resumed. */
+int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t seen_gen,
+			void (*suspend)(void *userdata), void *userdata);
+
+/* A run of `workflow` needing `tags` became claimable: resume every claim
+ * waiter that could take it.  workflow NULL: resume every claim waiter. */
+void lessor_waiters_wake(lessor_waiters *w, const char *workflow, char *const *tags);
+/* Resume the claim waiters of claim_id (the claim was cancelled). */
+void lessor_waiters_wake_claim(lessor_waiters *w, const char *claim_id);
+/* Resume waiters whose deadline passed; returns the next deadline or USEC_INFINITY. */
+usec_t lessor_waiters_expire(lessor_waiters *w, usec_t now);
+/* Resume everything now and refuse to park from now on. */
+void lessor_waiters_shutdown(lessor_waiters *w);
+size_t lessor_waiters_count(lessor_waiters *w);
+
+/* The timer: sleep until `until` (monotonic), an earlier deadline being
+ * parked, or a kick. */
+void lessor_waiters_sleep(lessor_waiters *w, usec_t until);
+void lessor_waiters_kick(lessor_waiters *w);
