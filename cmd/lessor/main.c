@@ -265,8 +265,8 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 		return 0;
 	case OPT_TICK:
 		return serve_duration(arg, &o->cfg.tick) < 0 || o->cfg.tick < USEC_PER_MSEC ||
-				       o->cfg.tick > 10 * USEC_PER_SEC
-			       ? usage_error("bad --tick '%s' (1ms..10s)", arg)
+				       o->cfg.tick > USEC_PER_HOUR
+			       ? usage_error("bad --tick '%s' (1ms..1h)", arg)
 			       : 0;
 	case OPT_FAULTS:
 		o->cfg.enable_faults = true;

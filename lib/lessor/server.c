@@ -26,6 +26,7 @@
 #define DRAIN_TIMEOUT (10 * USEC_PER_SEC)
 #define CONNECTION_TIMEOUT_S 120 /* idle keep-alive; > the longest long poll */
 #define CONNECTION_LIMIT 4096
+#define HOPELESS_FACTOR 64
 
 struct lessor_server {
 	lessor_waiters *waiters;
@@ -153,8 +154,8 @@ static enum MHD_Result send_reply(struct request *rq)
 	return ret;
 }
 
-/* The body is refused before it is read when Content-Length says it is too big. */
-static bool declared_too_large(struct request *rq)
+/* Content-Length, or 0 when absent or malformed (MHD checks the framing). */
+static uint64_t declared_length(struct request *rq)
 {
 	const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
 						     MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -162,10 +163,10 @@ static bool declared_too_large(struct request *rq)
 	unsigned long long n;
 
 	if (!cl)
-		return false;
+		return 0;
 	errno = 0;
 	n = strtoull(cl, &end, 10);
-	return errno != 0 || *end != '\0' || n > rq->body.cap;
+	return errno != 0 || *end != '\0' ? UINT64_MAX : n;
 }
 
 static enum MHD_Result run_call(struct request *rq)
@@ -182,14 +183,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct request *rq = *con_cls;
 
 	if (!rq) {
+		uint64_t declared;
+
 		rq = request_new(cls, conn, method, url);
 		if (!rq)
 			return MHD_NO;
 		*con_cls = rq;
-		if (declared_too_large(rq)) {
-			rq->too_large = true;
+		declared = declared_length(rq);
+		rq->too_large = declared > rq->body.cap;
+		/* A body somewhat over the cap is read and dropped, so the 413 reaches a
+		 * client that is still sending; a hopeless one is refused at once and
+		 * the connection closed. */
+		if (declared / HOPELESS_FACTOR > rq->body.cap)
 			return run_call(rq);
-		}
 		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
