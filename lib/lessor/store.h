@@ -31,6 +31,7 @@ struct lessor_store_config {
 #define LESSOR_SCHEMA_VERSION 1
 #define LESSOR_RUN_ID_MAX 32
 #define LESSOR_TOKEN_LEN 32
+#define LESSOR_QUEUE_DEPTH_CAP 1000
 
 int lessor_store_open(const char *path, const struct lessor_store_config *cfg,
 		      lessor_store **ret);
@@ -76,7 +77,8 @@ struct lessor_grant {
 struct lessor_claim_result {
 	struct lessor_grant *runs;
 	size_t n_runs;
-	uint64_t queue_depth; /* eligible pending runs left for this worker */
+	uint64_t queue_depth; /* eligible pending runs left for this worker, at most
+			       * LESSOR_QUEUE_DEPTH_CAP (counting is a scan) */
 	bool replay;          /* claim_id was answered before: runs are the ones still held */
 	bool cancelled;       /* claim_id was cancelled: nothing granted */
 };

@@ -41,13 +41,16 @@ static int end_lease(lessor_store *s, int64_t lease_id, const char *reason, cons
 			       "issi", now, reason, detail, lease_id);
 }
 
-static int to_pending(lessor_store *s, int64_t seq, int64_t not_before, int64_t now)
+/* Back to the queue.  Without a delay the run keeps its place (its old
+ * not_before, already past); with one it is due, and queued, at now + delay. */
+static int to_pending(lessor_store *s, int64_t seq, int64_t delay_ms, int64_t now)
 {
 	return lessor_db_query(s, NULL,
 			       "UPDATE runs SET status = 'pending', lease_id = NULL,"
-			       " lease_expires_at = NULL, not_before = ?, updated_at = ?"
-			       " WHERE seq = ?",
-			       "iii", not_before, now, seq);
+			       " lease_expires_at = NULL,"
+			       " not_before = CASE WHEN ?1 > 0 THEN ?2 + ?1 ELSE not_before END,"
+			       " updated_at = ?2 WHERE seq = ?3",
+			       "iii", delay_ms, now, seq);
 }
 
 static int fail_run(lessor_store *s, int64_t seq, const char *reason, const char *error,
@@ -242,8 +245,8 @@ static int claim_replay(lessor_store *s, struct claim_ctx *c)
 	c->res->replay = true;
 	r = lessor_db_query(s, &st,
 			    "SELECT r.seq, r.workflow, r.input, r.tags, l.attempt, r.timeout_s,"
-			    " l.token, l.ttl_s FROM leases l JOIN runs r ON r.lease_id = l.id"
-			    " WHERE l.claim_id = ? ORDER BY r.seq",
+			    " l.token, l.ttl_s FROM leases l JOIN runs r ON r.seq = l.run_seq"
+			    " WHERE l.claim_id = ? AND r.lease_id = l.id ORDER BY r.seq",
 			    "s", c->req->claim_id);
 	for (; r > 0; r = lessor_db_next(s, st)) {
 		struct lessor_grant *g;
@@ -339,7 +342,7 @@ static int claim_new(lessor_store *s, struct claim_ctx *c)
 	/* collect first: updating rows under an open SELECT on them is undefined */
 	r = lessor_db_query(s, &st,
 			    "SELECT r.seq, r.workflow, r.input, r.tags, r.attempts, r.timeout_s"
-			    " FROM runs r WHERE" ELIGIBLE_WHERE " ORDER BY r.seq LIMIT ?4",
+			    " FROM runs r WHERE" ELIGIBLE_WHERE " ORDER BY r.not_before, r.seq LIMIT ?4",
 			    "issi", c->now, q->workflows_json, q->tags_json, (int64_t)q->max_runs);
 	for (; r > 0; r = lessor_db_next(s, st))
 		if ((r = grant_push(c->res, st)) < 0)
@@ -363,12 +366,20 @@ static int claim_new(lessor_store *s, struct claim_ctx *c)
 			       "is", (int64_t)c->res->n_runs, q->worker_id);
 }
 
+/* Counting is a scan of the eligible runs, so it stops at a cap; and when the
+ * claim got fewer runs than it asked for, nothing eligible is left to count. */
 static int queue_depth(lessor_store *s, struct claim_ctx *c)
 {
 	sqlite3_stmt *st;
-	int r = lessor_db_query(s, &st, "SELECT COUNT(*) FROM runs r WHERE" ELIGIBLE_WHERE, "iss",
-				c->now, c->req->workflows_json, c->req->tags_json);
+	int r;
 
+	if (c->res->n_runs < c->req->max_runs)
+		return 0;
+	r = lessor_db_query(s, &st,
+			    "SELECT COUNT(*) FROM (SELECT 1 FROM runs r WHERE" ELIGIBLE_WHERE
+			    " LIMIT ?4)",
+			    "issi", c->now, c->req->workflows_json, c->req->tags_json,
+			    (int64_t)LESSOR_QUEUE_DEPTH_CAP);
 	if (r > 0)
 		c->res->queue_depth = (uint64_t)lessor_db_int(st, 0);
 	return r < 0 ? r : 0;
@@ -442,8 +453,8 @@ static int claim_cancel_tx(lessor_store *s, void *userdata)
 		return r;
 	/* max_runs caps a claim at 256 runs, so one batch holds them all */
 	r = lessor_db_query(s, &st,
-			    "SELECT r.seq, l.id FROM leases l JOIN runs r ON r.lease_id = l.id"
-			    " WHERE l.claim_id = ? AND l.last_renewed_at IS NULL",
+			    "SELECT r.seq, l.id FROM leases l JOIN runs r ON r.seq = l.run_seq"
+			    " WHERE l.claim_id = ? AND r.lease_id = l.id AND l.last_renewed_at IS NULL",
 			    "s", c->claim_id);
 	for (; r > 0 && n < REAP_BATCH; r = lessor_db_next(s, st), n++) {
 		seqs[n] = lessor_db_int(st, 0);
@@ -455,7 +466,7 @@ static int claim_cancel_tx(lessor_store *s, void *userdata)
 	for (size_t i = 0; i < n; i++) {
 		r = end_lease(s, leases[i], "cancelled", "claim cancelled", c->now);
 		if (r >= 0)
-			r = to_pending(s, seqs[i], c->now, c->now);
+			r = to_pending(s, seqs[i], 0, c->now);
 		if (r < 0)
 			return r;
 	}
@@ -724,7 +735,7 @@ static int release_tx(lessor_store *s, void *userdata)
 	r = end_lease(s, h.lease_id, "released", c->reason, c->now);
 	if (r < 0)
 		return r;
-	return to_pending(s, h.seq, c->now + 1000LL * c->delay_s, c->now);
+	return to_pending(s, h.seq, 1000LL * c->delay_s, c->now);
 }
 
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
@@ -825,7 +836,7 @@ static int requeue_tx(lessor_store *s, void *userdata)
 	r = end_lease(s, lease_id, "revoked", "requeued by an operator", c->now);
 	if (r < 0)
 		return r;
-	return to_pending(s, seq, c->now, c->now);
+	return to_pending(s, seq, 0, c->now);
 }
 
 int lessor_store_requeue(lessor_store *s, const char *id, int64_t now)
@@ -862,7 +873,7 @@ static int expire_one(lessor_store *s, struct tick_ctx *c, int64_t seq, int64_t 
 		return fail_run(s, seq, "lease_expired", error, c->now);
 	}
 	c->wake = true;
-	return to_pending(s, seq, c->now, c->now);
+	return to_pending(s, seq, 0, c->now);
 }
 
 static int expire_leases(lessor_store *s, struct tick_ctx *c)

@@ -318,7 +318,8 @@ static int workers_tx(lessor_store *s, void *userdata)
 	r = lessor_db_query(s, &st,
 			    "SELECT w.worker_id, w.last_claim_at, w.workflows, w.tags, w.max_runs,"
 			    " w.claims, w.runs_granted, (SELECT COUNT(*) FROM runs r JOIN leases l"
-			    " ON l.id = r.lease_id WHERE l.worker_id = w.worker_id)"
+			    " ON l.id = r.lease_id WHERE r.status = 'running'"
+			    " AND l.worker_id = w.worker_id)"
 			    " FROM workers w ORDER BY w.last_claim_at DESC LIMIT ?",
 			    "i", (int64_t)WORKERS_MAX);
 	return add_rows(s, a, st, r, worker_cols, ELEMENTSOF(worker_cols));
