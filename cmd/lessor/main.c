@@ -374,10 +374,6 @@ static int serve_run(struct serve_opts *o)
 	}
 	o->cfg.db_path = o->db;
 	o->cfg.token = token;
-	if (!token)
-		log_warning("no --token-file: ANYONE who can connect to %s may claim, complete "
-			    "and enqueue runs; use --token-file outside a test machine",
-			    o->cfg.listen);
 	/* blocked before any thread starts, so all of them inherit the mask */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -388,6 +384,10 @@ static int serve_run(struct serve_opts *o)
 	r = lessor_server_start(&o->cfg, &server);
 	if (r < 0)
 		return 1;
+	if (!token)
+		log_warning("no --token-file: ANYONE who can connect to %s may claim, complete "
+			    "and enqueue runs; use --token-file outside a test machine",
+			    lessor_server_address(server));
 	announce(o, lessor_server_address(server));
 	sig = wait_for_stop(&set);
 	log_info("%s: draining and stopping", strsignal(sig));

@@ -109,6 +109,16 @@ struct lessor_reply *lessor_call_reply(lessor_call *c)
 	return &c->reply;
 }
 
+const char *lessor_call_method(const lessor_call *c)
+{
+	return c->method;
+}
+
+const char *lessor_call_path(const lessor_call *c)
+{
+	return c->path;
+}
+
 /* ---- replies ---- */
 
 int lessor_reply_json(lessor_call *c, unsigned status, cJSON *body)

@@ -59,3 +59,5 @@ struct lessor_reply {
 	bool auth_challenge;    /* WWW-Authenticate: Bearer */
 };
 struct lessor_reply *lessor_call_reply(lessor_call *c);
+const char *lessor_call_method(const lessor_call *c);
+const char *lessor_call_path(const lessor_call *c);

@@ -132,6 +132,8 @@ static enum MHD_Result send_reply(struct request *rq)
 	char retry[16];
 	enum MHD_Result ret;
 
+	log_debug("%s %s -> %u", lessor_call_method(rq->call), lessor_call_path(rq->call),
+		  rp->status);
 	if (rp->body)
 		resp = MHD_create_response_from_buffer(rp->len, TAKE_PTR(rp->body),
 						       MHD_RESPMEM_MUST_FREE);
