@@ -44,10 +44,11 @@ static bool claim_and_complete(lessor_client *c, struct worker *w)
 	bool got = false;
 
 	snprintf(body, sizeof(body),
-		 "{\"claim_id\":\"b-%lu\",\"worker_id\":\"bench-%u\",\"max_runs\":1,"
-		 "\"lease_ttl_s\":60,\"wait_s\":0}",
-		 __atomic_add_fetch(&claim_seq, 1, __ATOMIC_RELAXED), w->index);
-	if (lessor_client_json(c, "POST", "/v1/claims", body, &status, &resp) < 0 || status != 200) {
+	         "{\"claim_id\":\"b-%lu\",\"worker_id\":\"bench-%u\",\"max_runs\":1,"
+	         "\"lease_ttl_s\":60,\"wait_s\":0}",
+	         __atomic_add_fetch(&claim_seq, 1, __ATOMIC_RELAXED), w->index);
+	if (lessor_client_json(c, "POST", "/v1/claims", body, &status, &resp) < 0 ||
+	    status != 200) {
 		w->errors++;
 		cJSON_Delete(resp);
 		return false;
@@ -58,11 +59,12 @@ static bool claim_and_complete(lessor_client *c, struct worker *w)
 		char path[64], done[192];
 
 		snprintf(path, sizeof(path), "/v1/runs/%s/complete",
-			 cJSON_GetObjectItem(g, "id")->valuestring);
-		snprintf(done, sizeof(done),
-			 "{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
-			 "\"exit_code\":0}",
-			 cJSON_GetObjectItem(cJSON_GetObjectItem(g, "lease"), "token")->valuestring);
+		         cJSON_GetObjectItem(g, "id")->valuestring);
+		snprintf(
+		    done, sizeof(done),
+		    "{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
+		    "\"exit_code\":0}",
+		    cJSON_GetObjectItem(cJSON_GetObjectItem(g, "lease"), "token")->valuestring);
 		if (lessor_client_json(c, "POST", path, done, &status, NULL) < 0 || status != 200)
 			w->errors++;
 		else
@@ -111,11 +113,8 @@ static double run_round(struct tu_lessor *l, enum job job, unsigned n_clients)
 
 	pthread_barrier_init(&start, NULL, n_clients + 1);
 	for (unsigned i = 0; i < n_clients; i++) {
-		w[i] = (struct worker){.l = l,
-				       .job = job,
-				       .index = i,
-				       .quota = n_runs / n_clients,
-				       .start = &start};
+		w[i] = (struct worker){
+		    .l = l, .job = job, .index = i, .quota = n_runs / n_clients, .start = &start};
 		pthread_create(&t[i], NULL, worker_main, &w[i]);
 	}
 	pthread_barrier_wait(&start);
@@ -142,7 +141,7 @@ static int enqueue_batch(struct tu_lessor *l)
 
 	for (unsigned i = 0; c && i < n_runs && r == 0; i++)
 		if (lessor_client_json(c, "POST", "/v1/runs", "{\"workflow\":\"bench\"}", &status,
-				       NULL) < 0 ||
+		                       NULL) < 0 ||
 		    status != 201)
 			r = -1;
 	lessor_client_free(c);
@@ -218,9 +217,9 @@ static void *poll_main(void *p)
 	long status = 0;
 
 	snprintf(body, sizeof(body),
-		 "{\"claim_id\":\"lp-%u\",\"worker_id\":\"lp\",\"max_runs\":1,\"lease_ttl_s\":60,"
-		 "\"wait_s\":20,\"workflows\":[\"lp\"]}",
-		 a->i);
+	         "{\"claim_id\":\"lp-%u\",\"worker_id\":\"lp\",\"max_runs\":1,\"lease_ttl_s\":60,"
+	         "\"wait_s\":20,\"workflows\":[\"lp\"]}",
+	         a->i);
 	if (c && lessor_client_json(c, "POST", "/v1/claims", body, &status, &resp) == 0)
 		a->got = cJSON_GetArraySize(cJSON_GetObjectItem(resp, "runs")) == 1;
 	a->answered = time_mono();
@@ -264,7 +263,7 @@ static int bench_wake(void)
 			tu_sleep(2 * USEC_PER_MSEC);
 		sent = time_mono();
 		(void)lessor_client_json(c, "POST", "/v1/runs", "{\"workflow\":\"lp\"}", &status,
-					 NULL);
+		                         NULL);
 		pthread_join(t, NULL);
 		if (a.got)
 			v[n++] = (double)(a.answered - sent) / USEC_PER_MSEC;
@@ -282,17 +281,17 @@ static int bench_wake(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: lessor_claims [--rounds N] [--runs N]\n"
-		   "Measures lessor claims+completes per second for 1 and 16 clients.\n"
-		   "Runs $LESSOR_BIN (default build/default/lessor) on a database in $TMPDIR.\n");
+	           "Measures lessor claims+completes per second for 1 and 16 clients.\n"
+	           "Runs $LESSOR_BIN (default build/default/lessor) on a database in $TMPDIR.\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"rounds", required_argument, NULL, 'r'},
-					     {"runs", required_argument, NULL, 'n'},
-					     {"help", no_argument, NULL, 'h'},
-					     {"version", no_argument, NULL, 'V'},
-					     {}};
+	                                     {"runs", required_argument, NULL, 'n'},
+	                                     {"help", no_argument, NULL, 'h'},
+	                                     {"version", no_argument, NULL, 'V'},
+	                                     {}};
 	const char *tmp = getenv("TMPDIR");
 	struct statfs fs;
 	int c;
@@ -320,8 +319,7 @@ int main(int argc, char **argv)
 	       "database in %s (fs magic 0x%lx)\n",
 	       n_rounds, n_runs, sysconf(_SC_NPROCESSORS_ONLN), tmp ? tmp : "/tmp",
 	       statfs(tmp ? tmp : "/tmp", &fs) == 0 ? (unsigned long)fs.f_type : 0UL);
-	if (bench_config("full", false) < 0 || bench_config("normal", true) < 0 ||
-	    bench_wake() < 0)
+	if (bench_config("full", false) < 0 || bench_config("normal", true) < 0 || bench_wake() < 0)
 		return 1;
 	return 0;
 }

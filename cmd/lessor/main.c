@@ -21,58 +21,58 @@
 #define EXIT_CONFIG 78
 
 static const char usage_text[] =
-	"usage: lessor COMMAND [OPTIONS]\n"
-	"\n"
-	"The reference orchestration API for lessee, and a client for it.\n"
-	"\n"
-	"Commands:\n"
-	"  serve                     run the API server (see lessor serve --help)\n"
-	"  enqueue --workflow W      add a run\n"
-	"  list                      list runs, newest first\n"
-	"  show ID                   show one run, its outcome and its leases\n"
-	"  log ID                    print a run's log\n"
-	"  stats                     count runs by status\n"
-	"  cancel ID                 cancel a pending run, or ask its worker to stop it\n"
-	"  requeue ID                revoke a running run's lease and queue it again\n"
-	"\n"
-	"Client options (every command but serve):\n"
-	"  --url URL                 server (default $LESSOR_URL or http://127.0.0.1:8080)\n"
-	"  --token-file FILE         bearer token (default $LESSOR_TOKEN_FILE)\n"
-	"  --json                    print the API's JSON instead of text\n"
-	"\n"
-	"enqueue: --workflow W [--input JSON] [--tag T]... [--max-attempts N]\n"
-	"         [--timeout DURATION] [--idempotency-key K]\n"
-	"list:    [--status S] [--workflow W] [--limit N]\n"
-	"\n"
-	"  -h, --help                this text\n"
-	"  -V, --version             print the version\n"
-	"\n"
-	"Exit status: 0 ok, 1 failure, 2 usage error.\n";
+    "usage: lessor COMMAND [OPTIONS]\n"
+    "\n"
+    "The reference orchestration API for lessee, and a client for it.\n"
+    "\n"
+    "Commands:\n"
+    "  serve                     run the API server (see lessor serve --help)\n"
+    "  enqueue --workflow W      add a run\n"
+    "  list                      list runs, newest first\n"
+    "  show ID                   show one run, its outcome and its leases\n"
+    "  log ID                    print a run's log\n"
+    "  stats                     count runs by status\n"
+    "  cancel ID                 cancel a pending run, or ask its worker to stop it\n"
+    "  requeue ID                revoke a running run's lease and queue it again\n"
+    "\n"
+    "Client options (every command but serve):\n"
+    "  --url URL                 server (default $LESSOR_URL or http://127.0.0.1:8080)\n"
+    "  --token-file FILE         bearer token (default $LESSOR_TOKEN_FILE)\n"
+    "  --json                    print the API's JSON instead of text\n"
+    "\n"
+    "enqueue: --workflow W [--input JSON] [--tag T]... [--max-attempts N]\n"
+    "         [--timeout DURATION] [--idempotency-key K]\n"
+    "list:    [--status S] [--workflow W] [--limit N]\n"
+    "\n"
+    "  -h, --help                this text\n"
+    "  -V, --version             print the version\n"
+    "\n"
+    "Exit status: 0 ok, 1 failure, 2 usage error.\n";
 
 static const char serve_usage[] =
-	"usage: lessor serve [OPTIONS]\n"
-	"\n"
-	"Serve worker protocol v1 and the admin API from a SQLite database.\n"
-	"\n"
-	"  --listen ADDR:PORT        address to listen on (default 127.0.0.1:8080; port 0 = any)\n"
-	"  --db FILE                 database (default $XDG_STATE_HOME/lessor/lessor.db, or\n"
-	"                            /var/lib/lessor/lessor.db for root, or\n"
-	"                            ~/.local/state/lessor/lessor.db)\n"
-	"  --token-file FILE         require this bearer token (default: no authentication)\n"
-	"  --max-log-bytes SIZE      per-run log cap (default 64M)\n"
-	"  --max-body-bytes SIZE     request body cap (default 4M)\n"
-	"  --synchronous full|normal full: every answered write survives power loss (default);\n"
-	"                            normal: it survives a crash of lessor, not of the machine\n"
-	"  --threads N               HTTP threads (default 4)\n"
-	"  --retry-base DURATION     first retry delay of a retryable failure (default 5s)\n"
-	"  --retry-max DURATION      retry delay cap (default 5min)\n"
-	"  --max-lease-expiries N    fail a run after N expired leases (default 3)\n"
-	"  --tick DURATION           reaper period (default 100ms)\n"
-	"  --enable-faults           serve /v1/admin/faults (fault injection for tests)\n"
-	"  --ready-fd N              write \"ADDR:PORT\\n\" to fd N and close it once serving\n"
-	"  --log-level LEVEL         debug, info, notice, warning, error (default info)\n"
-	"  --log-format FORMAT       auto, logfmt, json, journal (default auto)\n"
-	"  -h, --help                this text\n";
+    "usage: lessor serve [OPTIONS]\n"
+    "\n"
+    "Serve worker protocol v1 and the admin API from a SQLite database.\n"
+    "\n"
+    "  --listen ADDR:PORT        address to listen on (default 127.0.0.1:8080; port 0 = any)\n"
+    "  --db FILE                 database (default $XDG_STATE_HOME/lessor/lessor.db, or\n"
+    "                            /var/lib/lessor/lessor.db for root, or\n"
+    "                            ~/.local/state/lessor/lessor.db)\n"
+    "  --token-file FILE         require this bearer token (default: no authentication)\n"
+    "  --max-log-bytes SIZE      per-run log cap (default 64M)\n"
+    "  --max-body-bytes SIZE     request body cap (default 4M)\n"
+    "  --synchronous full|normal full: every answered write survives power loss (default);\n"
+    "                            normal: it survives a crash of lessor, not of the machine\n"
+    "  --threads N               HTTP threads (default 4)\n"
+    "  --retry-base DURATION     first retry delay of a retryable failure (default 5s)\n"
+    "  --retry-max DURATION      retry delay cap (default 5min)\n"
+    "  --max-lease-expiries N    fail a run after N expired leases (default 3)\n"
+    "  --tick DURATION           reaper period (default 100ms)\n"
+    "  --enable-faults           serve /v1/admin/faults (fault injection for tests)\n"
+    "  --ready-fd N              write \"ADDR:PORT\\n\" to fd N and close it once serving\n"
+    "  --log-level LEVEL         debug, info, notice, warning, error (default info)\n"
+    "  --log-format FORMAT       auto, logfmt, json, journal (default auto)\n"
+    "  -h, --help                this text\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -103,7 +103,8 @@ static int parse_size(const char *s, uint64_t *ret)
 	static const struct {
 		const char *suffix;
 		unsigned shift;
-	} units[] = {{"", 0}, {"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20}, {"G", 30}, {"GiB", 30}};
+	} units[] = {{"", 0},     {"K", 10}, {"KiB", 10}, {"M", 20},
+	             {"MiB", 20}, {"G", 30}, {"GiB", 30}};
 	char *end;
 	unsigned long long v;
 
@@ -252,12 +253,12 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 		return 0;
 	case OPT_RETRY_BASE:
 		return serve_duration(arg, &o->cfg.retry_base) < 0 || o->cfg.retry_base == 0
-			       ? usage_error("bad --retry-base '%s'", arg)
-			       : 0;
+		           ? usage_error("bad --retry-base '%s'", arg)
+		           : 0;
 	case OPT_RETRY_MAX:
 		return serve_duration(arg, &o->cfg.retry_max) < 0
-			       ? usage_error("bad --retry-max '%s'", arg)
-			       : 0;
+		           ? usage_error("bad --retry-max '%s'", arg)
+		           : 0;
 	case OPT_MAX_EXPIRIES:
 		if (parse_uint(arg, 1, 1000, &n) < 0)
 			return usage_error("bad --max-lease-expiries '%s' (1..1000)", arg);
@@ -265,9 +266,9 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 		return 0;
 	case OPT_TICK:
 		return serve_duration(arg, &o->cfg.tick) < 0 || o->cfg.tick < USEC_PER_MSEC ||
-				       o->cfg.tick > USEC_PER_HOUR
-			       ? usage_error("bad --tick '%s' (1ms..1h)", arg)
-			       : 0;
+		               o->cfg.tick > USEC_PER_HOUR
+		           ? usage_error("bad --tick '%s' (1ms..1h)", arg)
+		           : 0;
 	case OPT_FAULTS:
 		o->cfg.enable_faults = true;
 		return 0;
@@ -278,12 +279,12 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 		return 0;
 	case OPT_LOG_LEVEL:
 		return log_parse_level(arg, &o->log_level) < 0
-			       ? usage_error("unknown --log-level '%s'", arg)
-			       : 0;
+		           ? usage_error("unknown --log-level '%s'", arg)
+		           : 0;
 	case OPT_LOG_FORMAT:
 		return log_parse_format(arg, &o->log_format) < 0
-			       ? usage_error("unknown --log-format '%s'", arg)
-			       : 0;
+		           ? usage_error("unknown --log-format '%s'", arg)
+		           : 0;
 	default:
 		return usage_error("%s", "unknown option");
 	}
@@ -292,23 +293,23 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 static int serve_parse(int argc, char **argv, struct serve_opts *o)
 {
 	static const struct option opts[] = {
-		{"listen", required_argument, NULL, OPT_LISTEN},
-		{"db", required_argument, NULL, OPT_DB},
-		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
-		{"max-log-bytes", required_argument, NULL, OPT_MAX_LOG},
-		{"max-body-bytes", required_argument, NULL, OPT_MAX_BODY},
-		{"synchronous", required_argument, NULL, OPT_SYNC},
-		{"threads", required_argument, NULL, OPT_THREADS},
-		{"retry-base", required_argument, NULL, OPT_RETRY_BASE},
-		{"retry-max", required_argument, NULL, OPT_RETRY_MAX},
-		{"max-lease-expiries", required_argument, NULL, OPT_MAX_EXPIRIES},
-		{"tick", required_argument, NULL, OPT_TICK},
-		{"enable-faults", no_argument, NULL, OPT_FAULTS},
-		{"ready-fd", required_argument, NULL, OPT_READY_FD},
-		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-		{"log-format", required_argument, NULL, OPT_LOG_FORMAT},
-		{"help", no_argument, NULL, 'h'},
-		{},
+	    {"listen", required_argument, NULL, OPT_LISTEN},
+	    {"db", required_argument, NULL, OPT_DB},
+	    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+	    {"max-log-bytes", required_argument, NULL, OPT_MAX_LOG},
+	    {"max-body-bytes", required_argument, NULL, OPT_MAX_BODY},
+	    {"synchronous", required_argument, NULL, OPT_SYNC},
+	    {"threads", required_argument, NULL, OPT_THREADS},
+	    {"retry-base", required_argument, NULL, OPT_RETRY_BASE},
+	    {"retry-max", required_argument, NULL, OPT_RETRY_MAX},
+	    {"max-lease-expiries", required_argument, NULL, OPT_MAX_EXPIRIES},
+	    {"tick", required_argument, NULL, OPT_TICK},
+	    {"enable-faults", no_argument, NULL, OPT_FAULTS},
+	    {"ready-fd", required_argument, NULL, OPT_READY_FD},
+	    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+	    {"log-format", required_argument, NULL, OPT_LOG_FORMAT},
+	    {"help", no_argument, NULL, 'h'},
+	    {},
 	};
 	int c, r;
 
@@ -386,8 +387,8 @@ static int serve_run(struct serve_opts *o)
 		return 1;
 	if (!token)
 		log_warning("no --token-file: ANYONE who can connect to %s may claim, complete "
-			    "and enqueue runs; use --token-file outside a test machine",
-			    lessor_server_address(server));
+		            "and enqueue runs; use --token-file outside a test machine",
+		            lessor_server_address(server));
 	announce(o, lessor_server_address(server));
 	sig = wait_for_stop(&set);
 	log_info("%s: draining and stopping", strsignal(sig));
@@ -399,9 +400,9 @@ static int serve_run(struct serve_opts *o)
 static int cmd_serve(int argc, char **argv)
 {
 	struct serve_opts o = {.cfg = LESSOR_SERVER_CONFIG_DEFAULTS,
-			       .ready_fd = -1,
-			       .log_format = LOG_FORMAT_AUTO,
-			       .log_level = LOG_INFO};
+	                       .ready_fd = -1,
+	                       .log_format = LOG_FORMAT_AUTO,
+	                       .log_level = LOG_INFO};
 	int r = serve_parse(argc, argv, &o);
 
 	if (r == 0) {
@@ -417,8 +418,11 @@ static int cmd_serve(int argc, char **argv)
 
 #define CLIENT_OPTIONS                                                                             \
 	{"url", required_argument, NULL, OPT_URL},                                                 \
-		{"token-file", required_argument, NULL, OPT_TOKEN_FILE},                           \
-		{"json", no_argument, NULL, OPT_JSON}, {"help", no_argument, NULL, 'h'}
+	    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},                               \
+	    {"json", no_argument, NULL, OPT_JSON},                                                 \
+	{                                                                                          \
+		"help", no_argument, NULL, 'h'                                                     \
+	}
 
 struct client_opts {
 	struct lessor_cli cli;
@@ -471,8 +475,8 @@ static int client_option(struct client_opts *o, int c, const char *arg)
 		return 0;
 	case OPT_LIMIT:
 		return parse_uint(arg, 1, 1000, &o->limit) < 0
-			       ? usage_error("bad --limit '%s' (1..1000)", arg)
-			       : 0;
+		           ? usage_error("bad --limit '%s' (1..1000)", arg)
+		           : 0;
 	default:
 		return EXIT_USAGE;
 	}
@@ -502,11 +506,11 @@ static int client_parse(int argc, char **argv, const struct option *opts, struct
 /* Parses options, then runs fn with the single positional argument
  * (want_arg) or none. */
 static int client_cmd(int argc, char **argv, const struct option *opts, bool want_arg,
-		      int (*fn)(struct client_opts *o, const char *arg))
+                      int (*fn)(struct client_opts *o, const char *arg))
 {
 	const char *env_token = getenv("LESSOR_TOKEN_FILE");
 	struct client_opts o = {.cli = {.url = getenv("LESSOR_URL"), .out = stdout, .err = stderr},
-				.token_file = env_token && *env_token ? env_token : NULL};
+	                        .token_file = env_token && *env_token ? env_token : NULL};
 	int r;
 
 	if (!o.cli.url || !*o.cli.url)
@@ -564,21 +568,21 @@ static int do_requeue(struct client_opts *o, const char *arg)
 
 static const struct option plain_opts[] = {CLIENT_OPTIONS, {}};
 static const struct option enqueue_opts[] = {
-	CLIENT_OPTIONS,
-	{"workflow", required_argument, NULL, OPT_WORKFLOW},
-	{"input", required_argument, NULL, OPT_INPUT},
-	{"tag", required_argument, NULL, OPT_TAG},
-	{"max-attempts", required_argument, NULL, OPT_MAX_ATTEMPTS},
-	{"timeout", required_argument, NULL, OPT_TIMEOUT},
-	{"idempotency-key", required_argument, NULL, OPT_IDEMPOTENCY},
-	{},
+    CLIENT_OPTIONS,
+    {"workflow", required_argument, NULL, OPT_WORKFLOW},
+    {"input", required_argument, NULL, OPT_INPUT},
+    {"tag", required_argument, NULL, OPT_TAG},
+    {"max-attempts", required_argument, NULL, OPT_MAX_ATTEMPTS},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"idempotency-key", required_argument, NULL, OPT_IDEMPOTENCY},
+    {},
 };
 static const struct option list_opts[] = {
-	CLIENT_OPTIONS,
-	{"status", required_argument, NULL, OPT_STATUS},
-	{"workflow", required_argument, NULL, OPT_WORKFLOW},
-	{"limit", required_argument, NULL, OPT_LIMIT},
-	{},
+    CLIENT_OPTIONS,
+    {"status", required_argument, NULL, OPT_STATUS},
+    {"workflow", required_argument, NULL, OPT_WORKFLOW},
+    {"limit", required_argument, NULL, OPT_LIMIT},
+    {},
 };
 
 static const struct {
@@ -587,10 +591,10 @@ static const struct {
 	bool want_arg;
 	int (*fn)(struct client_opts *o, const char *arg);
 } commands[] = {
-	{"enqueue", enqueue_opts, false, do_enqueue}, {"list", list_opts, false, do_list},
-	{"show", plain_opts, true, do_show},          {"log", plain_opts, true, do_log},
-	{"stats", plain_opts, false, do_stats},       {"cancel", plain_opts, true, do_cancel},
-	{"requeue", plain_opts, true, do_requeue},
+    {"enqueue", enqueue_opts, false, do_enqueue}, {"list", list_opts, false, do_list},
+    {"show", plain_opts, true, do_show},          {"log", plain_opts, true, do_log},
+    {"stats", plain_opts, false, do_stats},       {"cancel", plain_opts, true, do_cancel},
+    {"requeue", plain_opts, true, do_requeue},
 };
 
 int main(int argc, char **argv)
@@ -612,7 +616,7 @@ int main(int argc, char **argv)
 	log_setup("lessor", LOG_FORMAT_LOGFMT, LOG_WARNING);
 	for (size_t i = 0; i < ELEMENTSOF(commands); i++)
 		if (streq(cmd, commands[i].name))
-			return client_cmd(argc - 1, argv + 1, commands[i].opts, commands[i].want_arg,
-					  commands[i].fn);
+			return client_cmd(argc - 1, argv + 1, commands[i].opts,
+			                  commands[i].want_arg, commands[i].fn);
 	return usage_error("unknown command '%s'", cmd);
 }

@@ -52,7 +52,7 @@ int64_t lessor_now_ms(void);
 /* Each returns LESSOR_CALL_REPLY.  lessor_reply_json takes body. */
 int lessor_reply_json(lessor_call *c, unsigned status, cJSON *body);
 int lessor_reply_error(lessor_call *c, unsigned status, const char *code, const char *fmt, ...)
-	_printf_(4, 5);
+    _printf_(4, 5);
 /* 400 invalid_request with c->msg. */
 int lessor_reply_invalid(lessor_call *c);
 /* -ENOENT, -ESTALE, database errors ... as the right status. */

@@ -13,24 +13,24 @@
 #include "util/time.h"
 
 static const struct lessor_route routes[] = {
-	{"POST", "/v1/claims", lessor_h_claim, LESSOR_EP_CLAIMS, true},
-	{"POST", "/v1/claims/*/cancel", lessor_h_claim_cancel, LESSOR_EP_NONE, false},
-	{"POST", "/v1/runs/*/lease", lessor_h_renew, LESSOR_EP_LEASE, true},
-	{"PATCH", "/v1/runs/*/log", lessor_h_log_append, LESSOR_EP_LOG, false},
-	{"GET", "/v1/runs/*/log", lessor_h_log_read, LESSOR_EP_NONE, false},
-	{"POST", "/v1/runs/*/complete", lessor_h_complete, LESSOR_EP_COMPLETE, true},
-	{"POST", "/v1/runs/*/release", lessor_h_release, LESSOR_EP_RELEASE, true},
-	{"POST", "/v1/runs/*/cancel", lessor_h_cancel, LESSOR_EP_NONE, false},
-	{"POST", "/v1/runs/*/requeue", lessor_h_requeue, LESSOR_EP_NONE, false},
-	{"POST", "/v1/runs", lessor_h_enqueue, LESSOR_EP_NONE, true},
-	{"GET", "/v1/runs", lessor_h_list, LESSOR_EP_NONE, false},
-	{"GET", "/v1/runs/*", lessor_h_show, LESSOR_EP_NONE, false},
-	{"GET", "/v1/stats", lessor_h_stats, LESSOR_EP_NONE, false},
-	{"GET", "/v1/workers", lessor_h_workers, LESSOR_EP_NONE, false},
-	{"POST", "/v1/admin/faults", lessor_h_faults_set, LESSOR_EP_NONE, true},
-	{"DELETE", "/v1/admin/faults", lessor_h_faults_clear, LESSOR_EP_NONE, false},
-	{"GET", "/v1/admin/faults", lessor_h_faults_get, LESSOR_EP_NONE, false},
-	{"GET", "/healthz", lessor_h_health, LESSOR_EP_NONE, false},
+    {"POST", "/v1/claims", lessor_h_claim, LESSOR_EP_CLAIMS, true},
+    {"POST", "/v1/claims/*/cancel", lessor_h_claim_cancel, LESSOR_EP_NONE, false},
+    {"POST", "/v1/runs/*/lease", lessor_h_renew, LESSOR_EP_LEASE, true},
+    {"PATCH", "/v1/runs/*/log", lessor_h_log_append, LESSOR_EP_LOG, false},
+    {"GET", "/v1/runs/*/log", lessor_h_log_read, LESSOR_EP_NONE, false},
+    {"POST", "/v1/runs/*/complete", lessor_h_complete, LESSOR_EP_COMPLETE, true},
+    {"POST", "/v1/runs/*/release", lessor_h_release, LESSOR_EP_RELEASE, true},
+    {"POST", "/v1/runs/*/cancel", lessor_h_cancel, LESSOR_EP_NONE, false},
+    {"POST", "/v1/runs/*/requeue", lessor_h_requeue, LESSOR_EP_NONE, false},
+    {"POST", "/v1/runs", lessor_h_enqueue, LESSOR_EP_NONE, true},
+    {"GET", "/v1/runs", lessor_h_list, LESSOR_EP_NONE, false},
+    {"GET", "/v1/runs/*", lessor_h_show, LESSOR_EP_NONE, false},
+    {"GET", "/v1/stats", lessor_h_stats, LESSOR_EP_NONE, false},
+    {"GET", "/v1/workers", lessor_h_workers, LESSOR_EP_NONE, false},
+    {"POST", "/v1/admin/faults", lessor_h_faults_set, LESSOR_EP_NONE, true},
+    {"DELETE", "/v1/admin/faults", lessor_h_faults_clear, LESSOR_EP_NONE, false},
+    {"GET", "/v1/admin/faults", lessor_h_faults_get, LESSOR_EP_NONE, false},
+    {"GET", "/healthz", lessor_h_health, LESSOR_EP_NONE, false},
 };
 
 int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret)
@@ -72,7 +72,7 @@ int64_t lessor_now_ms(void)
 }
 
 int lessor_call_new(lessor_api *a, const char *method, const char *path,
-		    const struct lessor_call_io *io, lessor_call **ret)
+                    const struct lessor_call_io *io, lessor_call **ret)
 {
 	lessor_call *c = calloc(1, sizeof(*c));
 
@@ -145,7 +145,7 @@ static cJSON *error_body(const char *code, const char *message)
 	cJSON *o = cJSON_CreateObject();
 
 	if (o && (!cJSON_AddStringToObject(o, "error", code) ||
-		  !cJSON_AddStringToObject(o, "message", message))) {
+	          !cJSON_AddStringToObject(o, "message", message))) {
 		cJSON_Delete(o);
 		return NULL;
 	}
@@ -175,7 +175,7 @@ int lessor_reply_store_error(lessor_call *c, int r)
 		return lessor_reply_error(c, 404, "not_found", "no such run");
 	case -ESTALE:
 		return lessor_reply_error(c, 409, "lease_lost",
-					  "the lease token is not the run's current lease");
+		                          "the lease token is not the run's current lease");
 	case -EBUSY:
 	case -ENOMEM:
 	case -ENOSPC:
@@ -194,7 +194,7 @@ int lessor_call_park(lessor_call *c, uint64_t seen_gen)
 	c->waiter.resume = c->io.resume;
 	c->waiter.userdata = c->io.userdata;
 	return lessor_waiters_park(c->api->waiters, &c->waiter, seen_gen, c->io.suspend,
-				   c->io.userdata);
+	                           c->io.userdata);
 }
 
 /* ---- routing ---- */
@@ -225,7 +225,7 @@ static void allow_list(lessor_call *c, const char *pattern)
 	for (size_t i = 0; i < ELEMENTSOF(routes); i++)
 		if (streq(routes[i].pattern, pattern) && off < sizeof(c->allow))
 			off += (size_t)snprintf(c->allow + off, sizeof(c->allow) - off, "%s%s",
-						off ? ", " : "", routes[i].method);
+			                        off ? ", " : "", routes[i].method);
 }
 
 static int route(lessor_call *c)
@@ -285,11 +285,11 @@ static int parse_json_body(lessor_call *c)
 		c->json = cJSON_ParseWithLengthOpts(c->body, c->len, &end, false);
 	if (!cJSON_IsObject(c->json))
 		return lessor_reply_error(c, 400, "invalid_request",
-					  "the body must be a JSON object");
+		                          "the body must be a JSON object");
 	for (; end < c->body + c->len; end++)
 		if (!strchr(" \t\r\n", *end))
 			return lessor_reply_error(c, 400, "invalid_request",
-						  "trailing bytes after the JSON body");
+			                          "trailing bytes after the JSON body");
 	return 0;
 }
 
@@ -307,7 +307,7 @@ static int prepare(lessor_call *c, bool body_too_large)
 	}
 	if (body_too_large)
 		return lessor_reply_error(c, 413, "body_too_large",
-					  "the request body exceeds %zu bytes", c->api->max_body);
+		                          "the request body exceeds %zu bytes", c->api->max_body);
 	if (c->route->json_body)
 		return parse_json_body(c);
 	return 0;
@@ -322,7 +322,7 @@ static int inject_fault(lessor_call *c)
 		c->fault_taken = true;
 		if (c->fault.delay_ms > 0) {
 			c->waiter = (struct lessor_waiter){
-				.deadline = time_mono() + c->fault.delay_ms * USEC_PER_MSEC};
+			    .deadline = time_mono() + c->fault.delay_ms * USEC_PER_MSEC};
 			if (lessor_call_park(c, LESSOR_GEN_ANY) == 0)
 				return LESSOR_CALL_SUSPENDED;
 		}

@@ -41,7 +41,7 @@ enum {
 };
 
 int lessor_call_new(lessor_api *a, const char *method, const char *path,
-		    const struct lessor_call_io *io, lessor_call **ret);
+                    const struct lessor_call_io *io, lessor_call **ret);
 lessor_call *lessor_call_free(lessor_call *c);
 
 /* Runs the request, or runs it again after a resume.  body_too_large: the

@@ -44,7 +44,7 @@ static int enqueue_fields(lessor_call *c, struct lessor_enqueue *e, char ***tags
 	    lessor_field_int(j, "max_attempts", false, 1, MAX_ATTEMPTS, 1, &attempts, c->msg) < 0 ||
 	    lessor_field_int(j, "timeout_s", false, 1, MAX_TIMEOUT_S, 0, &timeout, c->msg) < 0 ||
 	    lessor_field_str(j, "idempotency_key", false, 0, lessor_valid_id, &e->idempotency_key,
-			     c->msg) < 0)
+	                     c->msg) < 0)
 		return -EINVAL;
 	e->max_attempts = (unsigned)attempts;
 	e->timeout_s = (unsigned)timeout;
@@ -121,7 +121,7 @@ int lessor_h_list(lessor_call *c)
 		return lessor_reply_error(c, 400, "invalid_request", "malformed workflow");
 	if (parse_limit(query(c, "limit"), &limit) < 0)
 		return lessor_reply_error(c, 400, "invalid_request", "limit must be in 1..%d",
-					  LIST_MAX);
+		                          LIST_MAX);
 	r = lessor_store_list_json(c->api->store, status, workflow, limit, &o);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
@@ -142,10 +142,8 @@ int lessor_h_log_read(lessor_call *c)
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	free(c->reply.body);
-	c->reply = (struct lessor_reply){.status = 200,
-					 .content_type = "application/octet-stream",
-					 .body = data,
-					 .len = len};
+	c->reply = (struct lessor_reply){
+	    .status = 200, .content_type = "application/octet-stream", .body = data, .len = len};
 	return LESSOR_CALL_REPLY;
 }
 
@@ -157,7 +155,7 @@ int lessor_h_stats(lessor_call *c)
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	cJSON_AddNumberToObject(o, "parked_requests",
-				(double)lessor_waiters_count(c->api->waiters));
+	                        (double)lessor_waiters_count(c->api->waiters));
 	return lessor_reply_json(c, 200, o);
 }
 
@@ -226,7 +224,7 @@ static int faults_reply(lessor_call *c)
 static int faults_disabled(lessor_call *c)
 {
 	return lessor_reply_error(c, 404, "not_found",
-				  "fault injection is off (lessor serve --enable-faults)");
+	                          "fault injection is off (lessor serve --enable-faults)");
 }
 
 int lessor_h_faults_set(lessor_call *c)
@@ -234,8 +232,8 @@ int lessor_h_faults_set(lessor_call *c)
 	const char *name;
 	int64_t status, count, retry_after, delay;
 	enum lessor_endpoint ep;
-	static const char *const endpoints[] = {"claims", "lease", "log", "complete", "release",
-						NULL};
+	static const char *const endpoints[] = {"claims",   "lease",   "log",
+	                                        "complete", "release", NULL};
 
 	if (!c->api->faults)
 		return faults_disabled(c);
@@ -243,18 +241,18 @@ int lessor_h_faults_set(lessor_call *c)
 	    lessor_field_int(c->json, "status", false, 0, 599, 0, &status, c->msg) < 0 ||
 	    lessor_field_int(c->json, "count", false, 1, 1000000, 1, &count, c->msg) < 0 ||
 	    lessor_field_int(c->json, "retry_after_s", false, 0, 3600, 0, &retry_after, c->msg) <
-		    0 ||
+	        0 ||
 	    lessor_field_int(c->json, "delay_ms", false, 0, 600000, 0, &delay, c->msg) < 0)
 		return lessor_reply_invalid(c);
 	if ((status != 0 && status < 100) || (status == 0 && delay == 0))
 		return lessor_reply_error(c, 400, "invalid_request",
-					  "a fault needs a status in 100..599 or a delay_ms");
+		                          "a fault needs a status in 100..599 or a delay_ms");
 	(void)lessor_endpoint_from_name(name, &ep);
 	lessor_faults_set(c->api->faults, ep,
-			  &(struct lessor_fault){.status = (unsigned)status,
-						 .count = (unsigned)count,
-						 .retry_after_s = (unsigned)retry_after,
-						 .delay_ms = (unsigned)delay});
+	                  &(struct lessor_fault){.status = (unsigned)status,
+	                                         .count = (unsigned)count,
+	                                         .retry_after_s = (unsigned)retry_after,
+	                                         .delay_ms = (unsigned)delay});
 	return faults_reply(c);
 }
 

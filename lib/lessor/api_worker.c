@@ -16,11 +16,10 @@
 #define MAX_JSON_INT (1LL << 53)
 
 static const char *const complete_statuses[] = {"succeeded", "failed", "cancelled", NULL};
-static const char *const complete_reasons[] = {"exit",        "timeout",   "crash",
-					       "spawn_error", "cancelled", "rejected",
-					       NULL};
+static const char *const complete_reasons[] = {"exit",      "timeout",  "crash", "spawn_error",
+                                               "cancelled", "rejected", NULL};
 static const char *const release_reasons[] = {"draining", "shutdown", "blocked_workflow",
-					      "unsupported_workflow", NULL};
+                                              "unsupported_workflow", NULL};
 
 /* ---- claims ---- */
 
@@ -54,14 +53,14 @@ static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wai
 	int r;
 
 	if ((r = lessor_field_str(j, "claim_id", true, 0, lessor_valid_id, &cs->req.claim_id,
-				  c->msg)) < 0 ||
+	                          c->msg)) < 0 ||
 	    (r = lessor_field_str(j, "worker_id", true, 0, lessor_valid_worker_id,
-				  &cs->req.worker_id, c->msg)) < 0 ||
+	                          &cs->req.worker_id, c->msg)) < 0 ||
 	    (r = lessor_field_int(j, "max_runs", true, 1, MAX_RUNS, 1, &max_runs, c->msg)) < 0 ||
 	    (r = lessor_field_int(j, "lease_ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg)) < 0 ||
 	    (r = lessor_field_int(j, "wait_s", false, 0, MAX_WAIT_S, 0, ret_wait, c->msg)) < 0 ||
-	    (r = lessor_field_ids(j, "workflows", LESSOR_WORKFLOWS_MAX, &cs->workflows,
-				  c->msg)) < 0 ||
+	    (r = lessor_field_ids(j, "workflows", LESSOR_WORKFLOWS_MAX, &cs->workflows, c->msg)) <
+	        0 ||
 	    (r = lessor_field_tags(j, "tags", &cs->tags, c->msg)) < 0)
 		return r;
 	cs->req.max_runs = (unsigned)max_runs;
@@ -137,7 +136,7 @@ static int claim_once(lessor_call *c, struct claim_state *cs)
 	r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
 	if (r == -EEXIST)
 		return lessor_reply_error(c, 400, "invalid_request",
-					  "claim_id was used by another worker");
+		                          "claim_id was used by another worker");
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	cs->recorded = true;
@@ -163,10 +162,10 @@ int lessor_h_claim(lessor_call *c)
 		if (r != 0)
 			return r;
 		c->waiter = (struct lessor_waiter){.deadline = cs->deadline,
-						   .claim = true,
-						   .workflows = cs->workflows,
-						   .tags = cs->tags,
-						   .claim_id = cs->req.claim_id};
+		                                   .claim = true,
+		                                   .workflows = cs->workflows,
+		                                   .tags = cs->tags,
+		                                   .claim_id = cs->req.claim_id};
 		r = lessor_call_park(c, gen);
 		if (r == 0)
 			return LESSOR_CALL_SUSPENDED;
@@ -213,7 +212,7 @@ int lessor_h_renew(lessor_call *c)
 	    lessor_field_int(c->json, "ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg) < 0)
 		return lessor_reply_invalid(c);
 	r = lessor_store_renew(c->api->store, c->arg, token, (unsigned)ttl, lessor_now_ms(),
-			       &cancel);
+	                       &cancel);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	o = cJSON_CreateObject();
@@ -264,9 +263,9 @@ static int log_reply(lessor_call *c, unsigned status, const char *code, uint64_t
 
 	if (code) {
 		cJSON_AddStringToObject(o, "error", code);
-		cJSON_AddStringToObject(o, "message", status == 416
-							      ? "start is not the log's length"
-							      : "the log reached its size limit");
+		cJSON_AddStringToObject(o, "message",
+		                        status == 416 ? "start is not the log's length"
+		                                      : "the log reached its size limit");
 	}
 	cJSON_AddNumberToObject(o, "length", (double)length);
 	return lessor_reply_json(c, status, o);
@@ -284,10 +283,10 @@ int lessor_h_log_append(lessor_call *c)
 		return lessor_reply_error(c, 400, "invalid_request", "the body is empty");
 	if (parse_content_range(c->io.header(c->io.userdata, "Content-Range"), c->len, &start) < 0)
 		return lessor_reply_error(c, 400, "invalid_request",
-					  "Content-Range must be 'bytes <start>-<end>/*' "
-					  "matching the body");
+		                          "Content-Range must be 'bytes <start>-<end>/*' "
+		                          "matching the body");
 	r = lessor_store_append_log(c->api->store, c->arg, token, start, c->body, c->len,
-				    lessor_now_ms(), &length);
+	                            lessor_now_ms(), &length);
 	if (r == -ERANGE)
 		return log_reply(c, 416, "range_mismatch", length);
 	if (r == -EFBIG)
@@ -317,9 +316,9 @@ static int completion_fields(lessor_call *c, struct lessor_completion *in)
 	    lessor_field_bool(j, "retryable", false, &in->retryable, c->msg) < 0 ||
 	    lessor_field_str(j, "error", false, 4096, NULL, &in->error, c->msg) < 0 ||
 	    lessor_field_int(j, "duration_ms", false, 0, MAX_JSON_INT, 0, &in->duration_ms,
-			     c->msg) < 0 ||
-	    lessor_field_int(j, "log_length", false, 0, MAX_JSON_INT, 0, &in->log_length,
-			     c->msg) < 0)
+	                     c->msg) < 0 ||
+	    lessor_field_int(j, "log_length", false, 0, MAX_JSON_INT, 0, &in->log_length, c->msg) <
+	        0)
 		return -EINVAL;
 	/* -1 is the "absent" default, not a value a client may send */
 	if (exit_code == -1 && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "exit_code"))) {
@@ -370,7 +369,7 @@ int lessor_h_release(lessor_call *c)
 	    lessor_field_int(c->json, "delay_s", false, 0, MAX_TTL_S, 0, &delay, c->msg) < 0)
 		return lessor_reply_invalid(c);
 	r = lessor_store_release(c->api->store, c->arg, token, reason, (unsigned)delay,
-				 lessor_now_ms());
+	                         lessor_now_ms());
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	if (delay == 0) /* later: the reaper's tick notices the delay running out */

@@ -30,8 +30,8 @@ static void print_api_error(const struct lessor_cli *o, const struct lessor_resp
 }
 
 /* Performs one request; prints why and returns -1 unless the status is 2xx. */
-static int call(const struct lessor_cli *o, const char *method, const char *path,
-		const char *body, struct lessor_response *resp)
+static int call(const struct lessor_cli *o, const char *method, const char *path, const char *body,
+                struct lessor_response *resp)
 {
 	_cleanup_(lessor_client_freep) lessor_client *c = NULL;
 	char *hdr[] = {"Content-Type: application/json", NULL};
@@ -44,8 +44,7 @@ static int call(const struct lessor_cli *o, const char *method, const char *path
 	}
 	r = lessor_client_request(c, method, path, hdr, body, body ? strlen(body) : 0, resp);
 	if (r < 0) {
-		fprintf(o->err, "lessor: cannot talk to %s: %s\n", o->url,
-			lessor_client_error(c));
+		fprintf(o->err, "lessor: cannot talk to %s: %s\n", o->url, lessor_client_error(c));
 		return -1;
 	}
 	if (resp->status < 200 || resp->status > 299) {
@@ -58,7 +57,7 @@ static int call(const struct lessor_cli *o, const char *method, const char *path
 
 /* A 2xx JSON response, or NULL (after saying why). */
 static cJSON *call_json(const struct lessor_cli *o, const char *method, const char *path,
-			const char *body)
+                        const char *body)
 {
 	struct lessor_response resp;
 	cJSON *j;
@@ -130,7 +129,7 @@ static char *tags_text(const cJSON *j)
 	if (!f)
 		return NULL;
 	cJSON_ArrayForEach(t, tags) fprintf(f, "%s%s", t == tags->child ? "" : ",",
-					    cJSON_IsString(t) ? t->valuestring : "?");
+	                                    cJSON_IsString(t) ? t->valuestring : "?");
 	if (!tags || !tags->child)
 		fputs("-", f);
 	fclose(f);
@@ -188,10 +187,19 @@ int lessor_cli_enqueue(const struct lessor_cli *o, const struct lessor_cli_enque
 
 /* ---- list ---- */
 
-enum { COL_ID, COL_STATUS, COL_WORKFLOW, COL_ATTEMPT, COL_WORKER, COL_OUTCOME, COL_CREATED, N_COLS };
+enum {
+	COL_ID,
+	COL_STATUS,
+	COL_WORKFLOW,
+	COL_ATTEMPT,
+	COL_WORKER,
+	COL_OUTCOME,
+	COL_CREATED,
+	N_COLS
+};
 
 static const char *const list_head[N_COLS] = {"ID",     "STATUS",  "WORKFLOW", "ATTEMPT",
-					      "WORKER", "OUTCOME", "CREATED"};
+                                              "WORKER", "OUTCOME", "CREATED"};
 
 static void list_row(const cJSON *run, char *cells[N_COLS])
 {
@@ -199,7 +207,7 @@ static void list_row(const cJSON *run, char *cells[N_COLS])
 	cells[COL_STATUS] = render(run, "status");
 	cells[COL_WORKFLOW] = render(run, "workflow");
 	if (asprintf(&cells[COL_ATTEMPT], "%ld/%ld", num_or(run, "attempt", 0),
-		     num_or(run, "max_attempts", 0)) < 0)
+	             num_or(run, "max_attempts", 0)) < 0)
 		cells[COL_ATTEMPT] = NULL;
 	cells[COL_WORKER] = render(run, "worker_id");
 	cells[COL_OUTCOME] = render(run, "outcome");
@@ -220,7 +228,7 @@ static void print_table(FILE *out, char *(*cells)[N_COLS], size_t n)
 	for (size_t r = 0; r < n; r++)
 		for (size_t c = 0; c < N_COLS; c++)
 			fprintf(out, "%-*s%s", (int)w[c], cells[r][c] ? cells[r][c] : "?",
-				c + 1 < N_COLS ? "  " : "\n");
+			        c + 1 < N_COLS ? "  " : "\n");
 }
 
 static int list_print(const struct lessor_cli *o, const cJSON *runs)
@@ -241,7 +249,7 @@ static int list_print(const struct lessor_cli *o, const cJSON *runs)
 }
 
 int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *workflow,
-		    unsigned limit)
+                    unsigned limit)
 {
 	_cleanup_(cJSON_Deletep) cJSON *j = NULL;
 	char path[512];
@@ -251,8 +259,8 @@ int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *
 		return 1;
 	}
 	snprintf(path, sizeof(path), "/v1/runs?limit=%u%s%s%s%s", limit ? limit : 100,
-		 status ? "&status=" : "", status ? status : "", workflow ? "&workflow=" : "",
-		 workflow ? workflow : "");
+	         status ? "&status=" : "", status ? status : "", workflow ? "&workflow=" : "",
+	         workflow ? workflow : "");
 	j = call_json(o, "GET", path, NULL);
 	if (!j)
 		return 1;
@@ -284,12 +292,12 @@ static void show_leases(FILE *out, const cJSON *run)
 	fprintf(out, "leases:\n");
 	cJSON_ArrayForEach(l, leases)
 	{
-		fprintf(out, "  attempt %ld  worker %s  claim %s  granted %s", num_or(l, "attempt", 0),
-			str_or(l, "worker_id", "?"), str_or(l, "claim_id", "?"),
-			str_or(l, "granted_at", "?"));
+		fprintf(out, "  attempt %ld  worker %s  claim %s  granted %s",
+		        num_or(l, "attempt", 0), str_or(l, "worker_id", "?"),
+		        str_or(l, "claim_id", "?"), str_or(l, "granted_at", "?"));
 		if (str_or(l, "ended_at", NULL))
 			fprintf(out, "  ended %s (%s)", str_or(l, "ended_at", "?"),
-				str_or(l, "end_reason", "?"));
+			        str_or(l, "end_reason", "?"));
 		else
 			fprintf(out, "  held");
 		fputc('\n', out);
@@ -301,25 +309,25 @@ static void show_text(FILE *out, const cJSON *run)
 	static const struct {
 		const char *key, *name;
 	} fields[] = {
-		{"id:", "id"},
-		{"workflow:", "workflow"},
-		{"status:", "status"},
-		{"input:", "input"},
-		{"timeout_s:", "timeout_s"},
-		{"idempotency key:", "idempotency_key"},
-		{"outcome:", "outcome"},
-		{"reason:", "reason"},
-		{"exit code:", "exit_code"},
-		{"signal:", "signal"},
-		{"error:", "error"},
-		{"output:", "output"},
-		{"log length:", "log_length"},
-		{"rejected writes:", "rejected_writes"},
-		{"lease expiries:", "lease_expiries"},
-		{"cancel requested:", "cancel_requested"},
-		{"created:", "created_at"},
-		{"started:", "started_at"},
-		{"finished:", "finished_at"},
+	    {"id:", "id"},
+	    {"workflow:", "workflow"},
+	    {"status:", "status"},
+	    {"input:", "input"},
+	    {"timeout_s:", "timeout_s"},
+	    {"idempotency key:", "idempotency_key"},
+	    {"outcome:", "outcome"},
+	    {"reason:", "reason"},
+	    {"exit code:", "exit_code"},
+	    {"signal:", "signal"},
+	    {"error:", "error"},
+	    {"output:", "output"},
+	    {"log length:", "log_length"},
+	    {"rejected writes:", "rejected_writes"},
+	    {"lease expiries:", "lease_expiries"},
+	    {"cancel requested:", "cancel_requested"},
+	    {"created:", "created_at"},
+	    {"started:", "started_at"},
+	    {"finished:", "finished_at"},
 	};
 	_cleanup_free_ char *tags = tags_text(run), *attempt = NULL;
 
@@ -327,7 +335,7 @@ static void show_text(FILE *out, const cJSON *run)
 		show_member(out, run, fields[i].key, fields[i].name);
 		if (streq(fields[i].name, "status")) {
 			if (asprintf(&attempt, "%ld of %ld", num_or(run, "attempt", 0),
-				     num_or(run, "max_attempts", 0)) >= 0)
+			             num_or(run, "max_attempts", 0)) >= 0)
 				show_kv(out, "attempt:", attempt);
 			show_kv(out, "tags:", tags ? tags : "?");
 		}

@@ -24,7 +24,7 @@ struct lessor_cli_enqueue {
 
 int lessor_cli_enqueue(const struct lessor_cli *o, const struct lessor_cli_enqueue *e);
 int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *workflow,
-		    unsigned limit);
+                    unsigned limit);
 int lessor_cli_show(const struct lessor_cli *o, const char *id);
 int lessor_cli_log(const struct lessor_cli *o, const char *id);
 int lessor_cli_stats(const struct lessor_cli *o);

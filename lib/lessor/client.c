@@ -145,8 +145,8 @@ static int transport_error(CURLcode rc)
 }
 
 int lessor_client_request(lessor_client *c, const char *method, const char *path,
-			  char *const *headers, const void *body, size_t len,
-			  struct lessor_response *ret)
+                          char *const *headers, const void *body, size_t len,
+                          struct lessor_response *ret)
 {
 	struct sink k = {.body = BUF_INIT(LESSOR_CLIENT_MAX_RESPONSE), .retry_after_s = -1};
 	struct curl_slist *hl = header_list(c, headers);
@@ -182,23 +182,22 @@ int lessor_client_request(lessor_client *c, const char *method, const char *path
 		return transport_error(rc);
 	}
 	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
-	*ret = (struct lessor_response){.status = status,
-					.len = k.body.len,
-					.retry_after_s = k.retry_after_s};
+	*ret = (struct lessor_response){
+	    .status = status, .len = k.body.len, .retry_after_s = k.retry_after_s};
 	ret->body = k.body.len ? buf_steal(&k.body) : NULL;
 	buf_done(&k.body);
 	return 0;
 }
 
 int lessor_client_json(lessor_client *c, const char *method, const char *path,
-		       const char *body_json, long *ret_status, cJSON **ret)
+                       const char *body_json, long *ret_status, cJSON **ret)
 {
 	char *hdr[] = {"Content-Type: application/json", NULL};
 	struct lessor_response resp;
 	int r;
 
 	r = lessor_client_request(c, method, path, hdr, body_json,
-				  body_json ? strlen(body_json) : 0, &resp);
+	                          body_json ? strlen(body_json) : 0, &resp);
 	if (r < 0)
 		return r;
 	if (ret_status)

@@ -33,10 +33,10 @@ void lessor_response_done(struct lessor_response *r);
  * none.  Returns 0 (any HTTP status) or -errno for a transport failure:
  * -ECONNREFUSED, -ETIMEDOUT, -EFBIG (response over the cap), -EIO. */
 int lessor_client_request(lessor_client *c, const char *method, const char *path,
-			  char *const *headers, const void *body, size_t len,
-			  struct lessor_response *ret);
+                          char *const *headers, const void *body, size_t len,
+                          struct lessor_response *ret);
 
 /* JSON in and out: body_json NULL = no body.  *ret is the parsed response body
  * (NULL when empty or not JSON); ret may be NULL. */
 int lessor_client_json(lessor_client *c, const char *method, const char *path,
-		       const char *body_json, long *ret_status, cJSON **ret);
+                       const char *body_json, long *ret_status, cJSON **ret);

@@ -13,9 +13,8 @@ struct lessor_faults {
 };
 
 static const char *const endpoint_names[_LESSOR_EP_MAX] = {
-	[LESSOR_EP_CLAIMS] = "claims",     [LESSOR_EP_LEASE] = "lease",
-	[LESSOR_EP_LOG] = "log",           [LESSOR_EP_COMPLETE] = "complete",
-	[LESSOR_EP_RELEASE] = "release",
+    [LESSOR_EP_CLAIMS] = "claims",     [LESSOR_EP_LEASE] = "lease",     [LESSOR_EP_LOG] = "log",
+    [LESSOR_EP_COMPLETE] = "complete", [LESSOR_EP_RELEASE] = "release",
 };
 
 lessor_faults *lessor_faults_new(void)

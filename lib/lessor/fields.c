@@ -37,7 +37,7 @@ _printf_(2, 3) static int fail(char msg[LESSOR_MSG_MAX], const char *fmt, ...)
 
 /* The field, or NULL when absent or null.  -EINVAL when required and missing. */
 static int lookup(const cJSON *o, const char *name, bool required, const cJSON **ret,
-		  char msg[LESSOR_MSG_MAX])
+                  char msg[LESSOR_MSG_MAX])
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
 
@@ -50,7 +50,7 @@ static int lookup(const cJSON *o, const char *name, bool required, const cJSON *
 }
 
 int lessor_field_int(const cJSON *o, const char *name, bool required, int64_t min, int64_t max,
-		     int64_t dflt, int64_t *ret, char msg[LESSOR_MSG_MAX])
+                     int64_t dflt, int64_t *ret, char msg[LESSOR_MSG_MAX])
 {
 	const cJSON *v = NULL;
 	int r = lookup(o, name, required, &v, msg);
@@ -64,13 +64,13 @@ int lessor_field_int(const cJSON *o, const char *name, bool required, int64_t mi
 	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
 	    v->valuedouble < (double)min || v->valuedouble > (double)max)
 		return fail(msg, "'%s' must be an integer in %lld..%lld", name, (long long)min,
-			    (long long)max);
+		            (long long)max);
 	*ret = (int64_t)v->valuedouble;
 	return 0;
 }
 
 int lessor_field_bool(const cJSON *o, const char *name, bool dflt, bool *ret,
-		      char msg[LESSOR_MSG_MAX])
+                      char msg[LESSOR_MSG_MAX])
 {
 	const cJSON *v = NULL;
 
@@ -86,7 +86,7 @@ int lessor_field_bool(const cJSON *o, const char *name, bool dflt, bool *ret,
 }
 
 int lessor_field_str(const cJSON *o, const char *name, bool required, size_t max,
-		     bool (*valid)(const char *), const char **ret, char msg[LESSOR_MSG_MAX])
+                     bool (*valid)(const char *), const char **ret, char msg[LESSOR_MSG_MAX])
 {
 	const cJSON *v = NULL;
 	int r = lookup(o, name, required, &v, msg);
@@ -105,8 +105,8 @@ int lessor_field_str(const cJSON *o, const char *name, bool required, size_t max
 	return 0;
 }
 
-int lessor_field_enum(const cJSON *o, const char *name, bool required,
-		      const char *const *names, const char **ret, char msg[LESSOR_MSG_MAX])
+int lessor_field_enum(const cJSON *o, const char *name, bool required, const char *const *names,
+                      const char **ret, char msg[LESSOR_MSG_MAX])
 {
 	const char *s;
 	int r = lessor_field_str(o, name, required, 64, NULL, &s, msg);
@@ -126,7 +126,7 @@ int lessor_field_enum(const cJSON *o, const char *name, bool required,
 /* Every element of the array v as a string that passes valid (after trimming
  * when trim), into a new strv.  Checks the count against max. */
 static int read_strings(const cJSON *v, const char *name, size_t max, bool trim,
-			bool (*valid)(const char *), char ***ret, char msg[LESSOR_MSG_MAX])
+                        bool (*valid)(const char *), char ***ret, char msg[LESSOR_MSG_MAX])
 {
 	char **out = calloc(1, sizeof(char *));
 	const cJSON *e;
@@ -137,7 +137,8 @@ static int read_strings(const cJSON *v, const char *name, size_t max, bool trim,
 		strv_free(out);
 		return fail(msg, "'%s' must be an array of at most %zu strings", name, max);
 	}
-	cJSON_ArrayForEach(e, v) {
+	cJSON_ArrayForEach(e, v)
+	{
 		_cleanup_free_ char *copy = cJSON_IsString(e) ? strdup(e->valuestring) : NULL;
 		const char *s = copy && trim ? str_trim(copy) : copy;
 
@@ -174,7 +175,7 @@ int lessor_field_tags(const cJSON *o, const char *name, char ***ret, char msg[LE
 }
 
 int lessor_field_ids(const cJSON *o, const char *name, size_t max, char ***ret,
-		     char msg[LESSOR_MSG_MAX])
+                     char msg[LESSOR_MSG_MAX])
 {
 	const cJSON *v = NULL;
 

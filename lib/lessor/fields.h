@@ -22,15 +22,15 @@ bool lessor_valid_worker_id(const char *s);
 #define LESSOR_WORKFLOWS_MAX 256
 
 int lessor_field_int(const cJSON *o, const char *name, bool required, int64_t min, int64_t max,
-		     int64_t dflt, int64_t *ret, char msg[LESSOR_MSG_MAX]);
+                     int64_t dflt, int64_t *ret, char msg[LESSOR_MSG_MAX]);
 int lessor_field_bool(const cJSON *o, const char *name, bool dflt, bool *ret,
-		      char msg[LESSOR_MSG_MAX]);
+                      char msg[LESSOR_MSG_MAX]);
 /* valid: NULL accepts any string of 1..max bytes (max 0 = also empty allowed). */
 int lessor_field_str(const cJSON *o, const char *name, bool required, size_t max,
-		     bool (*valid)(const char *), const char **ret, char msg[LESSOR_MSG_MAX]);
+                     bool (*valid)(const char *), const char **ret, char msg[LESSOR_MSG_MAX]);
 /* One of the NULL-terminated names; *ret points into names. */
-int lessor_field_enum(const cJSON *o, const char *name, bool required,
-		      const char *const *names, const char **ret, char msg[LESSOR_MSG_MAX]);
+int lessor_field_enum(const cJSON *o, const char *name, bool required, const char *const *names,
+                      const char **ret, char msg[LESSOR_MSG_MAX]);
 
 /* A list of tags: trimmed, validated, sorted, deduplicated, at most
  * LESSOR_TAGS_MAX.  Absent = empty list (never NULL on success). */
@@ -38,7 +38,7 @@ int lessor_field_tags(const cJSON *o, const char *name, char ***ret, char msg[LE
 /* A list of identifiers; absent or null leaves *ret NULL ("any"), [] is an
  * empty list ("none"). */
 int lessor_field_ids(const cJSON *o, const char *name, size_t max, char ***ret,
-		     char msg[LESSOR_MSG_MAX]);
+                     char msg[LESSOR_MSG_MAX]);
 
 /* A JSON array of strings as compact text. */
 char *lessor_strv_to_json(char *const *v);

@@ -81,14 +81,14 @@ static void io_resume(void *userdata)
 /* ---- requests ---- */
 
 static struct request *request_new(lessor_server *s, struct MHD_Connection *conn,
-				   const char *method, const char *url)
+                                   const char *method, const char *url)
 {
 	struct request *rq = calloc(1, sizeof(*rq));
 	struct lessor_call_io io = {.header = io_header,
-				    .query = io_query,
-				    .suspend = io_suspend,
-				    .resume = io_resume,
-				    .userdata = rq};
+	                            .query = io_query,
+	                            .suspend = io_suspend,
+	                            .resume = io_resume,
+	                            .userdata = rq};
 
 	if (!rq)
 		return NULL;
@@ -112,7 +112,7 @@ static void request_free(struct request *rq)
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+                         enum MHD_RequestTerminationCode toe)
 {
 	if (*con_cls)
 		request_free(*con_cls);
@@ -133,13 +133,13 @@ static enum MHD_Result send_reply(struct request *rq)
 	enum MHD_Result ret;
 
 	log_debug("%s %s -> %u", lessor_call_method(rq->call), lessor_call_path(rq->call),
-		  rp->status);
+	          rp->status);
 	if (rp->body)
 		resp = MHD_create_response_from_buffer(rp->len, TAKE_PTR(rp->body),
-						       MHD_RESPMEM_MUST_FREE);
+		                                       MHD_RESPMEM_MUST_FREE);
 	else
 		resp = MHD_create_response_from_buffer(0, (void *)(uintptr_t) "",
-						       MHD_RESPMEM_PERSISTENT);
+		                                       MHD_RESPMEM_PERSISTENT);
 	if (!resp)
 		return MHD_NO;
 	add_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rp->content_type);
@@ -159,8 +159,8 @@ static enum MHD_Result send_reply(struct request *rq)
 /* Content-Length, or 0 when absent or malformed (MHD checks the framing). */
 static uint64_t declared_length(struct request *rq)
 {
-	const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *cl =
+	    MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	char *end;
 	unsigned long long n;
 
@@ -179,8 +179,8 @@ static enum MHD_Result run_call(struct request *rq)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version, const char *upload_data,
-				  size_t *upload_data_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
 	struct request *rq = *con_cls;
 
@@ -255,7 +255,7 @@ static int format_address(int fd, char *buf, size_t len)
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
 		return -errno;
 	if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-			NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+	                NI_NUMERICHOST | NI_NUMERICSERV) != 0)
 		return -EINVAL;
 	snprintf(buf, len, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 	return 0;
@@ -264,8 +264,8 @@ static int format_address(int fd, char *buf, size_t len)
 static int open_listener(const char *listen_addr, int *ret_family, int *ret_fd)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	                         .ai_socktype = SOCK_STREAM,
+	                         .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct addrinfo *ai = NULL;
 	char host[64], port[8];
 	int one = 1, fd, r;
@@ -296,15 +296,14 @@ done:
 static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 {
 	struct lessor_store_config sc = {
-		.sync_full = cfg->sync_full,
-		.max_lease_expiries = cfg->max_lease_expiries,
-		.retry_base_ms = (int64_t)(cfg->retry_base / USEC_PER_MSEC),
-		.retry_max_ms = (int64_t)(cfg->retry_max / USEC_PER_MSEC),
-		.max_log_bytes = cfg->max_log_bytes,
+	    .sync_full = cfg->sync_full,
+	    .max_lease_expiries = cfg->max_lease_expiries,
+	    .retry_base_ms = (int64_t)(cfg->retry_base / USEC_PER_MSEC),
+	    .retry_max_ms = (int64_t)(cfg->retry_max / USEC_PER_MSEC),
+	    .max_log_bytes = cfg->max_log_bytes,
 	};
-	struct lessor_api_config ac = {.token = cfg->token,
-				       .max_body = cfg->max_body,
-				       .enable_faults = cfg->enable_faults};
+	struct lessor_api_config ac = {
+	    .token = cfg->token, .max_body = cfg->max_body, .enable_faults = cfg->enable_faults};
 	int r;
 
 	s->waiters = lessor_waiters_new();
@@ -313,7 +312,7 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	r = lessor_store_open(cfg->db_path, &sc, &s->store);
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "cannot open database %s: %s", cfg->db_path,
-				 r == -EBUSY ? "in use by another lessor" : strerror(-r));
+		                 r == -EBUSY ? "in use by another lessor" : strerror(-r));
 	r = lessor_store_recover(s->store, (int64_t)(time_real() / USEC_PER_MSEC));
 	if (r < 0)
 		return r;
@@ -328,7 +327,7 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 static int start_http(lessor_server *s, const struct lessor_server_config *cfg)
 {
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 	int family = AF_INET, r;
 
 	r = open_listener(cfg->listen, &family, &s->listen_fd);
@@ -340,12 +339,11 @@ static int start_http(lessor_server *s, const struct lessor_server_config *cfg)
 	if (family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	s->mhd = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-		MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)MAX(cfg->threads, 1u),
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)CONNECTION_LIMIT, MHD_OPTION_END);
+	    flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+	    MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
+	    (unsigned)MAX(cfg->threads, 1u), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT, MHD_OPTION_END);
 	if (!s->mhd)
 		return log_errno(LOG_ERR, -EIO, "cannot start the HTTP server");
 	return 0;
@@ -395,7 +393,7 @@ static void drain(lessor_server *s)
 	}
 	if (atomic_load(&s->in_flight) > 0)
 		log_warning("%d requests still in flight after the drain timeout, closing them",
-			    atomic_load(&s->in_flight));
+		            atomic_load(&s->in_flight));
 }
 
 lessor_server *lessor_server_stop(lessor_server *s)

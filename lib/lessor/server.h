@@ -12,31 +12,31 @@
 #include "util/time.h"
 
 struct lessor_server_config {
-	const char *listen;  /* "HOST:PORT" or "[V6]:PORT"; port 0 = any free port */
+	const char *listen; /* "HOST:PORT" or "[V6]:PORT"; port 0 = any free port */
 	const char *db_path;
-	const char *token;   /* bearer token; NULL = no authentication */
-	size_t max_body;     /* request body cap */
+	const char *token; /* bearer token; NULL = no authentication */
+	size_t max_body;   /* request body cap */
 	uint64_t max_log_bytes;
-	bool sync_full;      /* synchronous=FULL (else NORMAL) */
-	unsigned threads;    /* HTTP polling threads */
-	usec_t retry_base;   /* first retry delay, doubling */
+	bool sync_full;    /* synchronous=FULL (else NORMAL) */
+	unsigned threads;  /* HTTP polling threads */
+	usec_t retry_base; /* first retry delay, doubling */
 	usec_t retry_max;
 	unsigned max_lease_expiries;
 	bool enable_faults;
-	usec_t tick;         /* reaper period */
+	usec_t tick; /* reaper period */
 };
 
 #define LESSOR_SERVER_CONFIG_DEFAULTS                                                              \
 	((struct lessor_server_config){                                                            \
-		.listen = "127.0.0.1:8080",                                                        \
-		.max_body = 4u << 20,                                                              \
-		.max_log_bytes = 64u << 20,                                                        \
-		.sync_full = true,                                                                 \
-		.threads = 4,                                                                      \
-		.retry_base = 5 * USEC_PER_SEC,                                                    \
-		.retry_max = 5 * USEC_PER_MINUTE,                                                  \
-		.max_lease_expiries = 3,                                                           \
-		.tick = 100 * USEC_PER_MSEC,                                                       \
+	    .listen = "127.0.0.1:8080",                                                            \
+	    .max_body = 4u << 20,                                                                  \
+	    .max_log_bytes = 64u << 20,                                                            \
+	    .sync_full = true,                                                                     \
+	    .threads = 4,                                                                          \
+	    .retry_base = 5 * USEC_PER_SEC,                                                        \
+	    .retry_max = 5 * USEC_PER_MINUTE,                                                      \
+	    .max_lease_expiries = 3,                                                               \
+	    .tick = 100 * USEC_PER_MSEC,                                                           \
 	})
 
 typedef struct lessor_server lessor_server;

@@ -29,10 +29,9 @@ int lessor_db_error(lessor_store *s, int rc, const char *sql);
 
 /* Prepares sql once (cached by address), binds the arguments described by fmt
  * and steps once.  fmt: 'i' int64_t, 'n' const int64_t * (NULL binds NULL),
- * 's' const char * (NULL binds NULL), 'b' const void * then size_t (a blob).  Returns 1 with the statement in
- * *ret_st (may be NULL) when a row is available, 0 when done, -errno. */
-int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt,
-		    ...);
+ * 's' const char * (NULL binds NULL), 'b' const void * then size_t (a blob).  Returns 1 with the
+ * statement in *ret_st (may be NULL) when a row is available, 0 when done, -errno. */
+int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt, ...);
 /* Steps an open query: 1 row, 0 done, -errno. */
 int lessor_db_next(lessor_store *s, sqlite3_stmt *st);
 

@@ -16,74 +16,74 @@
 
 /* Migration n brings user_version from n to n + 1.  Never edit a shipped one. */
 static const char *const migrations[] = {
-	/* 0 -> 1: the initial schema.  Times are wall-clock ms since the epoch. */
-	"CREATE TABLE runs ("
-	"  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* run id is 'r-' || seq */
-	"  workflow TEXT NOT NULL,"
-	"  input TEXT NOT NULL,"
-	"  tags TEXT NOT NULL DEFAULT '[]',"
-	"  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
-	"  timeout_s INTEGER,"
-	"  idempotency_key TEXT UNIQUE,"
-	"  status TEXT NOT NULL CHECK (status IN"
-	"    ('pending','running','succeeded','failed','cancelled')),"
-	"  attempts INTEGER NOT NULL DEFAULT 0," /* consumed attempts */
-	"  lease_expiries INTEGER NOT NULL DEFAULT 0,"
-	"  cancel_requested INTEGER NOT NULL DEFAULT 0,"
-	"  not_before INTEGER NOT NULL,"
-	"  lease_id INTEGER," /* the held lease while running */
-	"  lease_expires_at INTEGER,"
-	"  rejected_writes INTEGER NOT NULL DEFAULT 0,"
-	"  log_length INTEGER NOT NULL DEFAULT 0,"
-	"  outcome TEXT, reason TEXT, exit_code INTEGER, signal TEXT, error TEXT,"
-	"  retryable INTEGER, duration_ms INTEGER, reported_log_length INTEGER, output TEXT,"
-	"  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
-	"  started_at INTEGER, finished_at INTEGER,"
-	"  CHECK ((status = 'running') = (lease_id IS NOT NULL)));"
-	"CREATE INDEX runs_queue ON runs(status, seq);"
-	"CREATE INDEX runs_due ON runs(status, not_before);"
-	"CREATE INDEX runs_expiry ON runs(status, lease_expires_at);"
-	"CREATE INDEX runs_workflow ON runs(workflow, seq);"
-	"CREATE TABLE run_tags ("
-	"  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
-	"  tag TEXT NOT NULL,"
-	"  PRIMARY KEY (run_seq, tag)) WITHOUT ROWID;"
-	"CREATE TABLE leases ("
-	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-	"  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
-	"  token TEXT NOT NULL UNIQUE,"
-	"  attempt INTEGER NOT NULL,"
-	"  worker_id TEXT NOT NULL,"
-	"  claim_id TEXT NOT NULL,"
-	"  ttl_s INTEGER NOT NULL,"
-	"  granted_at INTEGER NOT NULL,"
-	"  last_renewed_at INTEGER," /* NULL: never renewed (claim cancel) */
-	"  ended_at INTEGER,"
-	"  end_reason TEXT CHECK (end_reason IN"
-	"    ('completed','released','expired','revoked','cancelled')),"
-	"  detail TEXT," /* release reason, ... */
-	"  answer TEXT);" /* run_status answered to complete, for idempotency */
-	"CREATE INDEX leases_run ON leases(run_seq);"
-	"CREATE INDEX leases_claim ON leases(claim_id);"
-	"CREATE TABLE claims ("
-	"  claim_id TEXT PRIMARY KEY,"
-	"  worker_id TEXT NOT NULL,"
-	"  created_at INTEGER NOT NULL,"
-	"  cancelled INTEGER NOT NULL DEFAULT 0);"
-	"CREATE INDEX claims_age ON claims(created_at);"
-	"CREATE TABLE workers ("
-	"  worker_id TEXT PRIMARY KEY,"
-	"  last_claim_at INTEGER NOT NULL,"
-	"  workflows TEXT," /* JSON array as sent; NULL = omitted */
-	"  tags TEXT NOT NULL,"
-	"  max_runs INTEGER NOT NULL,"
-	"  claims INTEGER NOT NULL DEFAULT 0,"
-	"  runs_granted INTEGER NOT NULL DEFAULT 0);"
-	"CREATE TABLE log_chunks ("
-	"  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
-	"  start INTEGER NOT NULL,"
-	"  data BLOB NOT NULL,"
-	"  PRIMARY KEY (run_seq, start)) WITHOUT ROWID;",
+    /* 0 -> 1: the initial schema.  Times are wall-clock ms since the epoch. */
+    "CREATE TABLE runs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* run id is 'r-' || seq */
+    "  workflow TEXT NOT NULL,"
+    "  input TEXT NOT NULL,"
+    "  tags TEXT NOT NULL DEFAULT '[]',"
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+    "  timeout_s INTEGER,"
+    "  idempotency_key TEXT UNIQUE,"
+    "  status TEXT NOT NULL CHECK (status IN"
+    "    ('pending','running','succeeded','failed','cancelled')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0," /* consumed attempts */
+    "  lease_expiries INTEGER NOT NULL DEFAULT 0,"
+    "  cancel_requested INTEGER NOT NULL DEFAULT 0,"
+    "  not_before INTEGER NOT NULL,"
+    "  lease_id INTEGER," /* the held lease while running */
+    "  lease_expires_at INTEGER,"
+    "  rejected_writes INTEGER NOT NULL DEFAULT 0,"
+    "  log_length INTEGER NOT NULL DEFAULT 0,"
+    "  outcome TEXT, reason TEXT, exit_code INTEGER, signal TEXT, error TEXT,"
+    "  retryable INTEGER, duration_ms INTEGER, reported_log_length INTEGER, output TEXT,"
+    "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+    "  started_at INTEGER, finished_at INTEGER,"
+    "  CHECK ((status = 'running') = (lease_id IS NOT NULL)));"
+    "CREATE INDEX runs_queue ON runs(status, seq);"
+    "CREATE INDEX runs_due ON runs(status, not_before);"
+    "CREATE INDEX runs_expiry ON runs(status, lease_expires_at);"
+    "CREATE INDEX runs_workflow ON runs(workflow, seq);"
+    "CREATE TABLE run_tags ("
+    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
+    "  tag TEXT NOT NULL,"
+    "  PRIMARY KEY (run_seq, tag)) WITHOUT ROWID;"
+    "CREATE TABLE leases ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
+    "  token TEXT NOT NULL UNIQUE,"
+    "  attempt INTEGER NOT NULL,"
+    "  worker_id TEXT NOT NULL,"
+    "  claim_id TEXT NOT NULL,"
+    "  ttl_s INTEGER NOT NULL,"
+    "  granted_at INTEGER NOT NULL,"
+    "  last_renewed_at INTEGER," /* NULL: never renewed (claim cancel) */
+    "  ended_at INTEGER,"
+    "  end_reason TEXT CHECK (end_reason IN"
+    "    ('completed','released','expired','revoked','cancelled')),"
+    "  detail TEXT,"  /* release reason, ... */
+    "  answer TEXT);" /* run_status answered to complete, for idempotency */
+    "CREATE INDEX leases_run ON leases(run_seq);"
+    "CREATE INDEX leases_claim ON leases(claim_id);"
+    "CREATE TABLE claims ("
+    "  claim_id TEXT PRIMARY KEY,"
+    "  worker_id TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  cancelled INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX claims_age ON claims(created_at);"
+    "CREATE TABLE workers ("
+    "  worker_id TEXT PRIMARY KEY,"
+    "  last_claim_at INTEGER NOT NULL,"
+    "  workflows TEXT," /* JSON array as sent; NULL = omitted */
+    "  tags TEXT NOT NULL,"
+    "  max_runs INTEGER NOT NULL,"
+    "  claims INTEGER NOT NULL DEFAULT 0,"
+    "  runs_granted INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE log_chunks ("
+    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
+    "  start INTEGER NOT NULL,"
+    "  data BLOB NOT NULL,"
+    "  PRIMARY KEY (run_seq, start)) WITHOUT ROWID;",
 };
 
 int lessor_db_error(lessor_store *s, int rc, const char *sql)
@@ -180,8 +180,7 @@ int lessor_db_next(lessor_store *s, sqlite3_stmt *st)
 	return lessor_db_error(s, rc, sqlite3_sql(st));
 }
 
-int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt,
-		    ...)
+int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt, ...)
 {
 	sqlite3_stmt *st;
 	va_list ap;
@@ -295,7 +294,7 @@ static int migrate(lessor_store *s)
 		return r;
 	if (v > (int64_t)ELEMENTSOF(migrations)) {
 		log_error("database schema version %" PRId64 " is newer than this lessor (%zu)", v,
-			  ELEMENTSOF(migrations));
+		          ELEMENTSOF(migrations));
 		return -EPROTO;
 	}
 	for (; v < (int64_t)ELEMENTSOF(migrations); v++) {
@@ -344,7 +343,7 @@ static int configure(lessor_store *s)
 	 * kill -9 loses nothing; FULL also fsyncs the WAL on every commit, so a
 	 * power loss loses nothing either. */
 	r = exec_plain(s, s->cfg.sync_full ? "PRAGMA synchronous = FULL"
-					   : "PRAGMA synchronous = NORMAL");
+	                                   : "PRAGMA synchronous = NORMAL");
 	if (r < 0)
 		return r;
 	r = exec_plain(s, "PRAGMA foreign_keys = ON");
@@ -366,8 +365,7 @@ static int lock_database(lessor_store *s, const char *path)
 	return 0;
 }
 
-int lessor_store_open(const char *path, const struct lessor_store_config *cfg,
-		      lessor_store **ret)
+int lessor_store_open(const char *path, const struct lessor_store_config *cfg, lessor_store **ret)
 {
 	lessor_store *s = calloc(1, sizeof(*s));
 	int rc, r;
@@ -380,8 +378,8 @@ int lessor_store_open(const char *path, const struct lessor_store_config *cfg,
 	r = lock_database(s, path);
 	if (r < 0)
 		goto fail;
-	rc = sqlite3_open_v2(path, &s->db,
-			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	rc = sqlite3_open_v2(
+	    path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc != SQLITE_OK) {
 		r = s->db ? lessor_db_error(s, rc, "open") : -ENOMEM;
 		goto fail;
@@ -415,7 +413,7 @@ lessor_store *lessor_store_free(lessor_store *s)
 bool lessor_run_status_valid(const char *s)
 {
 	static const char *const names[] = {"pending", "running", "succeeded", "failed",
-					    "cancelled"};
+	                                    "cancelled"};
 
 	for (size_t i = 0; i < ELEMENTSOF(names); i++)
 		if (streq(s, names[i]))

@@ -33,8 +33,7 @@ struct lessor_store_config {
 #define LESSOR_TOKEN_LEN 32
 #define LESSOR_QUEUE_DEPTH_CAP 1000
 
-int lessor_store_open(const char *path, const struct lessor_store_config *cfg,
-		      lessor_store **ret);
+int lessor_store_open(const char *path, const struct lessor_store_config *cfg, lessor_store **ret);
 lessor_store *lessor_store_free(lessor_store *s);
 
 /* After a restart: give every held lease its full ttl from `now`, so a server
@@ -43,15 +42,15 @@ int lessor_store_recover(lessor_store *s, int64_t now);
 
 struct lessor_enqueue {
 	const char *workflow;
-	const char *input_json; /* valid JSON text */
-	char **tags;            /* normalised: validated, sorted, unique; may be NULL */
-	unsigned max_attempts;  /* >= 1 */
-	unsigned timeout_s;     /* 0 = worker default */
+	const char *input_json;      /* valid JSON text */
+	char **tags;                 /* normalised: validated, sorted, unique; may be NULL */
+	unsigned max_attempts;       /* >= 1 */
+	unsigned timeout_s;          /* 0 = worker default */
 	const char *idempotency_key; /* NULL = none */
 };
 /* *ret_created is false when idempotency_key named an existing run (returned). */
 int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_t now,
-			 char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created);
+                         char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created);
 
 struct lessor_claim_req {
 	const char *claim_id;
@@ -78,26 +77,26 @@ struct lessor_claim_result {
 	struct lessor_grant *runs;
 	size_t n_runs;
 	uint64_t queue_depth; /* eligible pending runs left for this worker, at most
-			       * LESSOR_QUEUE_DEPTH_CAP (counting is a scan) */
+	                       * LESSOR_QUEUE_DEPTH_CAP (counting is a scan) */
 	bool replay;          /* claim_id was answered before: runs are the ones still held */
 	bool cancelled;       /* claim_id was cancelled: nothing granted */
 };
 int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
-		       struct lessor_claim_result *ret);
+                       struct lessor_claim_result *ret);
 void lessor_claim_result_done(struct lessor_claim_result *r);
 
 /* Releases every run granted to claim_id whose lease was never renewed and
  * marks the claim cancelled, so no later request with that id grants anything. */
 int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,
-			      unsigned *ret_released);
+                              unsigned *ret_released);
 
 int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
-		       int64_t now, bool *ret_cancel_requested);
+                       int64_t now, bool *ret_cancel_requested);
 
 /* Appends at byte offset `start`.  *ret_length is the log's length afterwards
  * (also on -ERANGE and -EFBIG; on -EFBIG the part that fit was kept). */
 int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
-			    const void *data, size_t len, int64_t now, uint64_t *ret_length);
+                            const void *data, size_t len, int64_t now, uint64_t *ret_length);
 
 struct lessor_completion {
 	const char *token;
@@ -114,10 +113,10 @@ struct lessor_completion {
 };
 /* *ret_run_status: "succeeded" | "failed" | "retrying" | "cancelled" (static). */
 int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *c,
-			  int64_t now, const char **ret_run_status);
+                          int64_t now, const char **ret_run_status);
 
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
-			 unsigned delay_s, int64_t now);
+                         unsigned delay_s, int64_t now);
 
 /* Admin.  cancel: pending -> cancelled, running -> cancel_requested, cancelled
  * -> no-op, succeeded/failed -> -EBUSY.  *ret_status is the status afterwards.
@@ -134,7 +133,7 @@ int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake
 /* Read-only views, as JSON for the admin API. */
 int lessor_store_run_json(lessor_store *s, const char *id, cJSON **ret);
 int lessor_store_list_json(lessor_store *s, const char *status, const char *workflow,
-			   unsigned limit, cJSON **ret);
+                           unsigned limit, cJSON **ret);
 int lessor_store_stats_json(lessor_store *s, cJSON **ret);
 int lessor_store_workers_json(lessor_store *s, cJSON **ret);
 int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *ret_len);

@@ -33,12 +33,12 @@ static void new_token(char buf[LESSOR_TOKEN_LEN + 1])
 }
 
 static int end_lease(lessor_store *s, int64_t lease_id, const char *reason, const char *detail,
-		     int64_t now)
+                     int64_t now)
 {
 	return lessor_db_query(s, NULL,
-			       "UPDATE leases SET ended_at = ?, end_reason = ?, detail = ?"
-			       " WHERE id = ?",
-			       "issi", now, reason, detail, lease_id);
+	                       "UPDATE leases SET ended_at = ?, end_reason = ?, detail = ?"
+	                       " WHERE id = ?",
+	                       "issi", now, reason, detail, lease_id);
 }
 
 /* Back to the queue.  Without a delay the run keeps its place (its old
@@ -46,22 +46,23 @@ static int end_lease(lessor_store *s, int64_t lease_id, const char *reason, cons
 static int to_pending(lessor_store *s, int64_t seq, int64_t delay_ms, int64_t now)
 {
 	return lessor_db_query(s, NULL,
-			       "UPDATE runs SET status = 'pending', lease_id = NULL,"
-			       " lease_expires_at = NULL,"
-			       " not_before = CASE WHEN ?1 > 0 THEN ?2 + ?1 ELSE not_before END,"
-			       " updated_at = ?2 WHERE seq = ?3",
-			       "iii", delay_ms, now, seq);
+	                       "UPDATE runs SET status = 'pending', lease_id = NULL,"
+	                       " lease_expires_at = NULL,"
+	                       " not_before = CASE WHEN ?1 > 0 THEN ?2 + ?1 ELSE not_before END,"
+	                       " updated_at = ?2 WHERE seq = ?3",
+	                       "iii", delay_ms, now, seq);
 }
 
 static int fail_run(lessor_store *s, int64_t seq, const char *reason, const char *error,
-		    int64_t now)
+                    int64_t now)
 {
-	return lessor_db_query(s, NULL,
-			       "UPDATE runs SET status = 'failed', lease_id = NULL,"
-			       " lease_expires_at = NULL, outcome = 'failed', reason = ?, error = ?,"
-			       " exit_code = NULL, signal = NULL, retryable = 0,"
-			       " updated_at = ?, finished_at = ? WHERE seq = ?",
-			       "ssiii", reason, error, now, now, seq);
+	return lessor_db_query(
+	    s, NULL,
+	    "UPDATE runs SET status = 'failed', lease_id = NULL,"
+	    " lease_expires_at = NULL, outcome = 'failed', reason = ?, error = ?,"
+	    " exit_code = NULL, signal = NULL, retryable = 0,"
+	    " updated_at = ?, finished_at = ? WHERE seq = ?",
+	    "ssiii", reason, error, now, now, seq);
 }
 
 /* ---- the held lease: fencing ---- */
@@ -78,7 +79,7 @@ struct held {
 /* 0 when token is the run's current lease; -ENOENT unknown run; -ESTALE
  * otherwise, after counting the refused write on the run. */
 static int held_lease(lessor_store *s, const char *id, const char *token, int64_t now,
-		      struct held *ret)
+                      struct held *ret)
 {
 	sqlite3_stmt *st;
 	int64_t seq;
@@ -86,28 +87,29 @@ static int held_lease(lessor_store *s, const char *id, const char *token, int64_
 
 	if (lessor_run_id_parse(id, &seq) < 0)
 		return -ENOENT;
-	r = lessor_db_query(s, &st,
-			    "SELECT r.lease_id, l.token, r.attempts, r.max_attempts, r.log_length,"
-			    " r.cancel_requested FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
-			    " WHERE r.seq = ?",
-			    "i", seq);
+	r = lessor_db_query(
+	    s, &st,
+	    "SELECT r.lease_id, l.token, r.attempts, r.max_attempts, r.log_length,"
+	    " r.cancel_requested FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
+	    " WHERE r.seq = ?",
+	    "i", seq);
 	if (r <= 0)
 		return r < 0 ? r : -ENOENT;
 	if (lessor_db_is_null(st, 0) ||
 	    !streq_ptr((const char *)sqlite3_column_text(st, 1), token)) {
 		r = lessor_db_query(s, NULL,
-				    "UPDATE runs SET rejected_writes = rejected_writes + 1"
-				    " WHERE seq = ?",
-				    "i", seq);
+		                    "UPDATE runs SET rejected_writes = rejected_writes + 1"
+		                    " WHERE seq = ?",
+		                    "i", seq);
 		return r < 0 ? r : -ESTALE;
 	}
 	*ret = (struct held){
-		.seq = seq,
-		.lease_id = lessor_db_int(st, 0),
-		.attempts = lessor_db_int(st, 2),
-		.max_attempts = lessor_db_int(st, 3),
-		.log_length = lessor_db_int(st, 4),
-		.cancel_requested = lessor_db_int(st, 5) != 0,
+	    .seq = seq,
+	    .lease_id = lessor_db_int(st, 0),
+	    .attempts = lessor_db_int(st, 2),
+	    .max_attempts = lessor_db_int(st, 3),
+	    .log_length = lessor_db_int(st, 4),
+	    .cancel_requested = lessor_db_int(st, 5) != 0,
 	};
 	return 0;
 }
@@ -115,7 +117,7 @@ static int held_lease(lessor_store *s, const char *id, const char *token, int64_
 /* Splits held_lease()'s result into a database error (returned) and a
  * protocol answer (*answer). */
 static int held_or_answer(lessor_store *s, const char *id, const char *token, int64_t now,
-			  struct held *h, int *answer)
+                          struct held *h, int *answer)
 {
 	int r = held_lease(s, id, token, now, h);
 
@@ -159,7 +161,7 @@ static int enqueue_tx(lessor_store *s, void *userdata)
 		return -ENOMEM;
 	if (e->idempotency_key) {
 		r = lessor_db_query(s, &st, "SELECT seq FROM runs WHERE idempotency_key = ?", "s",
-				    e->idempotency_key);
+		                    e->idempotency_key);
 		if (r != 0) {
 			if (r > 0)
 				c->seq = lessor_db_int(st, 0);
@@ -167,18 +169,19 @@ static int enqueue_tx(lessor_store *s, void *userdata)
 		}
 	}
 	r = lessor_db_query(s, NULL,
-			    "INSERT INTO runs (workflow, input, tags, max_attempts, timeout_s,"
-			    " idempotency_key, status, not_before, created_at, updated_at)"
-			    " VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-			    "sssinsiii", e->workflow, e->input_json, tags, (int64_t)e->max_attempts,
-			    timeout > 0 ? &timeout : NULL, e->idempotency_key, c->now, c->now, c->now);
+	                    "INSERT INTO runs (workflow, input, tags, max_attempts, timeout_s,"
+	                    " idempotency_key, status, not_before, created_at, updated_at)"
+	                    " VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+	                    "sssinsiii", e->workflow, e->input_json, tags, (int64_t)e->max_attempts,
+	                    timeout > 0 ? &timeout : NULL, e->idempotency_key, c->now, c->now,
+	                    c->now);
 	if (r < 0)
 		return r;
 	c->seq = sqlite3_last_insert_rowid(s->db);
 	c->created = true;
 	for (size_t i = 0; e->tags && e->tags[i]; i++) {
 		r = lessor_db_query(s, NULL, "INSERT INTO run_tags (run_seq, tag) VALUES (?, ?)",
-				    "is", c->seq, e->tags[i]);
+		                    "is", c->seq, e->tags[i]);
 		if (r < 0)
 			return r;
 	}
@@ -186,7 +189,7 @@ static int enqueue_tx(lessor_store *s, void *userdata)
 }
 
 int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_t now,
-			 char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created)
+                         char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created)
 {
 	struct enqueue_ctx c = {.e = e, .now = now};
 	int r = lessor_db_tx(s, true, enqueue_tx, &c);
@@ -244,10 +247,10 @@ static int claim_replay(lessor_store *s, struct claim_ctx *c)
 
 	c->res->replay = true;
 	r = lessor_db_query(s, &st,
-			    "SELECT r.seq, r.workflow, r.input, r.tags, l.attempt, r.timeout_s,"
-			    " l.token, l.ttl_s FROM leases l JOIN runs r ON r.seq = l.run_seq"
-			    " WHERE l.claim_id = ? AND r.lease_id = l.id ORDER BY r.seq",
-			    "s", c->req->claim_id);
+	                    "SELECT r.seq, r.workflow, r.input, r.tags, l.attempt, r.timeout_s,"
+	                    " l.token, l.ttl_s FROM leases l JOIN runs r ON r.seq = l.run_seq"
+	                    " WHERE l.claim_id = ? AND r.lease_id = l.id ORDER BY r.seq",
+	                    "s", c->req->claim_id);
 	for (; r > 0; r = lessor_db_next(s, st)) {
 		struct lessor_grant *g;
 
@@ -265,7 +268,7 @@ static int claim_replay(lessor_store *s, struct claim_ctx *c)
 
 		(void)lessor_run_id_parse(c->res->runs[i].id, &seq);
 		r = lessor_db_query(s, NULL, "UPDATE runs SET lease_expires_at = ? WHERE seq = ?",
-				    "ii", c->now + 1000LL * c->res->runs[i].ttl_s, seq);
+		                    "ii", c->now + 1000LL * c->res->runs[i].ttl_s, seq);
 		if (r < 0)
 			return r;
 	}
@@ -279,7 +282,7 @@ static int claim_lookup(lessor_store *s, struct claim_ctx *c)
 	int r;
 
 	r = lessor_db_query(s, &st, "SELECT worker_id, cancelled FROM claims WHERE claim_id = ?",
-			    "s", c->req->claim_id);
+	                    "s", c->req->claim_id);
 	if (r <= 0)
 		return r;
 	if (lessor_db_int(st, 1)) {
@@ -299,14 +302,14 @@ static int record_worker(lessor_store *s, struct claim_ctx *c)
 	const struct lessor_claim_req *q = c->req;
 
 	return lessor_db_query(s, NULL,
-			       "INSERT INTO workers (worker_id, last_claim_at, workflows, tags,"
-			       " max_runs, claims) VALUES (?, ?, ?, ?, ?, 1)"
-			       " ON CONFLICT (worker_id) DO UPDATE SET"
-			       " last_claim_at = excluded.last_claim_at,"
-			       " workflows = excluded.workflows, tags = excluded.tags,"
-			       " max_runs = excluded.max_runs, claims = claims + 1",
-			       "sissi", q->worker_id, c->now, q->workflows_json, q->tags_json,
-			       (int64_t)q->max_runs);
+	                       "INSERT INTO workers (worker_id, last_claim_at, workflows, tags,"
+	                       " max_runs, claims) VALUES (?, ?, ?, ?, ?, 1)"
+	                       " ON CONFLICT (worker_id) DO UPDATE SET"
+	                       " last_claim_at = excluded.last_claim_at,"
+	                       " workflows = excluded.workflows, tags = excluded.tags,"
+	                       " max_runs = excluded.max_runs, claims = claims + 1",
+	                       "sissi", q->worker_id, c->now, q->workflows_json, q->tags_json,
+	                       (int64_t)q->max_runs);
 }
 
 static int grant_one(lessor_store *s, struct claim_ctx *c, struct lessor_grant *g)
@@ -318,19 +321,20 @@ static int grant_one(lessor_store *s, struct claim_ctx *c, struct lessor_grant *
 	g->attempt += 1; /* consumed attempts + 1 */
 	g->ttl_s = c->req->ttl_s;
 	new_token(g->token);
-	r = lessor_db_query(s, NULL,
-			    "INSERT INTO leases (run_seq, token, attempt, worker_id, claim_id, ttl_s,"
-			    " granted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-			    "isissii", seq, g->token, (int64_t)g->attempt, c->req->worker_id,
-			    c->req->claim_id, (int64_t)g->ttl_s, c->now);
+	r = lessor_db_query(
+	    s, NULL,
+	    "INSERT INTO leases (run_seq, token, attempt, worker_id, claim_id, ttl_s,"
+	    " granted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+	    "isissii", seq, g->token, (int64_t)g->attempt, c->req->worker_id, c->req->claim_id,
+	    (int64_t)g->ttl_s, c->now);
 	if (r < 0)
 		return r;
 	lease_id = sqlite3_last_insert_rowid(s->db);
 	return lessor_db_query(s, NULL,
-			       "UPDATE runs SET status = 'running', lease_id = ?,"
-			       " lease_expires_at = ?, started_at = COALESCE(started_at, ?),"
-			       " updated_at = ? WHERE seq = ?",
-			       "iiiii", lease_id, c->now + 1000LL * g->ttl_s, c->now, c->now, seq);
+	                       "UPDATE runs SET status = 'running', lease_id = ?,"
+	                       " lease_expires_at = ?, started_at = COALESCE(started_at, ?),"
+	                       " updated_at = ? WHERE seq = ?",
+	                       "iiiii", lease_id, c->now + 1000LL * g->ttl_s, c->now, c->now, seq);
 }
 
 static int claim_new(lessor_store *s, struct claim_ctx *c)
@@ -341,9 +345,10 @@ static int claim_new(lessor_store *s, struct claim_ctx *c)
 
 	/* collect first: updating rows under an open SELECT on them is undefined */
 	r = lessor_db_query(s, &st,
-			    "SELECT r.seq, r.workflow, r.input, r.tags, r.attempts, r.timeout_s"
-			    " FROM runs r WHERE" ELIGIBLE_WHERE " ORDER BY r.not_before, r.seq LIMIT ?4",
-			    "issi", c->now, q->workflows_json, q->tags_json, (int64_t)q->max_runs);
+	                    "SELECT r.seq, r.workflow, r.input, r.tags, r.attempts, r.timeout_s"
+	                    " FROM runs r WHERE" ELIGIBLE_WHERE
+	                    " ORDER BY r.not_before, r.seq LIMIT ?4",
+	                    "issi", c->now, q->workflows_json, q->tags_json, (int64_t)q->max_runs);
 	for (; r > 0; r = lessor_db_next(s, st))
 		if ((r = grant_push(c->res, st)) < 0)
 			return r;
@@ -356,14 +361,14 @@ static int claim_new(lessor_store *s, struct claim_ctx *c)
 	if (c->res->n_runs == 0)
 		return 0;
 	r = lessor_db_query(s, NULL,
-			    "INSERT INTO claims (claim_id, worker_id, created_at) VALUES (?, ?, ?)",
-			    "ssi", q->claim_id, q->worker_id, c->now);
+	                    "INSERT INTO claims (claim_id, worker_id, created_at) VALUES (?, ?, ?)",
+	                    "ssi", q->claim_id, q->worker_id, c->now);
 	if (r < 0)
 		return r;
 	return lessor_db_query(s, NULL,
-			       "UPDATE workers SET runs_granted = runs_granted + ?"
-			       " WHERE worker_id = ?",
-			       "is", (int64_t)c->res->n_runs, q->worker_id);
+	                       "UPDATE workers SET runs_granted = runs_granted + ?"
+	                       " WHERE worker_id = ?",
+	                       "is", (int64_t)c->res->n_runs, q->worker_id);
 }
 
 /* Counting is a scan of the eligible runs, so it stops at a cap; and when the
@@ -375,11 +380,10 @@ static int queue_depth(lessor_store *s, struct claim_ctx *c)
 
 	if (c->res->n_runs < c->req->max_runs)
 		return 0;
-	r = lessor_db_query(s, &st,
-			    "SELECT COUNT(*) FROM (SELECT 1 FROM runs r WHERE" ELIGIBLE_WHERE
-			    " LIMIT ?4)",
-			    "issi", c->now, c->req->workflows_json, c->req->tags_json,
-			    (int64_t)LESSOR_QUEUE_DEPTH_CAP);
+	r = lessor_db_query(
+	    s, &st, "SELECT COUNT(*) FROM (SELECT 1 FROM runs r WHERE" ELIGIBLE_WHERE " LIMIT ?4)",
+	    "issi", c->now, c->req->workflows_json, c->req->tags_json,
+	    (int64_t)LESSOR_QUEUE_DEPTH_CAP);
 	if (r > 0)
 		c->res->queue_depth = (uint64_t)lessor_db_int(st, 0);
 	return r < 0 ? r : 0;
@@ -413,7 +417,7 @@ void lessor_claim_result_done(struct lessor_claim_result *r)
 }
 
 int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
-		       struct lessor_claim_result *ret)
+                       struct lessor_claim_result *ret)
 {
 	struct lessor_claim_result res = {0};
 	struct claim_ctx c = {.req = req, .now = now, .res = &res};
@@ -445,17 +449,19 @@ static int claim_cancel_tx(lessor_store *s, void *userdata)
 	size_t n = 0;
 	int r;
 
-	r = lessor_db_query(s, NULL,
-			    "INSERT INTO claims (claim_id, worker_id, created_at, cancelled)"
-			    " VALUES (?, '', ?, 1) ON CONFLICT (claim_id) DO UPDATE SET cancelled = 1",
-			    "si", c->claim_id, c->now);
+	r = lessor_db_query(
+	    s, NULL,
+	    "INSERT INTO claims (claim_id, worker_id, created_at, cancelled)"
+	    " VALUES (?, '', ?, 1) ON CONFLICT (claim_id) DO UPDATE SET cancelled = 1",
+	    "si", c->claim_id, c->now);
 	if (r < 0)
 		return r;
 	/* max_runs caps a claim at 256 runs, so one batch holds them all */
-	r = lessor_db_query(s, &st,
-			    "SELECT r.seq, l.id FROM leases l JOIN runs r ON r.seq = l.run_seq"
-			    " WHERE l.claim_id = ? AND r.lease_id = l.id AND l.last_renewed_at IS NULL",
-			    "s", c->claim_id);
+	r = lessor_db_query(
+	    s, &st,
+	    "SELECT r.seq, l.id FROM leases l JOIN runs r ON r.seq = l.run_seq"
+	    " WHERE l.claim_id = ? AND r.lease_id = l.id AND l.last_renewed_at IS NULL",
+	    "s", c->claim_id);
 	for (; r > 0 && n < REAP_BATCH; r = lessor_db_next(s, st), n++) {
 		seqs[n] = lessor_db_int(st, 0);
 		leases[n] = lessor_db_int(st, 1);
@@ -475,7 +481,7 @@ static int claim_cancel_tx(lessor_store *s, void *userdata)
 }
 
 int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,
-			      unsigned *ret_released)
+                              unsigned *ret_released)
 {
 	struct claim_cancel_ctx c = {.claim_id = claim_id, .now = now};
 	int r = lessor_db_tx(s, true, claim_cancel_tx, &c);
@@ -505,17 +511,18 @@ static int renew_tx(lessor_store *s, void *userdata)
 	if (r < 0 || c->answer < 0)
 		return r;
 	c->cancel_requested = h.cancel_requested;
-	r = lessor_db_query(s, NULL, "UPDATE leases SET last_renewed_at = ?, ttl_s = ? WHERE id = ?",
-			    "iii", c->now, (int64_t)c->ttl_s, h.lease_id);
+	r = lessor_db_query(s, NULL,
+	                    "UPDATE leases SET last_renewed_at = ?, ttl_s = ? WHERE id = ?", "iii",
+	                    c->now, (int64_t)c->ttl_s, h.lease_id);
 	if (r < 0)
 		return r;
 	return lessor_db_query(s, NULL,
-			       "UPDATE runs SET lease_expires_at = ?, updated_at = ? WHERE seq = ?",
-			       "iii", c->now + 1000LL * c->ttl_s, c->now, h.seq);
+	                       "UPDATE runs SET lease_expires_at = ?, updated_at = ? WHERE seq = ?",
+	                       "iii", c->now + 1000LL * c->ttl_s, c->now, h.seq);
 }
 
 int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
-		       int64_t now, bool *ret_cancel_requested)
+                       int64_t now, bool *ret_cancel_requested)
 {
 	struct renew_ctx c = {.id = id, .token = token, .ttl_s = ttl_s, .now = now};
 	int r = lessor_db_tx(s, true, renew_tx, &c);
@@ -560,26 +567,27 @@ static int log_tx(lessor_store *s, void *userdata)
 		c->answer = -EFBIG;
 	if (keep == 0)
 		return 0;
-	r = lessor_db_query(s, NULL, "INSERT INTO log_chunks (run_seq, start, data) VALUES (?, ?, ?)",
-			    "iib", h.seq, (int64_t)c->start, c->data, (size_t)keep);
+	r = lessor_db_query(s, NULL,
+	                    "INSERT INTO log_chunks (run_seq, start, data) VALUES (?, ?, ?)", "iib",
+	                    h.seq, (int64_t)c->start, c->data, (size_t)keep);
 	if (r < 0)
 		return r;
 	c->length += keep;
 	return lessor_db_query(s, NULL,
-			       "UPDATE runs SET log_length = ?, updated_at = ? WHERE seq = ?", "iii",
-			       (int64_t)c->length, c->now, h.seq);
+	                       "UPDATE runs SET log_length = ?, updated_at = ? WHERE seq = ?",
+	                       "iii", (int64_t)c->length, c->now, h.seq);
 }
 
 int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
-			    const void *data, size_t len, int64_t now, uint64_t *ret_length)
+                            const void *data, size_t len, int64_t now, uint64_t *ret_length)
 {
 	struct log_ctx c = {.id = id,
-			    .token = token,
-			    .start = start,
-			    .data = data,
-			    .len = len,
-			    .now = now,
-			    .max = s->cfg.max_log_bytes};
+	                    .token = token,
+	                    .start = start,
+	                    .data = data,
+	                    .len = len,
+	                    .now = now,
+	                    .max = s->cfg.max_log_bytes};
 	int r = lessor_db_tx(s, true, log_tx, &c);
 
 	if (r < 0)
@@ -602,8 +610,8 @@ struct complete_ctx {
 /* The static copy of a status name (for answers that outlive the statement). */
 static const char *static_run_status(const char *s)
 {
-	static const char *const names[] = {"pending", "running", "succeeded",
-					    "failed",  "retrying", "cancelled"};
+	static const char *const names[] = {"pending", "running",  "succeeded",
+	                                    "failed",  "retrying", "cancelled"};
 
 	for (size_t i = 0; s && i < ELEMENTSOF(names); i++)
 		if (streq(s, names[i]))
@@ -621,9 +629,9 @@ static int complete_replay(lessor_store *s, struct complete_ctx *c)
 	if (lessor_run_id_parse(c->id, &seq) < 0)
 		return 0;
 	r = lessor_db_query(s, &st,
-			    "SELECT answer FROM leases WHERE run_seq = ? AND token = ?"
-			    " AND end_reason = 'completed'",
-			    "is", seq, c->in->token);
+	                    "SELECT answer FROM leases WHERE run_seq = ? AND token = ?"
+	                    " AND end_reason = 'completed'",
+	                    "is", seq, c->in->token);
 	if (r <= 0)
 		return r;
 	c->run_status = static_run_status((const char *)sqlite3_column_text(st, 0));
@@ -641,8 +649,8 @@ static int64_t retry_delay(const struct lessor_store_config *cfg, int64_t consum
 
 /* Decide the run's next status; returns the answer and sets *ret_status and *ret_not_before. */
 static const char *complete_decide(lessor_store *s, const struct held *h,
-				   const struct lessor_completion *in, int64_t now,
-				   const char **ret_status, int64_t *ret_not_before)
+                                   const struct lessor_completion *in, int64_t now,
+                                   const char **ret_status, int64_t *ret_not_before)
 {
 	int64_t consumed = h->attempts + 1;
 
@@ -669,21 +677,22 @@ static int complete_apply(lessor_store *s, struct complete_ctx *c, const struct 
 
 	c->run_status = complete_decide(s, h, in, c->now, &status, &not_before);
 	r = lessor_db_query(
-		s, NULL,
-		"UPDATE runs SET status = ?, attempts = attempts + 1, lease_id = NULL,"
-		" lease_expires_at = NULL, not_before = ?, outcome = ?, reason = ?, exit_code = ?,"
-		" signal = ?, error = ?, retryable = ?, duration_ms = ?, reported_log_length = ?,"
-		" output = ?, updated_at = ?, finished_at = ? WHERE seq = ?",
-		"sissnssiiisini", status, not_before, in->status, in->reason,
-		in->has_exit_code ? &exit_code : NULL, in->signal, in->error,
-		(int64_t)in->retryable, in->duration_ms, in->log_length, in->output_json, c->now,
-		streq(status, "pending") ? NULL : &finished, h->seq);
+	    s, NULL,
+	    "UPDATE runs SET status = ?, attempts = attempts + 1, lease_id = NULL,"
+	    " lease_expires_at = NULL, not_before = ?, outcome = ?, reason = ?, exit_code = ?,"
+	    " signal = ?, error = ?, retryable = ?, duration_ms = ?, reported_log_length = ?,"
+	    " output = ?, updated_at = ?, finished_at = ? WHERE seq = ?",
+	    "sissnssiiisini", status, not_before, in->status, in->reason,
+	    in->has_exit_code ? &exit_code : NULL, in->signal, in->error, (int64_t)in->retryable,
+	    in->duration_ms, in->log_length, in->output_json, c->now,
+	    streq(status, "pending") ? NULL : &finished, h->seq);
 	if (r < 0)
 		return r;
-	return lessor_db_query(s, NULL,
-			       "UPDATE leases SET ended_at = ?, end_reason = 'completed', answer = ?"
-			       " WHERE id = ?",
-			       "isi", c->now, c->run_status, h->lease_id);
+	return lessor_db_query(
+	    s, NULL,
+	    "UPDATE leases SET ended_at = ?, end_reason = 'completed', answer = ?"
+	    " WHERE id = ?",
+	    "isi", c->now, c->run_status, h->lease_id);
 }
 
 static int complete_tx(lessor_store *s, void *userdata)
@@ -702,7 +711,7 @@ static int complete_tx(lessor_store *s, void *userdata)
 }
 
 int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *in,
-			  int64_t now, const char **ret_run_status)
+                          int64_t now, const char **ret_run_status)
 {
 	struct complete_ctx c = {.id = id, .in = in, .now = now};
 	int r = lessor_db_tx(s, true, complete_tx, &c);
@@ -739,10 +748,10 @@ static int release_tx(lessor_store *s, void *userdata)
 }
 
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
-			 unsigned delay_s, int64_t now)
+                         unsigned delay_s, int64_t now)
 {
 	struct release_ctx c = {
-		.id = id, .token = token, .reason = reason, .delay_s = delay_s, .now = now};
+	    .id = id, .token = token, .reason = reason, .delay_s = delay_s, .now = now};
 	int r = lessor_db_tx(s, true, release_tx, &c);
 
 	return r < 0 ? r : c.answer;
@@ -759,7 +768,7 @@ struct admin_ctx {
 
 /* Reads status and lease of the run named by c->id. */
 static int admin_lookup(lessor_store *s, struct admin_ctx *c, int64_t *ret_seq,
-			int64_t *ret_lease_id)
+                        int64_t *ret_lease_id)
 {
 	sqlite3_stmt *st;
 	int r;
@@ -769,7 +778,7 @@ static int admin_lookup(lessor_store *s, struct admin_ctx *c, int64_t *ret_seq,
 		return 0;
 	}
 	r = lessor_db_query(s, &st, "SELECT status, lease_id FROM runs WHERE seq = ?", "i",
-			    *ret_seq);
+	                    *ret_seq);
 	if (r <= 0) {
 		c->answer = -ENOENT;
 		return r;
@@ -791,17 +800,18 @@ static int cancel_tx(lessor_store *s, void *userdata)
 		return r;
 	if (streq(c->status, "running"))
 		return lessor_db_query(s, NULL,
-				       "UPDATE runs SET cancel_requested = 1, updated_at = ?"
-				       " WHERE seq = ?",
-				       "ii", c->now, seq);
+		                       "UPDATE runs SET cancel_requested = 1, updated_at = ?"
+		                       " WHERE seq = ?",
+		                       "ii", c->now, seq);
 	if (streq(c->status, "pending")) {
 		c->status = "cancelled";
-		return lessor_db_query(s, NULL,
-				       "UPDATE runs SET status = 'cancelled', outcome = 'cancelled',"
-				       " reason = 'cancelled', error = 'cancelled by an operator',"
-				       " cancel_requested = 1, updated_at = ?, finished_at = ?"
-				       " WHERE seq = ?",
-				       "iii", c->now, c->now, seq);
+		return lessor_db_query(
+		    s, NULL,
+		    "UPDATE runs SET status = 'cancelled', outcome = 'cancelled',"
+		    " reason = 'cancelled', error = 'cancelled by an operator',"
+		    " cancel_requested = 1, updated_at = ?, finished_at = ?"
+		    " WHERE seq = ?",
+		    "iii", c->now, c->now, seq);
 	}
 	if (!streq(c->status, "cancelled"))
 		c->answer = -EBUSY;
@@ -856,7 +866,7 @@ struct tick_ctx {
 };
 
 static int expire_one(lessor_store *s, struct tick_ctx *c, int64_t seq, int64_t lease_id,
-		      int64_t expiries)
+                      int64_t expiries)
 {
 	char error[96];
 	int r;
@@ -865,7 +875,7 @@ static int expire_one(lessor_store *s, struct tick_ctx *c, int64_t seq, int64_t 
 	if (r < 0)
 		return r;
 	r = lessor_db_query(s, NULL, "UPDATE runs SET lease_expiries = ? WHERE seq = ?", "ii",
-			    expiries, seq);
+	                    expiries, seq);
 	if (r < 0)
 		return r;
 	if (expiries >= (int64_t)c->max_expiries) {
@@ -884,9 +894,9 @@ static int expire_leases(lessor_store *s, struct tick_ctx *c)
 	int r;
 
 	r = lessor_db_query(s, &st,
-			    "SELECT seq, lease_id, lease_expiries FROM runs"
-			    " WHERE status = 'running' AND lease_expires_at <= ? LIMIT ?",
-			    "ii", c->now, (int64_t)REAP_BATCH);
+	                    "SELECT seq, lease_id, lease_expiries FROM runs"
+	                    " WHERE status = 'running' AND lease_expires_at <= ? LIMIT ?",
+	                    "ii", c->now, (int64_t)REAP_BATCH);
 	for (; r > 0; r = lessor_db_next(s, st), n++) {
 		seqs[n] = lessor_db_int(st, 0);
 		leases[n] = lessor_db_int(st, 1);
@@ -912,16 +922,16 @@ static int tick_tx(lessor_store *s, void *userdata)
 		return r;
 	/* a retry backoff or release delay that ran out makes a run claimable */
 	r = lessor_db_query(s, &st,
-			    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'pending'"
-			    " AND not_before > ? AND not_before <= ?)",
-			    "ii", c->last, c->now);
+	                    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'pending'"
+	                    " AND not_before > ? AND not_before <= ?)",
+	                    "ii", c->last, c->now);
 	if (r < 0)
 		return r;
 	if (r > 0 && lessor_db_int(st, 0))
 		c->wake = true;
 	sqlite3_reset(st);
 	return lessor_db_query(s, NULL, "DELETE FROM claims WHERE created_at < ?", "i",
-			       c->now - CLAIM_RECORD_TTL_MS);
+	                       c->now - CLAIM_RECORD_TTL_MS);
 }
 
 int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake)
@@ -940,10 +950,10 @@ static int recover_tx(lessor_store *s, void *userdata)
 	const int64_t *now = userdata;
 
 	return lessor_db_query(s, NULL,
-			       "UPDATE runs SET lease_expires_at = MAX(lease_expires_at,"
-			       " ?1 + 1000 * (SELECT ttl_s FROM leases WHERE id = runs.lease_id))"
-			       " WHERE status = 'running'",
-			       "i", *now);
+	                       "UPDATE runs SET lease_expires_at = MAX(lease_expires_at,"
+	                       " ?1 + 1000 * (SELECT ttl_s FROM leases WHERE id = runs.lease_id))"
+	                       " WHERE status = 'running'",
+	                       "i", *now);
 }
 
 int lessor_store_recover(lessor_store *s, int64_t now)

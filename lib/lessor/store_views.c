@@ -49,7 +49,7 @@ static cJSON *col_value(sqlite3_stmt *st, int i, enum col_kind kind)
 	}
 	case COL_TIME:
 		return cJSON_CreateString(
-			time_format_rfc3339(b, sizeof(b), (usec_t)v * USEC_PER_MSEC));
+		    time_format_rfc3339(b, sizeof(b), (usec_t)v * USEC_PER_MSEC));
 	case COL_RUNID:
 		lessor_run_id_format(b, v);
 		return cJSON_CreateString(b);
@@ -76,7 +76,7 @@ static int add_columns(cJSON *o, sqlite3_stmt *st, const struct col *cols, size_
 
 /* Every row of st (already stepped once: r is that result) as an object in a. */
 static int add_rows(lessor_store *s, cJSON *a, sqlite3_stmt *st, int r, const struct col *cols,
-		    size_t n)
+                    size_t n)
 {
 	for (; r > 0; r = lessor_db_next(s, st)) {
 		cJSON *o = cJSON_CreateObject();
@@ -95,54 +95,54 @@ static int add_rows(lessor_store *s, cJSON *a, sqlite3_stmt *st, int r, const st
 /* ---- one run ---- */
 
 static const struct col run_cols[] = {
-	{"id", COL_RUNID},
-	{"workflow", COL_STR},
-	{"status", COL_STR},
-	{"input", COL_JSON},
-	{"tags", COL_JSON},
-	{"max_attempts", COL_INT},
-	{"timeout_s", COL_INT},
-	{"idempotency_key", COL_STR},
-	{"attempt", COL_INT},
-	{"attempts_used", COL_INT},
-	{"lease_expiries", COL_INT},
-	{"cancel_requested", COL_BOOL},
-	{"not_before", COL_TIME},
-	{"lease_expires_at", COL_TIME},
-	{"rejected_writes", COL_INT},
-	{"log_length", COL_INT},
-	{"outcome", COL_STR},
-	{"reason", COL_STR},
-	{"exit_code", COL_INT},
-	{"signal", COL_STR},
-	{"error", COL_STR},
-	{"retryable", COL_BOOL},
-	{"duration_ms", COL_INT},
-	{"reported_log_length", COL_INT},
-	{"output", COL_JSON},
-	{"created_at", COL_TIME},
-	{"updated_at", COL_TIME},
-	{"started_at", COL_TIME},
-	{"finished_at", COL_TIME},
+    {"id", COL_RUNID},
+    {"workflow", COL_STR},
+    {"status", COL_STR},
+    {"input", COL_JSON},
+    {"tags", COL_JSON},
+    {"max_attempts", COL_INT},
+    {"timeout_s", COL_INT},
+    {"idempotency_key", COL_STR},
+    {"attempt", COL_INT},
+    {"attempts_used", COL_INT},
+    {"lease_expiries", COL_INT},
+    {"cancel_requested", COL_BOOL},
+    {"not_before", COL_TIME},
+    {"lease_expires_at", COL_TIME},
+    {"rejected_writes", COL_INT},
+    {"log_length", COL_INT},
+    {"outcome", COL_STR},
+    {"reason", COL_STR},
+    {"exit_code", COL_INT},
+    {"signal", COL_STR},
+    {"error", COL_STR},
+    {"retryable", COL_BOOL},
+    {"duration_ms", COL_INT},
+    {"reported_log_length", COL_INT},
+    {"output", COL_JSON},
+    {"created_at", COL_TIME},
+    {"updated_at", COL_TIME},
+    {"started_at", COL_TIME},
+    {"finished_at", COL_TIME},
 };
 
 static const char SQL_RUN[] =
-	"SELECT seq, workflow, status, input, tags, max_attempts, timeout_s, idempotency_key,"
-	" (SELECT COALESCE(MAX(attempt), 0) FROM leases WHERE run_seq = seq), attempts,"
-	" lease_expiries, cancel_requested, not_before, lease_expires_at, rejected_writes,"
-	" log_length, outcome, reason, exit_code, signal, error, retryable, duration_ms,"
-	" reported_log_length, output, created_at, updated_at, started_at, finished_at"
-	" FROM runs WHERE seq = ?";
+    "SELECT seq, workflow, status, input, tags, max_attempts, timeout_s, idempotency_key,"
+    " (SELECT COALESCE(MAX(attempt), 0) FROM leases WHERE run_seq = seq), attempts,"
+    " lease_expiries, cancel_requested, not_before, lease_expires_at, rejected_writes,"
+    " log_length, outcome, reason, exit_code, signal, error, retryable, duration_ms,"
+    " reported_log_length, output, created_at, updated_at, started_at, finished_at"
+    " FROM runs WHERE seq = ?";
 
 static const struct col lease_cols[] = {
-	{"attempt", COL_INT},          {"worker_id", COL_STR},    {"claim_id", COL_STR},
-	{"ttl_s", COL_INT},            {"granted_at", COL_TIME},  {"last_renewed_at", COL_TIME},
-	{"ended_at", COL_TIME},        {"end_reason", COL_STR},   {"detail", COL_STR},
+    {"attempt", COL_INT},   {"worker_id", COL_STR},   {"claim_id", COL_STR},
+    {"ttl_s", COL_INT},     {"granted_at", COL_TIME}, {"last_renewed_at", COL_TIME},
+    {"ended_at", COL_TIME}, {"end_reason", COL_STR},  {"detail", COL_STR},
 };
 
 static const char SQL_LEASES[] =
-	"SELECT attempt, worker_id, claim_id, ttl_s, granted_at, last_renewed_at, ended_at,"
-	" end_reason, detail FROM leases WHERE run_seq = ? ORDER BY id";
+    "SELECT attempt, worker_id, claim_id, ttl_s, granted_at, last_renewed_at, ended_at,"
+    " end_reason, detail FROM leases WHERE run_seq = ? ORDER BY id";
 
 /* The held lease, as "lease": the holder (no token: tokens stay with workers). */
 static int add_holder(lessor_store *s, cJSON *o, int64_t seq)
@@ -154,10 +154,10 @@ static int add_holder(lessor_store *s, cJSON *o, int64_t seq)
 	if (!a)
 		return -ENOMEM;
 	r = lessor_db_query(s, &st,
-			    "SELECT l.attempt, l.worker_id, l.claim_id, l.ttl_s, l.granted_at,"
-			    " l.last_renewed_at, l.ended_at, l.end_reason, l.detail"
-			    " FROM runs r JOIN leases l ON l.id = r.lease_id WHERE r.seq = ?",
-			    "i", seq);
+	                    "SELECT l.attempt, l.worker_id, l.claim_id, l.ttl_s, l.granted_at,"
+	                    " l.last_renewed_at, l.ended_at, l.end_reason, l.detail"
+	                    " FROM runs r JOIN leases l ON l.id = r.lease_id WHERE r.seq = ?",
+	                    "i", seq);
 	r = add_rows(s, a, st, r, lease_cols, ELEMENTSOF(lease_cols));
 	holder = cJSON_DetachItemFromArray(a, 0);
 	cJSON_Delete(a);
@@ -220,10 +220,12 @@ int lessor_store_run_json(lessor_store *s, const char *id, cJSON **ret)
 /* ---- lists ---- */
 
 static const struct col list_cols[] = {
-	{"id", COL_RUNID},         {"workflow", COL_STR},    {"status", COL_STR},
-	{"attempt", COL_INT},      {"max_attempts", COL_INT}, {"tags", COL_JSON},
-	{"worker_id", COL_STR},    {"outcome", COL_STR},     {"exit_code", COL_INT},
-	{"cancel_requested", COL_BOOL}, {"created_at", COL_TIME}, {"updated_at", COL_TIME},
+    {"id", COL_RUNID},         {"workflow", COL_STR},
+    {"status", COL_STR},       {"attempt", COL_INT},
+    {"max_attempts", COL_INT}, {"tags", COL_JSON},
+    {"worker_id", COL_STR},    {"outcome", COL_STR},
+    {"exit_code", COL_INT},    {"cancel_requested", COL_BOOL},
+    {"created_at", COL_TIME},  {"updated_at", COL_TIME},
 };
 
 struct list_ctx {
@@ -242,25 +244,25 @@ static int list_tx(lessor_store *s, void *userdata)
 	if (!runs)
 		return -ENOMEM;
 	r = lessor_db_query(
-		s, &st,
-		"SELECT r.seq, r.workflow, r.status,"
-		" (SELECT COALESCE(MAX(attempt), 0) FROM leases WHERE run_seq = r.seq),"
-		" r.max_attempts, r.tags, l.worker_id, r.outcome, r.exit_code, r.cancel_requested,"
-		" r.created_at, r.updated_at"
-		" FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
-		" WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
-		" ORDER BY r.seq DESC LIMIT ?3",
-		"ssi", c->status, c->workflow, c->limit);
+	    s, &st,
+	    "SELECT r.seq, r.workflow, r.status,"
+	    " (SELECT COALESCE(MAX(attempt), 0) FROM leases WHERE run_seq = r.seq),"
+	    " r.max_attempts, r.tags, l.worker_id, r.outcome, r.exit_code, r.cancel_requested,"
+	    " r.created_at, r.updated_at"
+	    " FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
+	    " WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
+	    " ORDER BY r.seq DESC LIMIT ?3",
+	    "ssi", c->status, c->workflow, c->limit);
 	return add_rows(s, runs, st, r, list_cols, ELEMENTSOF(list_cols));
 }
 
 int lessor_store_list_json(lessor_store *s, const char *status, const char *workflow,
-			   unsigned limit, cJSON **ret)
+                           unsigned limit, cJSON **ret)
 {
 	struct list_ctx c = {.status = status,
-			     .workflow = workflow,
-			     .limit = CLAMP((int64_t)limit, 1, LIST_MAX),
-			     .out = cJSON_CreateObject()};
+	                     .workflow = workflow,
+	                     .limit = CLAMP((int64_t)limit, 1, LIST_MAX),
+	                     .out = cJSON_CreateObject()};
 	int r;
 
 	if (!c.out)
@@ -277,7 +279,7 @@ int lessor_store_list_json(lessor_store *s, const char *status, const char *work
 static int stats_tx(lessor_store *s, void *userdata)
 {
 	static const char *const names[] = {"pending", "running", "succeeded", "failed",
-					    "cancelled"};
+	                                    "cancelled"};
 	cJSON *o = userdata;
 	int64_t counts[ELEMENTSOF(names)] = {0}, total = 0;
 	sqlite3_stmt *st;
@@ -302,9 +304,9 @@ static int stats_tx(lessor_store *s, void *userdata)
 }
 
 static const struct col worker_cols[] = {
-	{"worker_id", COL_STR}, {"last_claim_at", COL_TIME}, {"workflows", COL_JSON},
-	{"tags", COL_JSON},     {"max_runs", COL_INT},       {"claims", COL_INT},
-	{"runs_granted", COL_INT}, {"runs_held", COL_INT},
+    {"worker_id", COL_STR},    {"last_claim_at", COL_TIME}, {"workflows", COL_JSON},
+    {"tags", COL_JSON},        {"max_runs", COL_INT},       {"claims", COL_INT},
+    {"runs_granted", COL_INT}, {"runs_held", COL_INT},
 };
 
 static int workers_tx(lessor_store *s, void *userdata)
@@ -316,12 +318,12 @@ static int workers_tx(lessor_store *s, void *userdata)
 	if (!a)
 		return -ENOMEM;
 	r = lessor_db_query(s, &st,
-			    "SELECT w.worker_id, w.last_claim_at, w.workflows, w.tags, w.max_runs,"
-			    " w.claims, w.runs_granted, (SELECT COUNT(*) FROM runs r JOIN leases l"
-			    " ON l.id = r.lease_id WHERE r.status = 'running'"
-			    " AND l.worker_id = w.worker_id)"
-			    " FROM workers w ORDER BY w.last_claim_at DESC LIMIT ?",
-			    "i", (int64_t)WORKERS_MAX);
+	                    "SELECT w.worker_id, w.last_claim_at, w.workflows, w.tags, w.max_runs,"
+	                    " w.claims, w.runs_granted, (SELECT COUNT(*) FROM runs r JOIN leases l"
+	                    " ON l.id = r.lease_id WHERE r.status = 'running'"
+	                    " AND l.worker_id = w.worker_id)"
+	                    " FROM workers w ORDER BY w.last_claim_at DESC LIMIT ?",
+	                    "i", (int64_t)WORKERS_MAX);
 	return add_rows(s, a, st, r, worker_cols, ELEMENTSOF(worker_cols));
 }
 
@@ -369,10 +371,10 @@ static int read_log_tx(lessor_store *s, void *userdata)
 	if (r <= 0)
 		return r < 0 ? r : -ENOENT;
 	r = lessor_db_query(s, &st, "SELECT data FROM log_chunks WHERE run_seq = ? ORDER BY start",
-			    "i", c->seq);
+	                    "i", c->seq);
 	for (; r > 0; r = lessor_db_next(s, st)) {
 		r = buf_append(&c->b, sqlite3_column_blob(st, 0),
-			       (size_t)sqlite3_column_bytes(st, 0));
+		               (size_t)sqlite3_column_bytes(st, 0));
 		if (r < 0)
 			return r;
 	}
@@ -386,8 +388,8 @@ int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *r
 
 	if (lessor_run_id_parse(id, &c.seq) < 0)
 		return -ENOENT;
-	/* the log was capped at max_log_bytes when written */
-	c.b.cap = s->cfg.max_log_bytes + 1;
+	/* no cap here: what is stored was capped when it was written (possibly
+	 * under a larger --max-log-bytes than today's) */
 	r = lessor_db_tx(s, false, read_log_tx, &c);
 	if (r >= 0)
 		r = buf_append(&c.b, "", 0);

@@ -68,7 +68,7 @@ static void unlink_waiter(lessor_waiters *w, struct lessor_waiter *x)
 }
 
 int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t seen_gen,
-			void (*suspend)(void *userdata), void *userdata)
+                        void (*suspend)(void *userdata), void *userdata)
 {
 	int r = 0;
 
@@ -101,7 +101,7 @@ typedef bool (*match_fn)(const struct lessor_waiter *x, const void *arg);
 /* Unlinks every waiter that matches (under the lock) and resumes them after
  * (without it): resume() may run the request on another thread at once. */
 static void resume_matching(lessor_waiters *w, match_fn match, const void *arg, bool woken,
-			    bool bump_gen)
+                            bool bump_gen)
 {
 	struct lessor_waiter *out = NULL, *x, *next;
 
@@ -209,7 +209,7 @@ void lessor_waiters_sleep(lessor_waiters *w, usec_t until)
 
 	until = MIN(until, time_mono() + USEC_PER_HOUR);
 	ts = (struct timespec){.tv_sec = (time_t)(until / USEC_PER_SEC),
-			       .tv_nsec = (long)(until % USEC_PER_SEC) * 1000};
+	                       .tv_nsec = (long)(until % USEC_PER_SEC) * 1000};
 	pthread_mutex_lock(&w->lock);
 	w->sleeping_until = until;
 	while (!w->kicked)

@@ -43,7 +43,7 @@ uint64_t lessor_waiters_gen(lessor_waiters *w);
  * happened since seen_gen (-EAGAIN; LESSOR_GEN_ANY never refuses) or the
  * waiters are shut down (-ESHUTDOWN).  x must stay valid until resumed. */
 int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t seen_gen,
-			void (*suspend)(void *userdata), void *userdata);
+                        void (*suspend)(void *userdata), void *userdata);
 
 /* A run of `workflow` needing `tags` became claimable: resume every claim
  * waiter that could take it.  workflow NULL: resume every claim waiter. */

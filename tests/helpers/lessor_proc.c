@@ -62,15 +62,16 @@ static char **build_argv(const struct tu_lessor *l)
 	if (!argv)
 		return NULL;
 	snprintf(fd, sizeof(fd), "%d", READY_FD);
-	const char *base[] = {tu_lessor_bin(), "serve", "--listen", l->listen, "--db", l->db,
-			      "--ready-fd", fd, "--log-level", "debug"};
+	const char *base[] = {tu_lessor_bin(), "serve",      "--listen", l->listen,     "--db",
+	                      l->db,           "--ready-fd", fd,         "--log-level", "debug"};
 	for (size_t i = 0; i < ELEMENTSOF(base) && r >= 0; i++)
 		r = strv_extend(&argv, base[i]);
 	if (r >= 0 && l->token_file)
 		r = strv_extend(&argv, "--token-file") < 0 ? -ENOMEM
-							   : strv_extend(&argv, l->token_file);
+		                                           : strv_extend(&argv, l->token_file);
 	if (r >= 0 && l->sync_normal)
-		r = strv_extend(&argv, "--synchronous") < 0 ? -ENOMEM : strv_extend(&argv, "normal");
+		r = strv_extend(&argv, "--synchronous") < 0 ? -ENOMEM
+		                                            : strv_extend(&argv, "normal");
 	for (size_t i = 0; r >= 0 && l->args && l->args[i]; i++)
 		r = strv_extend(&argv, l->args[i]);
 	return r < 0 ? strv_free(argv) : argv;
@@ -86,8 +87,8 @@ static int spawn(struct tu_lessor *l, int ready_w)
 		return -ENOMEM;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, l->log,
-					 O_WRONLY | O_CREAT | O_APPEND, 0600);
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, l->log, O_WRONLY | O_CREAT | O_APPEND,
+	                                 0600);
 	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
 	posix_spawn_file_actions_adddup2(&fa, ready_w, READY_FD);
 	r = -posix_spawnp(&l->pid, argv[0], &fa, NULL, argv, environ);
@@ -298,7 +299,7 @@ lessor_client *tu_lessor_client(const struct tu_lessor *l)
 }
 
 int tu_http_json(const char *method, const char *url, const char *token, const char *body_json,
-		 long *ret_status, cJSON **ret_resp)
+                 long *ret_status, cJSON **ret_resp)
 {
 	lessor_client *c = NULL;
 	int r = lessor_client_new(url, token, &c);
@@ -311,7 +312,7 @@ int tu_http_json(const char *method, const char *url, const char *token, const c
 }
 
 int tu_lessor_json(const struct tu_lessor *l, const char *method, const char *path,
-		   const char *body_json, long *ret_status, cJSON **ret_resp)
+                   const char *body_json, long *ret_status, cJSON **ret_resp)
 {
 	_cleanup_free_ char *url = NULL;
 
@@ -351,7 +352,7 @@ cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id)
 }
 
 int tu_lessor_wait_status(const struct tu_lessor *l, const char *id, const char *status,
-			  usec_t timeout)
+                          usec_t timeout)
 {
 	usec_t end = time_mono() + tu_timeout(timeout);
 
@@ -373,8 +374,9 @@ long long tu_rfc3339_ms(const char *s)
 	struct tm tm = {0};
 	int ms = 0, n = 0;
 
-	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-			 &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &n) != 7 ||
+	if (!s ||
+	    sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+	           &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &n) != 7 ||
 	    s[n] != '\0')
 		return -1;
 	tm.tm_year -= 1900;

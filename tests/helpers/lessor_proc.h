@@ -29,9 +29,9 @@
 struct tu_lessor;
 
 struct tu_lessor_opts {
-	const char *token;    /* NULL: no authentication; else required bearer token */
-	char *const *args;    /* extra `lessor serve` arguments (NULL-terminated), or NULL */
-	bool sync_normal;     /* --synchronous normal (faster; still survives kill -9) */
+	const char *token; /* NULL: no authentication; else required bearer token */
+	char *const *args; /* extra `lessor serve` arguments (NULL-terminated), or NULL */
+	bool sync_normal;  /* --synchronous normal (faster; still survives kill -9) */
 };
 
 /* Start a server; *ret is owned by the caller (tu_lessor_free). */
@@ -50,7 +50,7 @@ const char *tu_lessor_url(const struct tu_lessor *l);   /* "http://127.0.0.1:POR
 const char *tu_lessor_token(const struct tu_lessor *l); /* NULL when none */
 const char *tu_lessor_dir(const struct tu_lessor *l);   /* private temp dir */
 const char *tu_lessor_db(const struct tu_lessor *l);
-pid_t tu_lessor_pid(const struct tu_lessor *l);         /* -1 when not running */
+pid_t tu_lessor_pid(const struct tu_lessor *l); /* -1 when not running */
 
 /* A new keep-alive client for this server (lessor/client.h; free it). */
 lessor_client *tu_lessor_client(const struct tu_lessor *l);
@@ -59,11 +59,11 @@ lessor_client *tu_lessor_client(const struct tu_lessor *l);
  * Authorization.  *ret_resp: the parsed JSON answer or NULL (ret_resp may be
  * NULL).  Returns 0 whatever the HTTP status, -errno on transport failure. */
 int tu_http_json(const char *method, const char *url, const char *token, const char *body_json,
-		 long *ret_status, cJSON **ret_resp);
+                 long *ret_status, cJSON **ret_resp);
 
 /* Against a tu_lessor, path relative ("/v1/stats"), with its token. */
 int tu_lessor_json(const struct tu_lessor *l, const char *method, const char *path,
-		   const char *body_json, long *ret_status, cJSON **ret_resp);
+                   const char *body_json, long *ret_status, cJSON **ret_resp);
 
 /* POST /v1/runs: the new run's id (free it), NULL unless 201/200. */
 char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json);
@@ -71,7 +71,7 @@ char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json);
 cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id);
 /* Poll GET /v1/runs/{id} until its status is `status`: 0 or -ETIMEDOUT. */
 int tu_lessor_wait_status(const struct tu_lessor *l, const char *id, const char *status,
-			  usec_t timeout);
+                          usec_t timeout);
 
 /* Parse the API's RFC 3339 timestamps ("2026-12-01T07:51:43.123Z") to ms
  * since the epoch; -1 when malformed. */

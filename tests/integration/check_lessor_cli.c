@@ -102,13 +102,12 @@ START_TEST(test_enqueue_list_show_stats)
 {
 	ck_assert_int_eq(tu_lessor_start(NULL, &L), 0);
 	ck_assert_int_eq(lessor("enqueue", URL, "--workflow", "build", "--input", "{\"a\":1}",
-				"--tag", "x", "--tag", "gpu", "--max-attempts", "2", "--timeout",
-				"90s", "--idempotency-key", "k1", NULL),
-			 0);
+	                        "--tag", "x", "--tag", "gpu", "--max-attempts", "2", "--timeout",
+	                        "90s", "--idempotency-key", "k1", NULL),
+	                 0);
 	ck_assert_str_eq(out, "r-1\n");
-	ck_assert_int_eq(lessor("enqueue", URL, "--workflow", "other", "--idempotency-key", "k1",
-				NULL),
-			 0);
+	ck_assert_int_eq(
+	    lessor("enqueue", URL, "--workflow", "other", "--idempotency-key", "k1", NULL), 0);
 	ck_assert_str_eq(out, "r-1\n"); /* same key, same run */
 	ck_assert_int_eq(lessor("enqueue", URL, "--json", "--workflow", "deploy", NULL), 0);
 	ck_assert_ptr_nonnull(strstr(out, "\"id\":\t\"r-2\""));
@@ -117,7 +116,7 @@ START_TEST(test_enqueue_list_show_stats)
 	ck_assert_ptr_nonnull(strstr(out, "\nr-2  pending  deploy"));
 	ck_assert_ptr_nonnull(strstr(out, "\nr-1  pending  build "));
 	ck_assert_int_eq(lessor("list", URL, "--status", "pending", "--workflow", "deploy", NULL),
-			 0);
+	                 0);
 	ck_assert_ptr_null(strstr(out, "r-1"));
 	ck_assert_ptr_nonnull(strstr(out, "r-2"));
 	ck_assert_int_eq(lessor("show", URL, "r-1", NULL), 0);
@@ -157,22 +156,22 @@ START_TEST(test_log_prints_bytes)
 	ck_assert_int_eq(tu_lessor_start(NULL, &L), 0);
 	free(tu_lessor_enqueue(L, "{\"workflow\":\"w\"}"));
 	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/claims",
-					"{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
-					"\"lease_ttl_s\":30}",
-					&status, &j),
-			 0);
-	token = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(
-							  cJSON_GetObjectItem(j, "runs"), 0),
-						  "lease"),
-				    "token")
-			->valuestring;
+	                                "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
+	                                "\"lease_ttl_s\":30}",
+	                                &status, &j),
+	                 0);
+	token =
+	    cJSON_GetObjectItem(
+	        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0), "lease"),
+	        "token")
+	        ->valuestring;
 	snprintf(tok, sizeof(tok), "Lease-Token: %s", token);
 	snprintf(range, sizeof(range), "Content-Range: bytes 0-%zu/*", sizeof(data) - 2);
 	c = tu_lessor_client(L);
 	ck_assert_int_eq(lessor_client_request(c, "PATCH", "/v1/runs/r-1/log",
-					       (char *[]){tok, range, NULL}, data,
-					       sizeof(data) - 1, &resp),
-			 0);
+	                                       (char *[]){tok, range, NULL}, data, sizeof(data) - 1,
+	                                       &resp),
+	                 0);
 	ck_assert_int_eq(resp.status, 202);
 	lessor_response_done(&resp);
 	lessor_client_free(c);

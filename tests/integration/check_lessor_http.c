@@ -19,16 +19,27 @@ static struct tu_lessor *L;
 /* Common server settings: a fast reaper and retries, a small log cap. */
 static void start_with(const char *token, char *const *more)
 {
-	char *args[32] = {"--tick", "20ms", "--retry-base", "300ms", "--retry-max", "600ms",
-			  "--max-log-bytes", "64", "--max-lease-expiries", "2",
-			  "--enable-faults", "--max-body-bytes", "64K", NULL};
+	char *args[32] = {"--tick",
+	                  "20ms",
+	                  "--retry-base",
+	                  "300ms",
+	                  "--retry-max",
+	                  "600ms",
+	                  "--max-log-bytes",
+	                  "64",
+	                  "--max-lease-expiries",
+	                  "2",
+	                  "--enable-faults",
+	                  "--max-body-bytes",
+	                  "64K",
+	                  NULL};
 	size_t n = strv_length(args);
 
 	for (size_t i = 0; more && more[i] && n < ELEMENTSOF(args) - 1; i++)
 		args[n++] = more[i];
 	args[n] = NULL;
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = token, .args = args}, &L),
-			 0);
+	ck_assert_int_eq(
+	    tu_lessor_start(&(struct tu_lessor_opts){.token = token, .args = args}, &L), 0);
 }
 
 static void start(void)
@@ -62,7 +73,7 @@ static cJSON *req(const char *method, const char *path, const char *body, long w
 
 	ck_assert_int_eq(tu_lessor_json(L, method, path, body, &status, &j), 0);
 	ck_assert_msg(status == want_status, "%s %s: %ld, want %ld", method, path, status,
-		      want_status);
+	              want_status);
 	return j;
 }
 
@@ -97,11 +108,11 @@ static char *enqueue(const char *body)
 
 /* POST /v1/claims; returns the response (200). */
 static cJSON *claim(const char *claim_id, const char *worker, int max, int ttl, int wait,
-		    const char *extra)
+                    const char *extra)
 {
 	_cleanup_free_ char *body = jfmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
-					 "\"max_runs\":%d,\"lease_ttl_s\":%d,\"wait_s\":%d%s}",
-					 claim_id, worker, max, ttl, wait, extra ? extra : "");
+	                                 "\"max_runs\":%d,\"lease_ttl_s\":%d,\"wait_s\":%d%s}",
+	                                 claim_id, worker, max, ttl, wait, extra ? extra : "");
 
 	return req("POST", "/v1/claims", body, 200);
 }
@@ -120,14 +131,14 @@ static char *token_of(const cJSON *run)
 }
 
 static void complete(const char *id, const char *token, const char *status, bool retryable,
-		     long want_status, const char *want_run_status)
+                     long want_status, const char *want_run_status)
 {
 	_cleanup_free_ char *path = jfmt("/v1/runs/%s/complete", id);
-	_cleanup_free_ char *body = jfmt("{\"token\":\"%s\",\"status\":\"%s\",\"reason\":\"exit\","
-					 "\"exit_code\":%d,\"retryable\":%s,\"duration_ms\":12,"
-					 "\"log_length\":0,\"output\":{\"ok\":true}}",
-					 token, status, streq(status, "succeeded") ? 0 : 1,
-					 retryable ? "true" : "false");
+	_cleanup_free_ char *body =
+	    jfmt("{\"token\":\"%s\",\"status\":\"%s\",\"reason\":\"exit\","
+	         "\"exit_code\":%d,\"retryable\":%s,\"duration_ms\":12,"
+	         "\"log_length\":0,\"output\":{\"ok\":true}}",
+	         token, status, streq(status, "succeeded") ? 0 : 1, retryable ? "true" : "false");
 	cJSON *j = req("POST", path, body, want_status);
 
 	if (want_run_status)
@@ -136,25 +147,25 @@ static void complete(const char *id, const char *token, const char *status, bool
 }
 
 static int append_log(lessor_client *c, const char *id, const char *token, size_t start,
-		      const char *data, long *ret_length)
+                      const char *data, long *ret_length)
 {
 	_cleanup_free_ char *path = jfmt("/v1/runs/%s/log", id);
 	_cleanup_free_ char *tok = jfmt("Lease-Token: %s", token);
-	_cleanup_free_ char *range = jfmt("Content-Range: bytes %zu-%zu/*", start,
-					  start + strlen(data) - 1);
+	_cleanup_free_ char *range =
+	    jfmt("Content-Range: bytes %zu-%zu/*", start, start + strlen(data) - 1);
 	char *hdr[] = {tok, range, "Content-Type: application/octet-stream", NULL};
 	struct lessor_response resp;
 	cJSON *j;
 	long status;
 
 	ck_assert_int_eq(lessor_client_request(c, "PATCH", path, hdr, data, strlen(data), &resp),
-			 0);
+	                 0);
 	status = resp.status;
 	j = resp.body ? cJSON_ParseWithLength(resp.body, resp.len) : NULL;
 	if (ret_length)
 		*ret_length = cJSON_IsNumber(cJSON_GetObjectItem(j, "length"))
-				      ? (long)cJSON_GetObjectItem(j, "length")->valuedouble
-				      : -1;
+		                  ? (long)cJSON_GetObjectItem(j, "length")->valuedouble
+		                  : -1;
 	cJSON_Delete(j);
 	lessor_response_done(&resp);
 	return (int)status;
@@ -210,9 +221,9 @@ static void *claimer_main(void *p)
 		long status = 0;
 
 		snprintf(body, sizeof(body),
-			 "{\"claim_id\":\"c%d-%d\",\"worker_id\":\"w%d\",\"max_runs\":%d,"
-			 "\"lease_ttl_s\":60,\"wait_s\":0}",
-			 cl->index, round, cl->index, 1 + round % 5);
+		         "{\"claim_id\":\"c%d-%d\",\"worker_id\":\"w%d\",\"max_runs\":%d,"
+		         "\"lease_ttl_s\":60,\"wait_s\":0}",
+		         cl->index, round, cl->index, 1 + round % 5);
 		if (lessor_client_json(c, "POST", "/v1/claims", body, &status, &resp) < 0 ||
 		    status != 200) {
 			cl->failures++;
@@ -227,15 +238,16 @@ static void *claimer_main(void *p)
 		for (const cJSON *g = r->child; g; g = g->next) {
 			const char *id = cJSON_GetObjectItem(g, "id")->valuestring;
 			const char *tok =
-				cJSON_GetObjectItem(cJSON_GetObjectItem(g, "lease"), "token")->valuestring;
+			    cJSON_GetObjectItem(cJSON_GetObjectItem(g, "lease"), "token")
+			        ->valuestring;
 			char path[64], done[160];
 
 			snprintf(cl->ids[cl->n++], LESSOR_RUN_ID_MAX, "%s", id);
 			snprintf(path, sizeof(path), "/v1/runs/%s/complete", id);
 			snprintf(done, sizeof(done),
-				 "{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
-				 "\"exit_code\":0}",
-				 tok);
+			         "{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
+			         "\"exit_code\":0}",
+			         tok);
 			if (lessor_client_json(c, "POST", path, done, &status, NULL) < 0 ||
 			    status != 200)
 				cl->failures++;
@@ -324,8 +336,8 @@ static void wait_parked(int want)
 START_TEST(test_long_poll_wakes_on_matching_enqueue)
 {
 	struct poller po = {.body = "{\"claim_id\":\"lp\",\"worker_id\":\"w\",\"max_runs\":1,"
-				    "\"lease_ttl_s\":30,\"wait_s\":30,\"workflows\":[\"build\"],"
-				    "\"tags\":[\"gpu\"]}"};
+	                            "\"lease_ttl_s\":30,\"wait_s\":30,\"workflows\":[\"build\"],"
+	                            "\"tags\":[\"gpu\"]}"};
 	_cleanup_free_ char *other = NULL, *id = NULL;
 	pthread_t t;
 	usec_t enqueued;
@@ -373,7 +385,7 @@ END_TEST
 START_TEST(test_claim_cancel_answers_parked_poll)
 {
 	struct poller po = {.body = "{\"claim_id\":\"cc\",\"worker_id\":\"w\",\"max_runs\":1,"
-				    "\"lease_ttl_s\":30,\"wait_s\":30}"};
+	                            "\"lease_ttl_s\":30,\"wait_s\":30}"};
 	pthread_t t;
 	cJSON *j;
 
@@ -516,8 +528,9 @@ START_TEST(test_complete_is_idempotent)
 	ck_assert_int_eq((int)jnum(j, "exit_code"), 0);
 	ck_assert_int_eq((int)jnum(j, "duration_ms"), 12);
 	ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "output"), "ok")));
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "leases"), 0), "end_reason"),
-			 "completed");
+	ck_assert_str_eq(
+	    jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "leases"), 0), "end_reason"),
+	    "completed");
 	ck_assert_int_eq((int)jnum(j, "rejected_writes"), 0);
 	cJSON_Delete(j);
 	complete(id, "0123456789abcdef0123456789abcdef", "succeeded", false, 409, NULL);
@@ -551,10 +564,10 @@ START_TEST(test_log_content_range_resync)
 	ck_assert_int_eq(append_log(c, id, tok, 6, "world\n", &len), 202);
 	ck_assert_int_eq(len, 12);
 	/* the cap keeps what fits and answers 413 */
-	ck_assert_int_eq(append_log(c, id, tok, 12,
-				    "0123456789012345678901234567890123456789012345678901234567890123",
-				    &len),
-			 413);
+	ck_assert_int_eq(
+	    append_log(c, id, tok, 12,
+	               "0123456789012345678901234567890123456789012345678901234567890123", &len),
+	    413);
 	ck_assert_int_eq(len, 64);
 	ck_assert_int_eq(append_log(c, id, tok, 64, "more", &len), 413);
 	/* bad requests */
@@ -568,7 +581,8 @@ START_TEST(test_log_content_range_resync)
 		ck_assert_int_eq(lessor_client_request(c, "PATCH", lp, no_range, "x", 1, &resp), 0);
 		ck_assert_int_eq(resp.status, 400);
 		lessor_response_done(&resp);
-		ck_assert_int_eq(lessor_client_request(c, "PATCH", lp, bad_range, "x", 1, &resp), 0);
+		ck_assert_int_eq(lessor_client_request(c, "PATCH", lp, bad_range, "x", 1, &resp),
+		                 0);
 		ck_assert_int_eq(resp.status, 400);
 		lessor_response_done(&resp);
 		ck_assert_int_eq(lessor_client_request(c, "PATCH", lp, no_token, "x", 1, &resp), 0);
@@ -590,14 +604,14 @@ END_TEST
 
 static long long lease_granted_ms(const cJSON *run, int i)
 {
-	return tu_rfc3339_ms(jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), i),
-				  "granted_at"));
+	return tu_rfc3339_ms(
+	    jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), i), "granted_at"));
 }
 
 static long long lease_ended_ms(const cJSON *run, int i)
 {
 	return tu_rfc3339_ms(
-		jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), i), "ended_at"));
+	    jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), i), "ended_at"));
 }
 
 START_TEST(test_retry_backoff_and_attempt_budget)
@@ -667,7 +681,7 @@ START_TEST(test_release_keeps_attempt)
 	cJSON_Delete(j);
 	j = run(id);
 	ck_assert_str_eq(jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "leases"), 0), "detail"),
-			 "shutdown");
+	                 "shutdown");
 	cJSON_Delete(j);
 }
 END_TEST
@@ -685,7 +699,8 @@ START_TEST(test_routing_by_workflow_and_tags)
 	eu = enqueue("{\"workflow\":\"deploy\",\"tags\":[\" region:eu \",\"gpu\",\"gpu\"]}");
 	assert_run_str(eu, "status", "pending");
 	j = run(eu);
-	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tags")), 2); /* trimmed, unique */
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tags")),
+	                 2); /* trimmed, unique */
 	cJSON_Delete(j);
 	j = claim("n", "none", 10, 30, 0, ",\"workflows\":[],\"tags\":[\"gpu\",\"region:eu\"]");
 	ck_assert_int_eq(cJSON_GetArraySize(runs_of(j)), 0);
@@ -741,7 +756,7 @@ START_TEST(test_restart_keeps_acknowledged_state)
 	start();
 	for (int i = 0; i < 4; i++)
 		ids[i] = enqueue("{\"workflow\":\"w\",\"max_attempts\":2,\"tags\":[\"t\"],"
-				 "\"input\":{\"deep\":[1,{\"x\":null}]}}");
+		                 "\"input\":{\"deep\":[1,{\"x\":null}]}}");
 	j = claim("c", "w", 2, 60, 0, ",\"tags\":[\"t\"]");
 	t0 = token_of(cJSON_GetArrayItem(runs_of(j), 0));
 	t1 = token_of(cJSON_GetArrayItem(runs_of(j), 1));
@@ -762,7 +777,7 @@ START_TEST(test_restart_keeps_acknowledged_state)
 
 		strip_volatile(after);
 		ck_assert_msg(cJSON_Compare(before[i], after, true), "%s changed across kill -9",
-			      ids[i]);
+		              ids[i]);
 		cJSON_Delete(after);
 		cJSON_Delete(before[i]);
 		free(ids[i]);
@@ -789,7 +804,8 @@ static void *writer_main(void *p)
 		char body[96];
 		long status = 0;
 
-		snprintf(body, sizeof(body), "{\"workflow\":\"w\",\"idempotency_key\":\"k-%d\"}", i);
+		snprintf(body, sizeof(body), "{\"workflow\":\"w\",\"idempotency_key\":\"k-%d\"}",
+		         i);
 		if (lessor_client_json(c, "POST", "/v1/runs", body, &status, NULL) < 0 ||
 		    status != 201)
 			break;
@@ -818,7 +834,8 @@ START_TEST(test_kill9_loses_no_acknowledged_write)
 		char body[96], id[16];
 		cJSON *j;
 
-		snprintf(body, sizeof(body), "{\"workflow\":\"w\",\"idempotency_key\":\"k-%d\"}", i);
+		snprintf(body, sizeof(body), "{\"workflow\":\"w\",\"idempotency_key\":\"k-%d\"}",
+		         i);
 		j = req("POST", "/v1/runs", body, 200);
 		snprintf(id, sizeof(id), "r-%d", i + 1);
 		ck_assert_str_eq(jstr(j, "id"), id);
@@ -839,51 +856,69 @@ START_TEST(test_bad_input_is_4xx_and_changes_nothing)
 		const char *method, *path, *body;
 		long status;
 	} cases[] = {
-		{"POST", "/v1/runs", "{", 400},
-		{"POST", "/v1/runs", "[]", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\"} trailing", 400},
-		{"POST", "/v1/runs", "{\"workflow\":5}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"bad name\"}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\",\"tags\":[\"ok\",\"no spaces\"]}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\",\"tags\":\"gpu\"}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\",\"max_attempts\":0}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\",\"max_attempts\":1.5}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\",\"max_attempts\":\"2\"}", 400},
-		{"POST", "/v1/runs", "{\"workflow\":\"w\",\"timeout_s\":-1}", 400},
-		{"POST", "/v1/runs", "", 400},
-		{"POST", "/v1/claims", "{\"worker_id\":\"w\",\"max_runs\":1,\"lease_ttl_s\":5}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\" \",\"max_runs\":1,"
-				       "\"lease_ttl_s\":5}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":257,"
-				       "\"lease_ttl_s\":5}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
-				       "\"lease_ttl_s\":0}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
-				       "\"lease_ttl_s\":3601}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
-				       "\"lease_ttl_s\":5,\"wait_s\":61}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
-				       "\"lease_ttl_s\":5,\"tags\":[\"a*b\"]}", 400},
-		{"POST", "/v1/claims", "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
-				       "\"lease_ttl_s\":5,\"workflows\":\"build\"}", 400},
-		{"POST", "/v1/runs/r-1/lease", "{\"token\":\"t\",\"ttl_s\":0}", 400},
-		{"POST", "/v1/runs/r-1/lease", "{\"token\":\"t\",\"ttl_s\":30}", 404},
-		{"POST", "/v1/runs/nonsense/lease", "{\"token\":\"t\",\"ttl_s\":30}", 404},
-		{"POST", "/v1/runs/r-1/complete", "{\"token\":\"t\",\"status\":\"great\","
-						  "\"reason\":\"exit\"}", 400},
-		{"POST", "/v1/runs/r-1/complete", "{\"token\":\"t\",\"status\":\"failed\","
-						  "\"reason\":\"exit\",\"exit_code\":256}", 400},
-		{"POST", "/v1/runs/r-1/release", "{\"token\":\"t\",\"reason\":\"bored\"}", 400},
-		{"POST", "/v1/claims/bad%20id/cancel", NULL, 400},
-		{"GET", "/v1/runs/r-77", NULL, 404},
-		{"GET", "/v1/runs/r-77/log", NULL, 404},
-		{"GET", "/v1/runs?status=sleeping", NULL, 400},
-		{"GET", "/v1/runs?limit=0", NULL, 400},
-		{"POST", "/v1/runs/r-77/cancel", NULL, 404},
-		{"POST", "/v1/runs/r-77/requeue", NULL, 404},
-		{"PUT", "/v1/runs", "{}", 405},
-		{"GET", "/v2/anything", NULL, 404},
-		{"POST", "/v1/admin/faults", "{\"endpoint\":\"nowhere\",\"status\":503}", 400},
+	    {"POST", "/v1/runs", "{", 400},
+	    {"POST", "/v1/runs", "[]", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\"} trailing", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":5}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"bad name\"}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\",\"tags\":[\"ok\",\"no spaces\"]}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\",\"tags\":\"gpu\"}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\",\"max_attempts\":0}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\",\"max_attempts\":1.5}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\",\"max_attempts\":\"2\"}", 400},
+	    {"POST", "/v1/runs", "{\"workflow\":\"w\",\"timeout_s\":-1}", 400},
+	    {"POST", "/v1/runs", "", 400},
+	    {"POST", "/v1/claims", "{\"worker_id\":\"w\",\"max_runs\":1,\"lease_ttl_s\":5}", 400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\" \",\"max_runs\":1,"
+	     "\"lease_ttl_s\":5}",
+	     400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":257,"
+	     "\"lease_ttl_s\":5}",
+	     400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
+	     "\"lease_ttl_s\":0}",
+	     400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
+	     "\"lease_ttl_s\":3601}",
+	     400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
+	     "\"lease_ttl_s\":5,\"wait_s\":61}",
+	     400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
+	     "\"lease_ttl_s\":5,\"tags\":[\"a*b\"]}",
+	     400},
+	    {"POST", "/v1/claims",
+	     "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":1,"
+	     "\"lease_ttl_s\":5,\"workflows\":\"build\"}",
+	     400},
+	    {"POST", "/v1/runs/r-1/lease", "{\"token\":\"t\",\"ttl_s\":0}", 400},
+	    {"POST", "/v1/runs/r-1/lease", "{\"token\":\"t\",\"ttl_s\":30}", 404},
+	    {"POST", "/v1/runs/nonsense/lease", "{\"token\":\"t\",\"ttl_s\":30}", 404},
+	    {"POST", "/v1/runs/r-1/complete",
+	     "{\"token\":\"t\",\"status\":\"great\","
+	     "\"reason\":\"exit\"}",
+	     400},
+	    {"POST", "/v1/runs/r-1/complete",
+	     "{\"token\":\"t\",\"status\":\"failed\","
+	     "\"reason\":\"exit\",\"exit_code\":256}",
+	     400},
+	    {"POST", "/v1/runs/r-1/release", "{\"token\":\"t\",\"reason\":\"bored\"}", 400},
+	    {"POST", "/v1/claims/bad%20id/cancel", NULL, 400},
+	    {"GET", "/v1/runs/r-77", NULL, 404},
+	    {"GET", "/v1/runs/r-77/log", NULL, 404},
+	    {"GET", "/v1/runs?status=sleeping", NULL, 400},
+	    {"GET", "/v1/runs?limit=0", NULL, 400},
+	    {"POST", "/v1/runs/r-77/cancel", NULL, 404},
+	    {"POST", "/v1/runs/r-77/requeue", NULL, 404},
+	    {"PUT", "/v1/runs", "{}", 405},
+	    {"GET", "/v2/anything", NULL, 404},
+	    {"POST", "/v1/admin/faults", "{\"endpoint\":\"nowhere\",\"status\":503}", 400},
 	};
 	cJSON *stats;
 
@@ -892,8 +927,8 @@ START_TEST(test_bad_input_is_4xx_and_changes_nothing)
 		cJSON *j = req(cases[i].method, cases[i].path, cases[i].body, cases[i].status);
 
 		ck_assert_msg(cJSON_IsString(cJSON_GetObjectItem(j, "error")) &&
-				      cJSON_IsString(cJSON_GetObjectItem(j, "message")),
-			      "case %zu: no error/message body", i);
+		                  cJSON_IsString(cJSON_GetObjectItem(j, "message")),
+		              "case %zu: no error/message body", i);
 		cJSON_Delete(j);
 	}
 	stats = req("GET", "/v1/stats", NULL, 200);
@@ -916,9 +951,8 @@ START_TEST(test_oversized_bodies_refused)
 	strcpy(big + n, "\"}");
 	req0("POST", "/v1/runs", big, 413);
 	c = tu_lessor_client(L);
-	ck_assert_int_eq(lessor_client_request(c, "POST", "/v1/runs", chunked, big, strlen(big),
-					       &resp),
-			 0);
+	ck_assert_int_eq(
+	    lessor_client_request(c, "POST", "/v1/runs", chunked, big, strlen(big), &resp), 0);
 	ck_assert_int_eq(resp.status, 413);
 	lessor_response_done(&resp);
 	lessor_client_free(c);
@@ -977,8 +1011,8 @@ START_TEST(test_requeue_steals_and_cancel_reaches_worker)
 	cJSON_Delete(j);
 	complete(id, tok, "cancelled", false, 200, "cancelled");
 	j = run(id);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "leases"), 0), "end_reason"),
-			 "revoked");
+	ck_assert_str_eq(
+	    jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "leases"), 0), "end_reason"), "revoked");
 	cJSON_Delete(j);
 	req0("POST", cancel, NULL, 200); /* already cancelled: no-op */
 }
@@ -1028,8 +1062,8 @@ START_TEST(test_fault_injection)
 	for (int i = 0; i < 3; i++) {
 		char *hdr[] = {"Content-Type: application/json", NULL};
 
-		ck_assert_int_eq(lessor_client_request(c, "POST", path, hdr, body, strlen(body), &resp),
-				 0);
+		ck_assert_int_eq(
+		    lessor_client_request(c, "POST", path, hdr, body, strlen(body), &resp), 0);
 		ck_assert_int_eq(resp.status, i < 2 ? 503 : 200);
 		ck_assert_int_eq(resp.retry_after_s, i < 2 ? 1 : -1);
 		lessor_response_done(&resp);
@@ -1049,7 +1083,8 @@ START_TEST(test_fault_injection)
 	t0 = time_mono();
 	req0("POST", lease, renew, 200);
 	ck_assert_msg(time_mono() - t0 >= 300 * USEC_PER_MSEC, "the delay was not applied");
-	req0("POST", "/v1/admin/faults", "{\"endpoint\":\"claims\",\"status\":500,\"count\":5}", 200);
+	req0("POST", "/v1/admin/faults", "{\"endpoint\":\"claims\",\"status\":500,\"count\":5}",
+	     200);
 	req0("DELETE", "/v1/admin/faults", NULL, 200);
 	j = claim("c", "w", 1, 30, 0, NULL);
 	cJSON_Delete(j);
@@ -1068,7 +1103,7 @@ END_TEST
 START_TEST(test_sigterm_answers_long_polls)
 {
 	struct poller po = {.body = "{\"claim_id\":\"z\",\"worker_id\":\"w\",\"max_runs\":1,"
-				    "\"lease_ttl_s\":30,\"wait_s\":60}"};
+	                            "\"lease_ttl_s\":30,\"wait_s\":60}"};
 	pthread_t t;
 	usec_t t0;
 

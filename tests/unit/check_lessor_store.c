@@ -20,11 +20,11 @@ static char *dir;
 static char *path;
 static lessor_store *st;
 static const struct lessor_store_config cfg = {
-	.sync_full = false, /* the unit tests prove logic; durability is tested over HTTP */
-	.max_lease_expiries = 3,
-	.retry_base_ms = 1000,
-	.retry_max_ms = 3000,
-	.max_log_bytes = 10,
+    .sync_full = false, /* the unit tests prove logic; durability is tested over HTTP */
+    .max_lease_expiries = 3,
+    .retry_base_ms = 1000,
+    .retry_max_ms = 3000,
+    .max_log_bytes = 10,
 };
 
 static void setup(void)
@@ -49,7 +49,7 @@ static char *enqueue_full(const char *wf, char *tag1, char *tag2, unsigned attem
 {
 	char *tags[3] = {tag1, tag2, NULL};
 	struct lessor_enqueue e = {
-		.workflow = wf, .input_json = "{\"n\":1}", .tags = tags, .max_attempts = attempts};
+	    .workflow = wf, .input_json = "{\"n\":1}", .tags = tags, .max_attempts = attempts};
 	char id[LESSOR_RUN_ID_MAX];
 	bool created;
 
@@ -64,16 +64,16 @@ static char *enqueue(const char *wf)
 }
 
 static struct lessor_claim_result claim_as(const char *claim_id, const char *worker,
-					   const char *workflows, const char *tags, unsigned max,
-					   int64_t now)
+                                           const char *workflows, const char *tags, unsigned max,
+                                           int64_t now)
 {
 	struct lessor_claim_req q = {.claim_id = claim_id,
-				     .worker_id = worker,
-				     .max_runs = max,
-				     .ttl_s = 1,
-				     .workflows_json = workflows,
-				     .tags_json = tags ? tags : "[]",
-				     .record_worker = true};
+	                             .worker_id = worker,
+	                             .max_runs = max,
+	                             .ttl_s = 1,
+	                             .workflows_json = workflows,
+	                             .tags_json = tags ? tags : "[]",
+	                             .record_worker = true};
 	struct lessor_claim_result r;
 
 	ck_assert_int_eq(lessor_store_claim(st, &q, now, &r), 0);
@@ -125,12 +125,12 @@ static void assert_status(const char *id, const char *want)
 static struct lessor_completion done_ok(const char *token)
 {
 	return (struct lessor_completion){.token = token,
-					  .status = "succeeded",
-					  .reason = "exit",
-					  .has_exit_code = true,
-					  .exit_code = 0,
-					  .duration_ms = 5,
-					  .log_length = 0};
+	                                  .status = "succeeded",
+	                                  .reason = "exit",
+	                                  .has_exit_code = true,
+	                                  .exit_code = 0,
+	                                  .duration_ms = 5,
+	                                  .log_length = 0};
 }
 
 static struct lessor_completion done_fail(const char *token, bool retryable)
@@ -164,11 +164,11 @@ START_TEST(test_enqueue_and_idempotency_key)
 {
 	char *tags[] = {"gpu", "region:eu", NULL};
 	struct lessor_enqueue e = {.workflow = "build",
-				   .input_json = "[1,2]",
-				   .tags = tags,
-				   .max_attempts = 2,
-				   .timeout_s = 30,
-				   .idempotency_key = "k-1"};
+	                           .input_json = "[1,2]",
+	                           .tags = tags,
+	                           .max_attempts = 2,
+	                           .timeout_s = 30,
+	                           .idempotency_key = "k-1"};
 	char id[LESSOR_RUN_ID_MAX], id2[LESSOR_RUN_ID_MAX];
 	bool created;
 	_cleanup_free_ char *t = NULL, *in = NULL;
@@ -242,11 +242,8 @@ START_TEST(test_claim_idempotent)
 {
 	_cleanup_free_ char *a = enqueue("w"), *b = enqueue("w");
 	struct lessor_claim_result r1 = claim("c1", 2, T0), r2;
-	struct lessor_claim_req q = {.claim_id = "c1",
-				     .worker_id = "w2",
-				     .max_runs = 1,
-				     .ttl_s = 1,
-				     .tags_json = "[]"};
+	struct lessor_claim_req q = {
+	    .claim_id = "c1", .worker_id = "w2", .max_runs = 1, .ttl_s = 1, .tags_json = "[]"};
 	struct lessor_completion done;
 	const char *answer;
 	_cleanup_free_ char *c = enqueue("w");
@@ -297,9 +294,8 @@ START_TEST(test_claim_cancel)
 	assert_status(a, "pending");
 	assert_status(b, "running");
 	v = run_view(a);
-	reason = cJSON_PrintUnformatted(
-		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "leases"), 0),
-				    "end_reason"));
+	reason = cJSON_PrintUnformatted(cJSON_GetObjectItem(
+	    cJSON_GetArrayItem(cJSON_GetObjectItem(v, "leases"), 0), "end_reason"));
 	cJSON_Delete(v);
 	ck_assert_str_eq(reason, "\"cancelled\"");
 	r2 = claim("c1", 2, T0 + 30); /* a cancelled claim grants nothing, ever */
@@ -391,7 +387,7 @@ START_TEST(test_complete_idempotent)
 	/* other writes with the finished lease are stale */
 	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0, &cancel), -ESTALE);
 	ck_assert_int_eq(lessor_store_append_log(st, a, r.runs[0].token, 0, "x", 1, T0, &len),
-			 -ESTALE);
+	                 -ESTALE);
 	lessor_claim_result_done(&r);
 }
 END_TEST
@@ -509,9 +505,8 @@ START_TEST(test_reaper)
 	ck_assert_uint_eq(r2.runs[0].attempt, 1);            /* expiry is not an attempt */
 	lessor_claim_result_done(&r2);
 	v = run_view(a);
-	reason = cJSON_PrintUnformatted(
-		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "leases"), 0),
-				    "end_reason"));
+	reason = cJSON_PrintUnformatted(cJSON_GetObjectItem(
+	    cJSON_GetArrayItem(cJSON_GetObjectItem(v, "leases"), 0), "end_reason"));
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(v, "leases")), 2);
 	cJSON_Delete(v);
 	ck_assert_str_eq(reason, "\"expired\"");
@@ -603,14 +598,14 @@ START_TEST(test_views)
 	ck_assert_int_eq(lessor_store_stats_json(st, &j), 0);
 	s = cJSON_PrintUnformatted(j);
 	ck_assert_str_eq(s, "{\"pending\":0,\"running\":2,\"succeeded\":0,\"failed\":0,"
-			    "\"cancelled\":0,\"total\":2}");
+	                    "\"cancelled\":0,\"total\":2}");
 	cJSON_Delete(j);
 	ck_assert_int_eq(lessor_store_list_json(st, "running", "deploy", 10, &j), 0);
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "runs")), 1);
-	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0),
-					     "worker_id")
-				 ->valuestring,
-			 "w2");
+	ck_assert_str_eq(
+	    cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "runs"), 0), "worker_id")
+	        ->valuestring,
+	    "w2");
 	cJSON_Delete(j);
 	ck_assert_int_eq(lessor_store_workers_json(st, &j), 0);
 	w = cJSON_GetObjectItem(j, "workers");
@@ -622,10 +617,10 @@ START_TEST(test_views)
 
 		/* omitted (any) and [] (none) stay distinguishable */
 		ck_assert_str_eq(wf, streq(id, "w1")   ? "[\"build\"]"
-				     : streq(id, "w2") ? "null"
-						       : "[]");
+		                     : streq(id, "w2") ? "null"
+		                                       : "[]");
 		ck_assert_int_eq(cJSON_GetObjectItem(e, "runs_held")->valueint,
-				 streq(id, "w3") ? 0 : 1);
+		                 streq(id, "w3") ? 0 : 1);
 		free(wf);
 	}
 	cJSON_Delete(j);
@@ -652,10 +647,10 @@ static void *claimer_main(void *p)
 	for (int round = 0;; round++) {
 		char cid[32];
 		struct lessor_claim_req q = {.claim_id = cid,
-					     .worker_id = "w",
-					     .max_runs = 1 + (unsigned)(round % 7),
-					     .ttl_s = 60,
-					     .tags_json = "[]"};
+		                             .worker_id = "w",
+		                             .max_runs = 1 + (unsigned)(round % 7),
+		                             .ttl_s = 60,
+		                             .tags_json = "[]"};
 		struct lessor_claim_result r;
 
 		snprintf(cid, sizeof(cid), "t%d-%d", c->index, round);

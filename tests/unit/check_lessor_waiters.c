@@ -27,15 +27,15 @@ static char *gpu_eu[] = {"gpu", "region:eu", NULL};
 static char *build[] = {"build", NULL};
 
 static void claim_waiter(struct lessor_waiter *x, struct fake_conn *c, char **workflows,
-			 char **tags, const char *claim_id)
+                         char **tags, const char *claim_id)
 {
 	*x = (struct lessor_waiter){.deadline = time_mono() + 60 * USEC_PER_SEC,
-				    .claim = true,
-				    .workflows = workflows,
-				    .tags = tags,
-				    .claim_id = claim_id,
-				    .resume = on_resume,
-				    .userdata = c};
+	                            .claim = true,
+	                            .workflows = workflows,
+	                            .tags = tags,
+	                            .claim_id = claim_id,
+	                            .resume = on_resume,
+	                            .userdata = c};
 }
 
 START_TEST(test_wake_matches_workflow_and_tags)
@@ -101,9 +101,8 @@ START_TEST(test_deadlines_and_shutdown)
 	claim_waiter(&xs, &soon, NULL, NULL, "s");
 	claim_waiter(&xl, &late, NULL, NULL, "l");
 	xs.deadline = now + 10 * USEC_PER_MSEC;
-	xt = (struct lessor_waiter){.deadline = now + 20 * USEC_PER_MSEC,
-				    .resume = on_resume,
-				    .userdata = &timer};
+	xt = (struct lessor_waiter){
+	    .deadline = now + 20 * USEC_PER_MSEC, .resume = on_resume, .userdata = &timer};
 	ck_assert_int_eq(lessor_waiters_park(w, &xs, LESSOR_GEN_ANY, on_suspend, &soon), 0);
 	ck_assert_int_eq(lessor_waiters_park(w, &xl, LESSOR_GEN_ANY, on_suspend, &late), 0);
 	ck_assert_int_eq(lessor_waiters_park(w, &xt, LESSOR_GEN_ANY, on_suspend, &timer), 0);
@@ -120,7 +119,8 @@ START_TEST(test_deadlines_and_shutdown)
 	ck_assert_uint_eq(next, now + 20 * USEC_PER_MSEC);
 	lessor_waiters_shutdown(w);
 	ck_assert_int_eq(timer.resumed, 1);
-	ck_assert_int_eq(lessor_waiters_park(w, &xl, LESSOR_GEN_ANY, on_suspend, &late), -ESHUTDOWN);
+	ck_assert_int_eq(lessor_waiters_park(w, &xl, LESSOR_GEN_ANY, on_suspend, &late),
+	                 -ESHUTDOWN);
 	ck_assert_uint_eq(lessor_waiters_expire(w, now), USEC_INFINITY);
 	lessor_waiters_free(w);
 }
