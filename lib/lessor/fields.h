@@ -25,7 +25,7 @@ int lessor_field_int(const cJSON *o, const char *name, bool required, int64_t mi
                      int64_t dflt, int64_t *ret, char msg[LESSOR_MSG_MAX]);
 int lessor_field_bool(const cJSON *o, const char *name, bool dflt, bool *ret,
                       char msg[LESSOR_MSG_MAX]);
-/* valid: NULL accepts any string of 1..max bytes (max 0 = also empty allowed). */
+/* valid: the charset check; NULL accepts any string of at most max bytes. */
 int lessor_field_str(const cJSON *o, const char *name, bool required, size_t max,
                      bool (*valid)(const char *), const char **ret, char msg[LESSOR_MSG_MAX]);
 /* One of the NULL-terminated names; *ret points into names. */
