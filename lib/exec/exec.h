@@ -82,6 +82,8 @@ bool exec_env_forbidden(const char *name);
 /* Build a child environment: the variables of `from` (NULL = environ) whose names
  * are in allow (NULL = the default allowlist: PATH LANG LANGUAGE LC_* TZ HOME USER
  * LOGNAME SHELL TMPDIR TERM), minus exec_env_forbidden(), then `extra`
- * ("NAME=value", later entries win).  NAME=value strings, NULL-terminated. */
+ * ("NAME=value", later entries win; LESSEE_* run variables are fine there, a
+ * systemd protocol variable is -EPERM, an entry without '=' -EINVAL).
+ * NAME=value strings, NULL-terminated; free with strv_free(). */
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra,
 		   char ***ret);
