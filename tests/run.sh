@@ -18,7 +18,9 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 wrap=""
 if [ -n "${VALGRIND:-}" ]; then
-	wrap="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --track-fds=no"
+	# --child-silent-after-fork: valgrind runs a spawned child as a fork until its
+	# execve; one that fails before (lib/exec's spawn errors) is no leak of ours.
+	wrap="valgrind -q --child-silent-after-fork=yes --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --track-fds=no"
 	export LESSEE_WRAP="$wrap"
 	export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10}
 	export CK_FORK=no

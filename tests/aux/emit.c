@@ -1,0 +1,42 @@
+/* emit OUT [ERR [CODE]]: write OUT pattern bytes (emit.h) to stdout, then ERR to
+ * stderr, then exit with CODE.  For lib/exec's output tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+#include "util/fileio.h"
+
+static int emit(int fd, unsigned long long n)
+{
+	char buf[8192];
+
+	for (unsigned long long off = 0; off < n;) {
+		size_t len = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
+
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (char)emit_byte(off + i);
+		if (write_all(fd, buf, len) < 0)
+			return -1;
+		off += len;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const char usage[] = "usage: emit OUT_BYTES [ERR_BYTES [EXIT_CODE]]\n";
+
+	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+		printf("emit (lessee tests) %s\n", LESSEE_VERSION);
+		return 0;
+	}
+	if (argc < 2 || argc > 4 || strcmp(argv[1], "--help") == 0) {
+		fputs(usage, argc == 2 ? stdout : stderr);
+		return argc == 2 ? 0 : 2;
+	}
+	if (emit(1, strtoull(argv[1], NULL, 10)) < 0 ||
+	    (argc > 2 && emit(2, strtoull(argv[2], NULL, 10)) < 0))
+		return 1;
+	return argc > 3 ? atoi(argv[3]) : 0;
+}
