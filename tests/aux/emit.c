@@ -1,5 +1,7 @@
-/* emit OUT [ERR [CODE]]: write OUT pattern bytes (emit.h) to stdout, then ERR to
- * stderr, then exit with CODE.  For lib/exec's output tests. */
+/* emit OUT [ERR [CODE [PIPE]]]: write OUT pattern bytes (emit.h) to stdout, then
+ * ERR to stderr, then exit with CODE.  PIPE: first make stdout's pipe that big
+ * (F_SETPIPE_SZ), so it holds more than one read.  For lib/exec's output tests. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +27,19 @@ static int emit(int fd, unsigned long long n)
 
 int main(int argc, char **argv)
 {
-	static const char usage[] = "usage: emit OUT_BYTES [ERR_BYTES [EXIT_CODE]]\n";
+	static const char usage[] = "usage: emit OUT_BYTES [ERR_BYTES [EXIT_CODE [PIPE_BYTES]]]\n";
 
 	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
 		printf("emit (lessee tests) %s\n", LESSEE_VERSION);
 		return 0;
 	}
-	if (argc < 2 || argc > 4 || strcmp(argv[1], "--help") == 0) {
+	if (argc < 2 || argc > 5 || strcmp(argv[1], "--help") == 0) {
 		fputs(usage, argc == 2 ? stdout : stderr);
 		return argc == 2 ? 0 : 2;
+	}
+	if (argc > 4 && fcntl(1, F_SETPIPE_SZ, atoi(argv[4])) < 0) {
+		perror("emit: F_SETPIPE_SZ");
+		return 100;
 	}
 	if (emit(1, strtoull(argv[1], NULL, 10)) < 0 ||
 	    (argc > 2 && emit(2, strtoull(argv[2], NULL, 10)) < 0))
