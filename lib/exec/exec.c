@@ -281,6 +281,39 @@ static usec_t deadline_after(ev_t *e, usec_t after)
 	return after >= USEC_INFINITY - now ? USEC_INFINITY : now + after;
 }
 
+/* An empty group is no failure for the ladder: there is nothing left to stop. */
+static int ladder_signal(exec_proc_t *p, int sig)
+{
+	int r = group_signal(p, sig);
+
+	return r == -ESRCH ? 0 : r;
+}
+
+static int ladder_sigkill(exec_proc_t *p)
+{
+	p->sigkill_sent = true;
+	if (p->kill_timer)
+		ev_timer_disarm(p->kill_timer);
+	return ladder_signal(p, SIGKILL);
+}
+
+static int ladder_start(exec_proc_t *p, usec_t grace)
+{
+	int r = ev_timer_add(p->e, grace, on_kill_timeout, p, &p->kill_timer);
+
+	return r < 0 ? r : ladder_signal(p, SIGTERM);
+}
+
+/* A second call: the SIGKILL may come sooner, never later. */
+static int ladder_shorten(exec_proc_t *p, usec_t grace)
+{
+	usec_t deadline = deadline_after(p->e, grace);
+
+	if (deadline < ev_timer_deadline(p->kill_timer))
+		return ev_timer_arm_at(p->kill_timer, deadline);
+	return 0;
+}
+
 int exec_kill(exec_proc_t *p, usec_t grace)
 {
 	int r;
@@ -289,27 +322,15 @@ int exec_kill(exec_proc_t *p, usec_t grace)
 		return -EINVAL;
 	if (p->state == PROC_DONE)
 		return -ESRCH;
-	if (p->state == PROC_RUNNING)
+	if (grace == 0 || p->sigkill_sent)
+		r = ladder_sigkill(p);
+	else if (p->kill_timer)
+		r = ladder_shorten(p, grace);
+	else
+		r = ladder_start(p, grace);
+	if (r >= 0 && p->state == PROC_RUNNING)
 		p->res.killed = true;
-	if (grace == 0 || p->sigkill_sent) {
-		p->sigkill_sent = true;
-		if (p->kill_timer)
-			ev_timer_disarm(p->kill_timer);
-		r = group_signal(p, SIGKILL);
-		return r == -ESRCH ? 0 : r;
-	}
-	if (p->kill_timer) { /* a second call: only ever sooner */
-		usec_t deadline = deadline_after(p->e, grace);
-
-		if (deadline < ev_timer_deadline(p->kill_timer))
-			return ev_timer_arm_at(p->kill_timer, deadline);
-		return 0;
-	}
-	r = ev_timer_add(p->e, grace, on_kill_timeout, p, &p->kill_timer);
-	if (r < 0)
-		return r;
-	r = group_signal(p, SIGTERM);
-	return r == -ESRCH ? 0 : r;
+	return r;
 }
 
 /* Spawning. */

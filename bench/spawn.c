@@ -1,0 +1,223 @@
+/* spawn: how many /bin/true runs per second lib/exec starts and reaps on the loop,
+ * next to a plain posix_spawn()+waitpid() loop measured in the same run (the
+ * machine's floor), at 1, 2 and 64 in flight, on both loop backends, and with
+ * both ways lib/exec can create the child (docs/exec.md says why vfork-like is
+ * the default).  Medians of several repetitions; figures only, no verdict. */
+#include <errno.h>
+#include <getopt.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ev/ev.h"
+#include "exec/exec-int.h"
+#include "exec/exec.h"
+#include "util/macro.h"
+#include "util/time.h"
+
+#define MAX_REPS 101
+
+static const char *prog = "/bin/true";
+static char *prog_argv[] = {"/bin/true", NULL};
+static char *prog_envp[] = {"PATH=/usr/bin:/bin", NULL};
+
+struct config {
+	const char *name;
+	const char *backend; /* NULL: the posix_spawn floor */
+	enum exec_clone_mode mode;
+};
+
+static const struct config configs[] = {
+	{"posix_spawn", NULL, EXEC_CLONE_VFORK},
+	{"io_uring", "io_uring", EXEC_CLONE_VFORK},
+	{"epoll", "epoll", EXEC_CLONE_VFORK},
+	{"io_uring/fork", "io_uring", EXEC_CLONE_FORK},
+	{"epoll/fork", "epoll", EXEC_CLONE_FORK},
+};
+
+static const int in_flight_levels[] = {1, 2, 64};
+
+/* The floor: keep `width` children of the plain libc spawn running. */
+static int floor_run(int runs, int width)
+{
+	int started = 0, reaped = 0, status;
+
+	while (reaped < runs) {
+		while (started - reaped < width && started < runs) {
+			pid_t pid;
+			int r = posix_spawn(&pid, prog, NULL, NULL, prog_argv, prog_envp);
+
+			if (r != 0)
+				return -r;
+			started++;
+		}
+		if (waitpid(-1, &status, 0) < 0)
+			return -errno;
+		reaped++;
+	}
+	return 0;
+}
+
+struct exec_bench {
+	int in_flight;
+	int done;
+	int failed;
+};
+
+static void bench_exit(exec_proc_t *p, const struct exec_result *res, void *userdata)
+{
+	struct exec_bench *b = userdata;
+
+	if (!res->exited || res->exit_code != 0)
+		b->failed++;
+	exec_free(p);
+	b->in_flight--;
+	b->done++;
+}
+
+static int exec_run(ev_t *e, int runs, int width)
+{
+	struct exec_spec spec = {
+		.path = prog, .argv = prog_argv, .envp = prog_envp, .stdin_fd = -1};
+	struct exec_bench b = {0};
+	int started = 0, r;
+
+	while (b.done < runs) {
+		while (b.in_flight < width && started < runs) {
+			exec_proc_t *p;
+
+			r = exec_spawn(e, &spec, NULL, bench_exit, &b, &p, NULL);
+			if (r < 0)
+				return r;
+			started++;
+			b.in_flight++;
+		}
+		r = ev_run_once(e, USEC_INFINITY);
+		if (r < 0)
+			return r;
+	}
+	return b.failed ? -EIO : 0;
+}
+
+/* runs/s of one measurement, or a negative errno. */
+static double measure(const struct config *c, int runs, int width)
+{
+	ev_t *e = NULL;
+	usec_t t0;
+	int r;
+
+	if (c->backend) {
+		r = ev_new(&e, c->backend);
+		if (r < 0)
+			return r;
+		exec_set_clone_mode(c->mode);
+	}
+	t0 = time_mono();
+	r = c->backend ? exec_run(e, runs, width) : floor_run(runs, width);
+	t0 = time_mono() - t0;
+	ev_free(e);
+	exec_set_clone_mode(EXEC_CLONE_VFORK);
+	if (r < 0)
+		return r;
+	return (double)runs * (double)USEC_PER_SEC / (double)(t0 ? t0 : 1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: spawn [--runs N] [--reps R]\n"
+		   "  Starts and reaps /bin/true N times (default 500) per measurement, R times\n"
+		   "  (default 5), and prints the median runs/s per configuration.\n");
+}
+
+static int parse_args(int argc, char **argv, int *runs, int *reps)
+{
+	static const struct option opts[] = {
+		{"runs", required_argument, NULL, 'n'}, {"reps", required_argument, NULL, 'r'},
+		{"help", no_argument, NULL, 'h'},       {"version", no_argument, NULL, 'V'},
+		{0},
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "n:r:hV", opts, NULL)) >= 0) {
+		switch (c) {
+		case 'n':
+			*runs = atoi(optarg);
+			break;
+		case 'r':
+			*reps = atoi(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("spawn (lessee bench) %s\n", LESSEE_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (*runs < 1 || *reps < 1 || *reps > MAX_REPS || optind != argc) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	enum { N_CONF = ELEMENTSOF(configs), N_WIDTH = ELEMENTSOF(in_flight_levels) };
+	static double samples[N_WIDTH][N_CONF][MAX_REPS];
+	int runs = 500, reps = 5, r = parse_args(argc, argv, &runs, &reps);
+
+	if (r <= 0)
+		return r < 0 ? 2 : 0;
+	/* Repetitions outermost, so drift spreads over every configuration alike. */
+	for (int rep = 0; rep < reps; rep++)
+		for (int w = 0; w < N_WIDTH; w++)
+			for (int c = 0; c < N_CONF; c++) {
+				double v = measure(&configs[c], runs, in_flight_levels[w]);
+
+				if (v < 0) {
+					fprintf(stderr, "spawn: %s at %d in flight: %s\n", configs[c].name,
+						in_flight_levels[w], strerror((int)-v));
+					return 1;
+				}
+				samples[w][c][rep] = v;
+			}
+	printf("%s started and reaped, %d runs x %d repetitions, median runs/s "
+	       "(ratio to the posix_spawn+waitpid floor)\n",
+	       prog, runs, reps);
+	printf("%-10s", "in flight");
+	for (int c = 0; c < N_CONF; c++)
+		printf(" %20s", configs[c].name);
+	printf("\n");
+	for (int w = 0; w < N_WIDTH; w++) {
+		double floor_v = median(samples[w][0], reps);
+
+		printf("%-10d %20.0f", in_flight_levels[w], floor_v);
+		for (int c = 1; c < N_CONF; c++) {
+			double v = median(samples[w][c], reps);
+
+			printf(" %12.0f (%.2fx)", v, v / floor_v);
+		}
+		printf("\n");
+	}
+	return 0;
+}
