@@ -31,11 +31,9 @@ struct config {
 };
 
 static const struct config configs[] = {
-	{"posix_spawn", NULL, EXEC_CLONE_VFORK},
-	{"io_uring", "io_uring", EXEC_CLONE_VFORK},
-	{"epoll", "epoll", EXEC_CLONE_VFORK},
-	{"io_uring/fork", "io_uring", EXEC_CLONE_FORK},
-	{"epoll/fork", "epoll", EXEC_CLONE_FORK},
+    {"posix_spawn", NULL, EXEC_CLONE_VFORK},  {"io_uring", "io_uring", EXEC_CLONE_VFORK},
+    {"epoll", "epoll", EXEC_CLONE_VFORK},     {"io_uring/fork", "io_uring", EXEC_CLONE_FORK},
+    {"epoll/fork", "epoll", EXEC_CLONE_FORK},
 };
 
 static const int in_flight_levels[] = {1, 2, 64};
@@ -81,7 +79,7 @@ static void bench_exit(exec_proc_t *p, const struct exec_result *res, void *user
 static int exec_run(ev_t *e, int runs, int width)
 {
 	struct exec_spec spec = {
-		.path = prog, .argv = prog_argv, .envp = prog_envp, .stdin_fd = -1};
+	    .path = prog, .argv = prog_argv, .envp = prog_envp, .stdin_fd = -1};
 	struct exec_bench b = {0};
 	int started = 0, r;
 
@@ -141,16 +139,18 @@ static double median(double *v, int n)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: spawn [--runs N] [--reps R]\n"
-		   "  Starts and reaps /bin/true N times (default 500) per measurement, R times\n"
-		   "  (default 5), and prints the median runs/s per configuration.\n");
+	           "  Starts and reaps /bin/true N times (default 500) per measurement, R times\n"
+	           "  (default 5), and prints the median runs/s per configuration.\n");
 }
 
 static int parse_args(int argc, char **argv, int *runs, int *reps)
 {
 	static const struct option opts[] = {
-		{"runs", required_argument, NULL, 'n'}, {"reps", required_argument, NULL, 'r'},
-		{"help", no_argument, NULL, 'h'},       {"version", no_argument, NULL, 'V'},
-		{0},
+	    {"runs", required_argument, NULL, 'n'},
+	    {"reps", required_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {0},
 	};
 	int c;
 
@@ -195,8 +195,9 @@ int main(int argc, char **argv)
 				double v = measure(&configs[c], runs, in_flight_levels[w]);
 
 				if (v < 0) {
-					fprintf(stderr, "spawn: %s at %d in flight: %s\n", configs[c].name,
-						in_flight_levels[w], strerror((int)-v));
+					fprintf(stderr, "spawn: %s at %d in flight: %s\n",
+					        configs[c].name, in_flight_levels[w],
+					        strerror((int)-v));
 					return 1;
 				}
 				samples[w][c][rep] = v;

@@ -15,8 +15,8 @@ struct exec_child_args {
 	char *const *argv;
 	char *const *envp;
 	const char *cwd;
-	int fds[3];  /* become the child's 0, 1, 2 (fds[2] may equal fds[1]) */
-	int err_fd;  /* CLOEXEC write end of the error pipe */
+	int fds[3];   /* become the child's 0, 1, 2 (fds[2] may equal fds[1]) */
+	int err_fd;   /* CLOEXEC write end of the error pipe */
 	pid_t parent; /* getpid() before the clone: the PR_SET_PDEATHSIG race check */
 	int pdeathsig;
 	bool set_ids;

@@ -80,7 +80,8 @@ static int group_signal(exec_proc_t *p, int sig)
 	static bool no_pidfd_group;
 
 	if (!no_pidfd_group) {
-		if (syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL, PIDFD_SIGNAL_PROCESS_GROUP) == 0)
+		if (syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL,
+		            PIDFD_SIGNAL_PROCESS_GROUP) == 0)
 			return 0;
 		if (errno != ENOSYS && errno != EINVAL)
 			return -errno;
@@ -372,18 +373,18 @@ static int child_args_prepare(const struct exec_spec *s, struct exec_child_args 
 	if (s->n_rlimits > ELEMENTSOF(a->rlimits) || (s->n_rlimits > 0 && !s->rlimits))
 		return -EINVAL;
 	*a = (struct exec_child_args){
-		.path = s->path,
-		.argv = s->argv,
-		.envp = s->envp ? s->envp : empty_env,
-		.cwd = s->cwd,
-		.fds = {-1, -1, -1},
-		.err_fd = -1,
-		.parent = getpid(),
-		.pdeathsig = s->pdeathsig ? s->pdeathsig : SIGKILL,
-		.set_ids = s->set_ids,
-		.uid = s->uid,
-		.gid = s->gid,
-		.n_rlimits = s->n_rlimits,
+	    .path = s->path,
+	    .argv = s->argv,
+	    .envp = s->envp ? s->envp : empty_env,
+	    .cwd = s->cwd,
+	    .fds = {-1, -1, -1},
+	    .err_fd = -1,
+	    .parent = getpid(),
+	    .pdeathsig = s->pdeathsig ? s->pdeathsig : SIGKILL,
+	    .set_ids = s->set_ids,
+	    .uid = s->uid,
+	    .gid = s->gid,
+	    .n_rlimits = s->n_rlimits,
 	};
 	for (size_t i = 0; i < s->n_rlimits; i++) {
 		if (s->rlimits[i].resource < 0 || s->rlimits[i].resource >= RLIMIT_NLIMITS)
@@ -415,7 +416,7 @@ static int pipe_for_child(int *ret_ours, int *ret_child)
 }
 
 static int spawn_fds_open(exec_proc_t *p, const struct exec_spec *s, struct exec_child_args *a,
-			  struct spawn_fds *f)
+                          struct spawn_fds *f)
 {
 	int report[2], r;
 
@@ -460,7 +461,7 @@ static int read_report(int fd, struct exec_child_report *rep)
 }
 
 static int spawn_child(exec_proc_t *p, const struct exec_child_args *a, struct spawn_fds *f,
-		       const char **step)
+                       const char **step)
 {
 	struct exec_child_report rep;
 	pid_t pid;
@@ -493,29 +494,29 @@ static int proc_watch(exec_proc_t *p)
 }
 
 static exec_proc_t *proc_new(ev_t *e, const struct exec_spec *s, exec_output_cb on_output,
-			     exec_exit_cb on_exit, void *userdata)
+                             exec_exit_cb on_exit, void *userdata)
 {
 	exec_proc_t *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return NULL;
 	*p = (exec_proc_t){
-		.e = e,
-		.state = PROC_DONE, /* nothing to reap until the clone */
-		.pid = -1,
-		.pidfd = -1,
-		.pipes = {{.fd = -1}, {.fd = -1}},
-		.output_drain = s->output_drain ? s->output_drain : OUTPUT_DRAIN_DEFAULT,
-		.keep_group = s->keep_group_on_exit,
-		.on_output = on_output,
-		.on_exit = on_exit,
-		.userdata = userdata,
+	    .e = e,
+	    .state = PROC_DONE, /* nothing to reap until the clone */
+	    .pid = -1,
+	    .pidfd = -1,
+	    .pipes = {{.fd = -1}, {.fd = -1}},
+	    .output_drain = s->output_drain ? s->output_drain : OUTPUT_DRAIN_DEFAULT,
+	    .keep_group = s->keep_group_on_exit,
+	    .on_output = on_output,
+	    .on_exit = on_exit,
+	    .userdata = userdata,
 	};
 	return p;
 }
 
 int exec_spawn(ev_t *e, const struct exec_spec *spec, exec_output_cb on_output,
-	       exec_exit_cb on_exit, void *userdata, exec_proc_t **ret, const char **ret_step)
+               exec_exit_cb on_exit, void *userdata, exec_proc_t **ret, const char **ret_step)
 {
 	_cleanup_(spawn_fds_close) struct spawn_fds f = {-1, -1, -1, -1, -1};
 	struct exec_child_args a;

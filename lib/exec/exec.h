@@ -26,18 +26,18 @@ struct exec_rlimit {
 };
 
 struct exec_spec {
-	const char *path;   /* absolute, or relative to cwd; no PATH search */
-	char *const *argv;  /* argv[0] included */
-	char *const *envp;  /* the child's whole environment (see exec_env_build) */
-	const char *cwd;    /* NULL = inherit */
-	int stdin_fd;       /* -1 = /dev/null; duplicated, not taken */
-	bool split_stderr;  /* false: stderr shares stdout's pipe */
-	bool set_ids;       /* drop to uid/gid (and supplementary groups = {gid}) */
+	const char *path;  /* absolute, or relative to cwd; no PATH search */
+	char *const *argv; /* argv[0] included */
+	char *const *envp; /* the child's whole environment (see exec_env_build) */
+	const char *cwd;   /* NULL = inherit */
+	int stdin_fd;      /* -1 = /dev/null; duplicated, not taken */
+	bool split_stderr; /* false: stderr shares stdout's pipe */
+	bool set_ids;      /* drop to uid/gid (and supplementary groups = {gid}) */
 	uid_t uid;
 	gid_t gid;
 	const struct exec_rlimit *rlimits;
 	size_t n_rlimits;
-	int pdeathsig;      /* 0 = SIGKILL */
+	int pdeathsig; /* 0 = SIGKILL */
 	/* After the main process exits: SIGKILL what is left of its process group
 	 * (default true; false leaves stragglers alone). */
 	bool keep_group_on_exit;
@@ -45,24 +45,24 @@ struct exec_spec {
 };
 
 struct exec_result {
-	bool exited;        /* true: exit_code valid; false: signal valid */
+	bool exited; /* true: exit_code valid; false: signal valid */
 	int exit_code;
 	int signal;
 	bool core_dumped;
-	bool killed;        /* the kill ladder (or exec_signal) was used on it */
-	usec_t duration;    /* spawn to exit, monotonic */
+	bool killed;     /* the kill ladder (or exec_signal) was used on it */
+	usec_t duration; /* spawn to exit, monotonic */
 };
 
 /* stream: 1 = stdout (or merged), 2 = stderr when split_stderr. */
 typedef void (*exec_output_cb)(exec_proc_t *p, int stream, const void *data, size_t len,
-			       void *userdata);
+                               void *userdata);
 typedef void (*exec_exit_cb)(exec_proc_t *p, const struct exec_result *res, void *userdata);
 
 /* Start it.  On failure to start (missing binary, permission, chdir, setuid...)
  * returns -errno and, when ret_step is given, the name of the step that failed
  * ("execve", "chdir", "setgid", ...); no process is left behind. */
 int exec_spawn(ev_t *e, const struct exec_spec *spec, exec_output_cb on_output,
-	       exec_exit_cb on_exit, void *userdata, exec_proc_t **ret, const char **ret_step);
+               exec_exit_cb on_exit, void *userdata, exec_proc_t **ret, const char **ret_step);
 
 pid_t exec_pid(const exec_proc_t *p);
 bool exec_running(const exec_proc_t *p); /* not yet reaped */
@@ -85,5 +85,4 @@ bool exec_env_forbidden(const char *name);
  * ("NAME=value", later entries win; LESSEE_* run variables are fine there, a
  * systemd protocol variable is -EPERM, an entry without '=' -EINVAL).
  * NAME=value strings, NULL-terminated; free with strv_free(). */
-int exec_env_build(char *const *from, const char *const *allow, char *const *extra,
-		   char ***ret);
+int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret);

@@ -58,19 +58,19 @@ void exec_set_clone_mode(enum exec_clone_mode mode)
 const char *exec_step_name(int step)
 {
 	static const char *const names[_EXEC_STEP_MAX] = {
-		[EXEC_STEP_SIGACTION] = "sigaction",
-		[EXEC_STEP_SETSID] = "setsid",
-		[EXEC_STEP_DUP] = "dup",
-		[EXEC_STEP_CLOSE_RANGE] = "close_range",
-		[EXEC_STEP_CHDIR] = "chdir",
-		[EXEC_STEP_SETRLIMIT] = "setrlimit",
-		[EXEC_STEP_SETGROUPS] = "setgroups",
-		[EXEC_STEP_SETGID] = "setgid",
-		[EXEC_STEP_SETUID] = "setuid",
-		[EXEC_STEP_NO_NEW_PRIVS] = "no_new_privs",
-		[EXEC_STEP_PDEATHSIG] = "pdeathsig",
-		[EXEC_STEP_SIGPROCMASK] = "sigprocmask",
-		[EXEC_STEP_EXECVE] = "execve",
+	    [EXEC_STEP_SIGACTION] = "sigaction",
+	    [EXEC_STEP_SETSID] = "setsid",
+	    [EXEC_STEP_DUP] = "dup",
+	    [EXEC_STEP_CLOSE_RANGE] = "close_range",
+	    [EXEC_STEP_CHDIR] = "chdir",
+	    [EXEC_STEP_SETRLIMIT] = "setrlimit",
+	    [EXEC_STEP_SETGROUPS] = "setgroups",
+	    [EXEC_STEP_SETGID] = "setgid",
+	    [EXEC_STEP_SETUID] = "setuid",
+	    [EXEC_STEP_NO_NEW_PRIVS] = "no_new_privs",
+	    [EXEC_STEP_PDEATHSIG] = "pdeathsig",
+	    [EXEC_STEP_SIGPROCMASK] = "sigprocmask",
+	    [EXEC_STEP_EXECVE] = "execve",
 	};
 
 	return step >= 0 && step < _EXEC_STEP_MAX ? names[step] : "unknown";
@@ -80,7 +80,7 @@ const char *exec_step_name(int step)
 
 /* Report the failed step to the parent and die; the parent reaps us. */
 CHILD_FN __attribute__((noreturn)) static void child_fail(const struct exec_child_args *a,
-							   enum exec_step step)
+                                                          enum exec_step step)
 {
 	struct exec_child_report rep = {.err = errno ? errno : EIO, .step = (int32_t)step};
 
@@ -219,16 +219,16 @@ static pid_t clone_vfork(struct exec_child_args *a, int *pidfd)
 	 * copy. */
 	_Alignas(16) char stack[CHILD_STACK_SIZE];
 
-	return clone(child_main, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-		     a, pidfd);
+	return clone(child_main, stack + sizeof(stack),
+	             CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, a, pidfd);
 }
 
 static pid_t clone_fork(struct exec_child_args *a, int *pidfd)
 {
 	struct clone_args ca = {
-		.flags = CLONE_PIDFD,
-		.pidfd = (uint64_t)(uintptr_t)pidfd,
-		.exit_signal = SIGCHLD,
+	    .flags = CLONE_PIDFD,
+	    .pidfd = (uint64_t)(uintptr_t)pidfd,
+	    .exit_signal = SIGCHLD,
 	};
 	long pid = syscall(SYS_clone3, &ca, sizeof(ca));
 

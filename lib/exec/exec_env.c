@@ -13,13 +13,13 @@
 /* Meant for the daemon alone: a child holding them could notify, feed the
  * watchdog or claim sockets and credentials on the daemon's behalf. */
 static const char *const systemd_vars[] = {
-	"NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_FDS",    "LISTEN_PID",
-	"LISTEN_FDNAMES", "CREDENTIALS_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID",
+    "NOTIFY_SOCKET",  "WATCHDOG_PID",          "WATCHDOG_USEC",  "LISTEN_FDS",    "LISTEN_PID",
+    "LISTEN_FDNAMES", "CREDENTIALS_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID",
 };
 
 static const char *const default_allow[] = {
-	"PATH", "LANG", "LANGUAGE", "LC_*", "TZ", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM",
-	NULL,
+    "PATH", "LANG",    "LANGUAGE", "LC_*",   "TZ",   "HOME",
+    "USER", "LOGNAME", "SHELL",    "TMPDIR", "TERM", NULL,
 };
 
 #define DAEMON_PREFIX "LESSEE_"
@@ -45,7 +45,8 @@ static bool is_systemd_var(const char *name, size_t n)
 
 static bool is_daemon_var(const char *name, size_t n)
 {
-	return n >= strlen(DAEMON_PREFIX) && memcmp(name, DAEMON_PREFIX, strlen(DAEMON_PREFIX)) == 0;
+	return n >= strlen(DAEMON_PREFIX) &&
+	       memcmp(name, DAEMON_PREFIX, strlen(DAEMON_PREFIX)) == 0;
 }
 
 bool exec_env_forbidden(const char *name)

@@ -15,7 +15,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 1) {
-		fputs("usage: ignore_term\n", argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
+		fputs("usage: ignore_term\n",
+		      argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc == 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
 	signal(SIGTERM, SIG_IGN); /* inherited by the fork */

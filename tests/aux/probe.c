@@ -79,7 +79,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 1) {
-		fputs("usage: probe\n", argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
+		fputs("usage: probe\n",
+		      argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc == 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
 	print_fds(); /* first, before stdio opens anything */

@@ -29,7 +29,7 @@ static char *child_env[] = {"PATH=/usr/bin:/bin", NULL};
 struct run {
 	struct buf out[3]; /* [1]: stdout (or both), [2]: stderr */
 	uint64_t bytes[3];
-	bool count_only;  /* bytes[] only, out[] stays empty */
+	bool count_only; /* bytes[] only, out[] stays empty */
 	struct exec_result res;
 	int exits;
 	size_t max_chunk;
@@ -176,10 +176,11 @@ static void assert_no_children(void)
 
 START_TEST(test_env_build)
 {
-	char *from[] = {"PATH=/bin",         "HOME=/root",         "LC_ALL=C",     "LC_TIME=de",
-			"SECRET=x",          "NOTIFY_SOCKET=/run", "WATCHDOG_PID=1", "WATCHDOG_USEC=5",
-			"LESSEE_TOKEN=tok",  "LISTEN_FDS=3",       "PATH=/second", "noequals",
-			"=novalue",          "TERM=xterm",         NULL};
+	char *from[] = {"PATH=/bin",      "HOME=/root",      "LC_ALL=C",
+	                "LC_TIME=de",     "SECRET=x",        "NOTIFY_SOCKET=/run",
+	                "WATCHDOG_PID=1", "WATCHDOG_USEC=5", "LESSEE_TOKEN=tok",
+	                "LISTEN_FDS=3",   "PATH=/second",    "noequals",
+	                "=novalue",       "TERM=xterm",      NULL};
 	char *extra[] = {"FOO=1", "HOME=/run/x", "LESSEE_RUN_ID=r1", "FOO=2", NULL};
 	const char *const allow_secret[] = {"SECRET", "NOTIFY_SOCKET", "LESSEE_*", NULL};
 	char **env = NULL;
@@ -207,7 +208,8 @@ START_TEST(test_env_build)
 	ck_assert_ptr_null(env[0]);
 	env = strv_free(env);
 
-	ck_assert_int_eq(exec_env_build(from, NULL, (char *[]){"NOTIFY_SOCKET=/x", NULL}, &env), -EPERM);
+	ck_assert_int_eq(exec_env_build(from, NULL, (char *[]){"NOTIFY_SOCKET=/x", NULL}, &env),
+	                 -EPERM);
 	ck_assert_int_eq(exec_env_build(from, NULL, (char *[]){"NOVALUE", NULL}, &env), -EINVAL);
 	ck_assert_int_eq(exec_env_build(from, NULL, (char *[]){"=x", NULL}, &env), -EINVAL);
 	ck_assert_ptr_null(env);
@@ -390,7 +392,7 @@ START_TEST(test_set_ids)
 END_TEST
 
 static void assert_spawn_fails(ev_t *e, const struct exec_spec *spec, int want_err,
-			       const char *want_step)
+                               const char *want_step)
 {
 	int fds = fd_count();
 	const char *step = NULL;
@@ -398,7 +400,7 @@ static void assert_spawn_fails(ev_t *e, const struct exec_spec *spec, int want_e
 	int rc = exec_spawn(e, spec, on_output, on_exit_cb, NULL, &p, &step);
 
 	ck_assert_msg(rc == -want_err, "%s: got %d (%s), want -%s", spec->path, rc,
-		      rc < 0 ? strerror(-rc) : "ok", strerror(want_err));
+	              rc < 0 ? strerror(-rc) : "ok", strerror(want_err));
 	ck_assert_ptr_nonnull(step);
 	ck_assert_str_eq(step, want_step);
 	ck_assert_ptr_null(p);
@@ -496,8 +498,7 @@ START_TEST(test_exit_status)
 }
 END_TEST
 
-#define ORDER_SCRIPT                                                                               \
-	"i=0; while [ $i -lt 200 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done"
+#define ORDER_SCRIPT "i=0; while [ $i -lt 200 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done"
 
 static char *order_expect(bool out, bool err)
 {
@@ -649,7 +650,7 @@ START_TEST(test_many)
 	for (int i = 0; i < MANY; i++) {
 		ck_assert_msg(m[i].exited_ok, "child %d did not exit 0", i);
 		ck_assert_msg(m[i].got == m[i].want, "child %d: %llu of %llu bytes", i,
-			      (unsigned long long)m[i].got, (unsigned long long)m[i].want);
+		              (unsigned long long)m[i].got, (unsigned long long)m[i].want);
 		ck_assert_msg(!m[i].bad, "child %d: wrong bytes", i);
 		total += m[i].got;
 	}
@@ -726,7 +727,7 @@ END_TEST
 START_TEST(test_kill_term_and_now)
 {
 	char *trap[] = {"/bin/sh", "-c", "trap 'echo TERM; exit 4' TERM; echo up; sleep 30 & wait",
-			NULL};
+	                NULL};
 	char *sleeper[] = {"/bin/sleep", "30", NULL};
 	struct exec_spec spec = spec_for(trap);
 	struct run r = {0};
@@ -799,7 +800,7 @@ START_TEST(test_grandchild_holds_pipe)
 	 * delivered before the exit callback */
 	{
 		char *late[] = {"/bin/sh", "-c", "(sleep 0.2; echo late) & echo early; exit 0",
-				NULL};
+		                NULL};
 
 		spec = spec_for(late);
 		spec.keep_group_on_exit = true;
@@ -891,7 +892,7 @@ START_TEST(test_noisy_child)
 		before = r.bytes[1];
 		ck_assert_int_ge(ev_run_once(e, 100 * USEC_PER_MSEC), 0);
 		ck_assert_msg(r.bytes[1] - before <= 512 * 1024, "%llu bytes in one iteration",
-			      (unsigned long long)(r.bytes[1] - before));
+		              (unsigned long long)(r.bytes[1] - before));
 		ck_assert_int_lt(++iterations, 100000);
 	}
 	ck_assert_msg(r.res.exited && r.res.exit_code == 0, "emit: %s", out_str(&r, 1));
