@@ -8,13 +8,20 @@
  * polls are deliberately not used: they fire on wake-ups, which is edge
  * semantics.
  *
- * user_data = gen << 32 | fd.  A watch's gen changes with every poll armed and is
- * cleared when its poll is cancelled, so completions of removed, re-armed or
- * re-added watches are recognised and dropped.  gen 0 is never armed: it tags
- * requests whose completions are ignored (poll removals, where -ENOENT and
- * -EALREADY are normal, and the startup NOP).
+ * user_data = gen << 32 | fd.  A watch's gen changes with every poll armed or
+ * updated and is cleared when its poll is cancelled, so completions of removed,
+ * re-armed or re-added watches are recognised and dropped.  gen 0 is never
+ * armed: it tags requests whose completions are ignored (poll removals, where
+ * -ENOENT and -EALREADY are normal, and the startup probe).
  *
- * Every SQE (arms, removals) is batched into the io_uring_enter() that waits. */
+ * A change of interest while a poll is in flight updates that poll in place
+ * (POLL_REMOVE with IORING_POLL_UPDATE_*, Linux 5.13): one SQE instead of a
+ * cancel plus a new poll.  The update carries the new gen with UD_UPDATE set;
+ * if it fails (the poll had completed; its completion carries the old gen and
+ * is dropped), the watch is re-armed, and level semantics report again.
+ *
+ * Every SQE (arms, updates, removals) is batched into the io_uring_enter()
+ * that waits. */
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
@@ -27,11 +34,16 @@
 #define URING_CQ_ENTRIES 4096
 #define URING_REAP_BATCH 64
 #define UD_IGNORE 0
+#define UD_UPDATE (UINT64_C(1) << 31) /* fds are < 2^31 */
+#define UD_PROBE UINT64_C(0x7fffffff) /* gen 0: matches no poll */
+#define POLL_UPDATE_FLAGS (IORING_POLL_UPDATE_EVENTS | IORING_POLL_UPDATE_USER_DATA)
 
 struct uring_be {
 	ev_t *e;
 	struct io_uring ring;
 	uint32_t next_gen;
+	unsigned reported; /* in this round */
+	bool lost;         /* a readiness report was dropped: re-armed, not reported */
 	LIST_HEAD(, ev_io) arm_queue;
 };
 
@@ -68,21 +80,30 @@ static struct io_uring_sqe *get_sqe(struct uring_be *be)
 	return sqe;
 }
 
-static int uring_smoke_test(struct uring_be *be)
+/* A round trip through io_uring_enter (some sandboxes allow io_uring_setup but
+ * not io_uring_enter), asking to update a poll that does not exist: a kernel
+ * that can update polls in place answers -ENOENT. */
+static int uring_smoke_test(struct uring_be *be, const char **ret_what)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&be->ring);
 	struct io_uring_cqe *cqe;
 	int r;
 
-	io_uring_prep_nop(sqe);
+	io_uring_prep_poll_update(sqe, UD_PROBE, UD_PROBE, POLLIN, POLL_UPDATE_FLAGS);
 	io_uring_sqe_set_data64(sqe, UD_IGNORE);
 	r = io_uring_submit_and_wait(&be->ring, 1);
-	if (r < 0)
+	if (r >= 0)
+		r = io_uring_peek_cqe(&be->ring, &cqe);
+	if (r < 0) {
+		*ret_what = "io_uring_enter";
 		return r;
-	r = io_uring_peek_cqe(&be->ring, &cqe);
-	if (r < 0)
-		return r;
+	}
+	r = cqe->res;
 	io_uring_cqe_seen(&be->ring, cqe);
+	if (r != -ENOENT) {
+		*ret_what = "io_uring poll update (Linux 5.13)";
+		return -EOPNOTSUPP;
+	}
 	return 0;
 }
 
@@ -99,24 +120,54 @@ static int uring_check_ops(struct uring_be *be)
 	return ok ? 0 : -EOPNOTSUPP;
 }
 
+/* Newest first; an older kernel refuses unknown flags with EINVAL.
+ * DEFER_TASKRUN (6.1, with SINGLE_ISSUER 6.0): completions are posted only when
+ * the loop enters the kernel to wait, i.e. in batches, not by interrupting it;
+ * every wait here enters with GETEVENTS, so none is missed.  COOP_TASKRUN
+ * (5.19): no IPI to interrupt the loop for completion work.  SUBMIT_ALL
+ * (5.18): one bad SQE does not hold back the rest of the batch. */
+static const unsigned setup_flags[] = {
+    IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+    IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN,
+    0,
+};
+
+static int uring_queue_init(struct uring_be *be)
+{
+	int r = -EINVAL;
+
+	for (size_t i = 0; i < ELEMENTSOF(setup_flags) && r == -EINVAL; i++) {
+		struct io_uring_params p = {.flags = IORING_SETUP_CQSIZE | setup_flags[i],
+		                            .cq_entries = URING_CQ_ENTRIES};
+
+		r = io_uring_queue_init_params(URING_SQ_ENTRIES, &be->ring, &p);
+		if (r >= 0 && !(p.features & IORING_FEAT_NODROP)) {
+			io_uring_queue_exit(&be->ring);
+			return -EOPNOTSUPP;
+		}
+	}
+	return r;
+}
+
 static int uring_setup(struct uring_be *be, const char **ret_what)
 {
-	struct io_uring_params p = {.flags = IORING_SETUP_CQSIZE, .cq_entries = URING_CQ_ENTRIES};
-	int r = io_uring_queue_init_params(URING_SQ_ENTRIES, &be->ring, &p);
+	int r = uring_queue_init(be);
 
+	/* Without NODROP a full CQ loses poll completions, i.e. loses events. */
+	if (r == -EOPNOTSUPP) {
+		*ret_what = "io_uring_queue_init (no IORING_FEAT_NODROP)";
+		return r;
+	}
 	if (r < 0) {
 		*ret_what = "io_uring_queue_init";
 		return r;
 	}
-	/* Without NODROP a full CQ loses poll completions, i.e. loses events. */
-	if (!(p.features & IORING_FEAT_NODROP)) {
-		*ret_what = "io_uring_queue_init (no IORING_FEAT_NODROP)";
-		r = -EOPNOTSUPP;
-	} else if ((r = uring_check_ops(be)) < 0)
+	/* Saves a file table lookup per io_uring_enter (5.18); optional. */
+	(void)io_uring_register_ring_fd(&be->ring);
+	if ((r = uring_check_ops(be)) < 0)
 		*ret_what = "io_uring_register (probe for IORING_OP_POLL_ADD)";
-	/* Some sandboxes allow io_uring_setup but not io_uring_enter. */
-	else if ((r = uring_smoke_test(be)) < 0)
-		*ret_what = "io_uring_enter";
+	else
+		r = uring_smoke_test(be, ret_what);
 	if (r < 0)
 		io_uring_queue_exit(&be->ring);
 	return r;
@@ -194,16 +245,37 @@ static int uring_io_add(void *p, ev_io_t *w)
 	return 0;
 }
 
+/* Change the mask of the poll in flight; false if no SQE could be had. */
+static bool update(struct uring_be *be, ev_io_t *w, unsigned mask)
+{
+	struct io_uring_sqe *sqe = get_sqe(be);
+	uint64_t old;
+
+	if (!sqe)
+		return false;
+	old = watch_ud(w);
+	w->gen = new_gen(be);
+	w->armed = mask;
+	io_uring_prep_poll_update(sqe, old, watch_ud(w), mask,
+	                          IORING_POLL_UPDATE_EVENTS | IORING_POLL_UPDATE_USER_DATA);
+	io_uring_sqe_set_data64(sqe, watch_ud(w) | UD_UPDATE);
+	return true;
+}
+
 static int uring_io_modify(void *p, ev_io_t *w, uint32_t old_events)
 {
 	struct uring_be *be = p;
+	unsigned mask = ev_to_poll(w->events);
 
-	if (w->armed && w->armed != ev_to_poll(w->events))
+	if (!w->events) {
 		disarm(be, w);
-	if (!w->events)
 		dequeue_arm(w);
-	else if (!w->armed)
+	} else if (!w->armed)
 		queue_arm(be, w);
+	else if (w->armed != mask && !update(be, w, mask)) {
+		disarm(be, w);
+		queue_arm(be, w);
+	}
 	return 0;
 }
 
@@ -239,13 +311,27 @@ static void complete(struct uring_be *be, const struct io_uring_cqe *cqe)
 
 	if (gen == 0)
 		return;
-	w = ev_io_lookup(be->e, (int)(uint32_t)ud);
+	w = ev_io_lookup(be->e, (int)(uint32_t)(ud & ~UD_UPDATE));
 	if (!w || w->gen != gen || !w->armed)
-		return; /* stale: removed, re-armed or re-added since */
+		return; /* stale: removed, re-armed, updated or re-added since */
+	if (ud & UD_UPDATE) {
+		/* -ENOENT/-EALREADY: the poll completed before the update got
+		 * to it.  Nothing is in flight for this gen: arm afresh. */
+		if (cqe->res < 0) {
+			w->armed = 0;
+			queue_arm(be, w);
+			be->lost = true;
+		}
+		return;
+	}
 	w->armed = 0;
-	if (cqe->res != -ECANCELED)
-		ev_io_ready(be->e, w, cqe->res < 0 ? EV_ERROR : poll_to_ev(cqe->res));
 	queue_arm(be, w);
+	if (cqe->res == -ECANCELED) {
+		be->lost = true;
+		return;
+	}
+	ev_io_ready(be->e, w, cqe->res < 0 ? EV_ERROR : poll_to_ev(cqe->res));
+	be->reported++;
 }
 
 static void reap(struct uring_be *be)
@@ -275,9 +361,8 @@ static int submit_and_wait(struct uring_be *be, usec_t timeout)
 	return io_uring_submit_and_wait_timeout(&be->ring, &cqe, 1, &ts, NULL);
 }
 
-static int uring_wait(void *p, usec_t timeout)
+static int wait_round(struct uring_be *be, usec_t timeout)
 {
-	struct uring_be *be = p;
 	int r;
 
 	/* Watches left unarmed (no SQE even after submitting) must not sleep
@@ -291,6 +376,22 @@ static int uring_wait(void *p, usec_t timeout)
 		return r;
 	reap(be);
 	return 0;
+}
+
+static int uring_wait(void *p, usec_t timeout)
+{
+	struct uring_be *be = p;
+	int r;
+
+	be->reported = 0;
+	be->lost = false;
+	r = wait_round(be, timeout);
+	/* Woken only by completions that were dropped (an update that lost the
+	 * race with its poll's completion): the re-armed polls answer at once if
+	 * their fds are ready, so ask them now rather than return empty-handed. */
+	if (r >= 0 && be->reported == 0 && be->lost)
+		r = wait_round(be, 0);
+	return r;
 }
 
 const struct ev_backend ev_backend_uring = {

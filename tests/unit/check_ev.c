@@ -779,6 +779,66 @@ START_TEST(test_io_remove_self)
 }
 END_TEST
 
+/* Interest changed while the watch waits in the kernel (io_uring: the poll in
+ * flight is updated in place), including right after its fd became ready,
+ * before the loop has seen that. */
+START_TEST(test_io_modify_waiting)
+{
+	struct iorec r = {0}, wr = {0};
+	ev_io_t *w, *ww;
+	int p[2];
+	char c;
+	ev_t *e = new_loop();
+
+	make_pipe(p);
+	/* write end: EV_READ never fires; adding EV_WRITE fires at once */
+	ck_assert_int_eq(ev_io_add(e, p[1], EV_READ, rec_cb, &wr, &ww), 0);
+	ASSERT_QUIET(e);
+	ck_assert_int_eq(ev_io_set_events(ww, EV_READ | EV_WRITE), 0);
+	ck_assert_int_eq(ev_run_once(e, scaled(USEC_PER_SEC)), 1);
+	ck_assert_uint_eq(wr.revents, EV_WRITE);
+	ck_assert_int_eq(ev_io_set_events(ww, EV_READ), 0);
+	ASSERT_QUIET(e);
+
+	/* read end: widened and narrowed while waiting, then data arrives */
+	ck_assert_int_eq(ev_io_add(e, p[0], EV_READ, rec_cb, &r, &w), 0);
+	ASSERT_QUIET(e);
+	ck_assert_int_eq(ev_io_set_events(w, EV_READ | EV_WRITE), 0);
+	ASSERT_QUIET(e);
+	ck_assert_int_eq(ev_io_set_events(w, EV_READ), 0);
+	ASSERT_QUIET(e);
+	put_byte(p[1]);
+	ck_assert_int_eq(ev_run_once(e, scaled(USEC_PER_SEC)), 1);
+	ck_assert_int_eq(r.calls, 1);
+	ck_assert_int_eq(read(p[0], &c, 1), 1);
+	ASSERT_QUIET(e);
+
+	/* the fd becomes ready, then the interest changes before the loop runs:
+	 * the readiness must still be reported, and again while unread */
+	put_byte(p[1]);
+	ck_assert_int_eq(ev_io_set_events(w, EV_READ | EV_WRITE), 0);
+	for (int i = 2; i <= 3; i++) {
+		ck_assert_int_eq(ev_run_once(e, scaled(USEC_PER_SEC)), 1);
+		ck_assert_int_eq(r.calls, i);
+		ck_assert_uint_eq(r.revents, EV_READ);
+	}
+	/* same again, narrowing to nothing and back */
+	ck_assert_int_eq(read(p[0], &c, 1), 1);
+	ASSERT_QUIET(e);
+	put_byte(p[1]);
+	ck_assert_int_eq(ev_io_set_events(w, 0), 0);
+	ck_assert_int_eq(ev_io_set_events(w, EV_READ), 0);
+	ck_assert_int_eq(ev_run_once(e, scaled(USEC_PER_SEC)), 1);
+	ck_assert_int_eq(r.calls, 4);
+	ck_assert_int_eq(wr.calls, 1);
+	ev_io_del(w);
+	ev_io_del(ww);
+	ev_free(e);
+	close(p[0]);
+	close(p[1]);
+}
+END_TEST
+
 /* More ready watches than the io_uring SQ has entries (arming in several
  * submissions) and than its CQ has (completions overflow and are flushed),
  * and more than one epoll_wait batch. */
@@ -1367,6 +1427,7 @@ static Suite *ev_suite(void)
 	tcase_add_test(tc, test_io_remove_readd);
 	tcase_add_test(tc, test_io_remove_self);
 	tcase_add_test(tc, test_io_fd_reuse);
+	tcase_add_test(tc, test_io_modify_waiting);
 	tcase_add_test(tc, test_io_many);
 	tcase_add_test(tc, test_signal);
 	tcase_add_test(tc, test_signal_pending_dropped);
