@@ -4,6 +4,7 @@
  * Baseline measured in the same run: GET /healthz (HTTP only, no database).
  * Also the long-poll wake latency (enqueue sent -> parked claim answered).
  * Figures only: medians of several rounds. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "lessor_proc.h"
 #include "log/log.h"
 #include "testutil.h"
+#include "util/fileio.h"
 #include "util/macro.h"
 #include "util/time.h"
 
@@ -278,6 +280,38 @@ static int bench_wake(void)
 	return 0;
 }
 
+/* The disk's flush latency where the databases live: what synchronous=full pays
+ * per commit. */
+static int bench_fsync(void)
+{
+	enum { SAMPLES = 51 };
+	char *dir = tu_tmpdir("fsync"), path[512], block[4096] = {0};
+	double v[SAMPLES];
+	unsigned n = 0;
+	int fd;
+
+	if (!dir)
+		return -1;
+	snprintf(path, sizeof(path), "%s/f", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	for (; fd >= 0 && n < SAMPLES; n++) {
+		usec_t t0 = time_mono();
+
+		if (write(fd, block, sizeof(block)) != (ssize_t)sizeof(block) || fdatasync(fd) < 0)
+			break;
+		v[n] = (double)(time_mono() - t0) / USEC_PER_MSEC;
+	}
+	if (fd >= 0)
+		close(fd);
+	rm_rf(dir);
+	free(dir);
+	if (n == 0)
+		return -1;
+	printf("baseline: append 4 KiB + fdatasync in the database directory: median %.3f ms\n",
+	       median(v, n));
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: lessor_claims [--rounds N] [--runs N]\n"
@@ -319,7 +353,8 @@ int main(int argc, char **argv)
 	       "database in %s (fs magic 0x%lx)\n",
 	       n_rounds, n_runs, sysconf(_SC_NPROCESSORS_ONLN), tmp ? tmp : "/tmp",
 	       statfs(tmp ? tmp : "/tmp", &fs) == 0 ? (unsigned long)fs.f_type : 0UL);
-	if (bench_config("full", false) < 0 || bench_config("normal", true) < 0 || bench_wake() < 0)
+	if (bench_fsync() < 0 || bench_config("full", false) < 0 ||
+	    bench_config("normal", true) < 0 || bench_wake() < 0)
 		return 1;
 	return 0;
 }

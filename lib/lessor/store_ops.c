@@ -87,15 +87,15 @@ static int held_lease(lessor_store *s, const char *id, const char *token, int64_
 
 	if (lessor_run_id_parse(id, &seq) < 0)
 		return -ENOENT;
-	r = lessor_db_query(
-	    s, &st,
-	    "SELECT r.lease_id, l.token, r.attempts, r.max_attempts, r.log_length,"
-	    " r.cancel_requested FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
-	    " WHERE r.seq = ?",
-	    "i", seq);
+	r = lessor_db_query(s, &st,
+	                    "SELECT r.lease_id, l.token, r.attempts, r.max_attempts, r.log_length,"
+	                    " r.cancel_requested, r.lease_expires_at FROM runs r"
+	                    " LEFT JOIN leases l ON l.id = r.lease_id WHERE r.seq = ?",
+	                    "i", seq);
 	if (r <= 0)
 		return r < 0 ? r : -ENOENT;
-	if (lessor_db_is_null(st, 0) ||
+	/* past its deadline a lease is lost even before the reaper's next tick */
+	if (lessor_db_is_null(st, 0) || lessor_db_int(st, 6) <= now ||
 	    !streq_ptr((const char *)sqlite3_column_text(st, 1), token)) {
 		r = lessor_db_query(s, NULL,
 		                    "UPDATE runs SET rejected_writes = rejected_writes + 1"
@@ -249,8 +249,9 @@ static int claim_replay(lessor_store *s, struct claim_ctx *c)
 	r = lessor_db_query(s, &st,
 	                    "SELECT r.seq, r.workflow, r.input, r.tags, l.attempt, r.timeout_s,"
 	                    " l.token, l.ttl_s FROM leases l JOIN runs r ON r.seq = l.run_seq"
-	                    " WHERE l.claim_id = ? AND r.lease_id = l.id ORDER BY r.seq",
-	                    "s", c->req->claim_id);
+	                    " WHERE l.claim_id = ? AND r.lease_id = l.id AND r.lease_expires_at > ?"
+	                    " ORDER BY r.seq",
+	                    "si", c->req->claim_id, c->now);
 	for (; r > 0; r = lessor_db_next(s, st)) {
 		struct lessor_grant *g;
 

@@ -334,6 +334,26 @@ START_TEST(test_fencing)
 }
 END_TEST
 
+START_TEST(test_write_after_deadline_refused)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 1, T0), r2;
+	bool cancel;
+
+	/* the lease (1 s) ran out; the reaper has not run yet: still lost */
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0 + 999, &cancel), 0);
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0 + 5999, &cancel),
+	                 -ESTALE);
+	ck_assert_int_eq((int)run_num(a, "rejected_writes"), 1);
+	/* nor does a replay of the claim hand it out again */
+	r2 = claim("c1", 1, T0 + 6000);
+	ck_assert(r2.replay);
+	ck_assert_uint_eq(r2.n_runs, 0);
+	lessor_claim_result_done(&r2);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
 START_TEST(test_log_append)
 {
 	_cleanup_free_ char *a = enqueue("w");
@@ -716,6 +736,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_claim_idempotent);
 	tcase_add_test(tc, test_claim_cancel);
 	tcase_add_test(tc, test_fencing);
+	tcase_add_test(tc, test_write_after_deadline_refused);
 	tcase_add_test(tc, test_log_append);
 	tcase_add_test(tc, test_complete_idempotent);
 	tcase_add_test(tc, test_retry_backoff_and_budget);
