@@ -156,7 +156,7 @@ static enum MHD_Result send_reply(struct request *rq)
 	return ret;
 }
 
-/* Content-Length, or 0 when absent or malformed (MHD checks the framing). */
+/* Content-Length: 0 when absent, UINT64_MAX when unparsable. */
 static uint64_t declared_length(struct request *rq)
 {
 	const char *cl =
