@@ -4,7 +4,9 @@
  * The ratio shows what our loop integration costs.  Figures only, no verdict.
  *
  *   build/default/bench/http [--requests N] [--runs R] [--server nginx|builtin]
+ *                            [--only baseline|io_uring|epoll]
  */
+#include <assert.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
@@ -165,64 +167,84 @@ static int cmp_double(const void *a, const void *b)
 struct mode {
 	const char *name;
 	const char *backend; /* NULL = baseline */
+	const char *key;     /* for --only */
 };
 
-/* Median requests/s of `runs` runs (one warm-up first), or 0 when it failed. */
-static double measure(const struct mode *m, const char *url, unsigned conc, unsigned total,
-                      unsigned runs, double *ret_min, double *ret_max)
+/* One run of one mode: requests/s, or 0 when it failed. */
+static double run_once(const struct mode *m, const char *url, unsigned conc, unsigned total)
 {
-	double v[MAX_RUNS];
+	struct load l = {.url = url, .total = total, .conc = conc};
+	double rps = m->backend ? run_lib(m->backend, &l) : run_baseline(&l);
 
-	for (unsigned i = 0; i <= runs; i++) {
-		struct load l = {.url = url, .total = total, .conc = conc};
-		double rps = m->backend ? run_lib(m->backend, &l) : run_baseline(&l);
-
-		if (rps < 0 || l.failed) {
-			fprintf(stderr, "%s c=%u: %s, %u failed requests\n", m->name, conc,
-			        rps < 0 ? strerror((int)-rps) : "ran", l.failed);
-			return 0;
-		}
-		if (i > 0)
-			v[i - 1] = rps;
+	if (rps < 0 || l.failed) {
+		fprintf(stderr, "%s c=%u: %s, %u failed requests\n", m->name, conc,
+		        rps < 0 ? strerror((int)-rps) : "ran", l.failed);
+		return 0;
 	}
-	qsort(v, runs, sizeof(v[0]), cmp_double);
-	*ret_min = v[0];
-	*ret_max = v[runs - 1];
-	return runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
+	return rps;
+}
+
+struct stats {
+	double v[MAX_RUNS];
+	double median, min, max;
+};
+
+static void stats_finish(struct stats *st, unsigned runs)
+{
+	qsort(st->v, runs, sizeof(st->v[0]), cmp_double);
+	st->min = st->v[0];
+	st->max = st->v[runs - 1];
+	st->median = runs % 2 ? st->v[runs / 2] : (st->v[runs / 2 - 1] + st->v[runs / 2]) / 2;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: http [--requests N] [--runs R] [--server nginx|builtin]\n"
+	           "            [--only baseline|io_uring|epoll]\n"
 	           "Requests/s through lib/http (io_uring, epoll) and plain curl_multi_poll,\n"
 	           "with 1, 16 and 64 requests in flight, against a local server.\n"
 	           "  --requests N   requests per run (default 20000)\n"
 	           "  --runs R       measured runs per figure, median reported (default 5)\n"
 	           "  --server S     nginx (nginx-light, static file; default) or builtin\n"
-	           "                 (the libmicrohttpd test server, in this process)\n");
+	           "                 (the libmicrohttpd test server, in this process)\n"
+	           "  --only M       run one mode (for profiling)\n");
 }
 
-static int parse_args(int argc, char **argv, unsigned *total, unsigned *runs, bool *nginx)
+struct args {
+	unsigned total, runs;
+	bool nginx;
+	const char *only; /* NULL = every mode */
+};
+
+/* 1 = run, 0 = done (help/version), 2 = usage error */
+static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
-	    {"requests", required_argument, NULL, 'n'}, {"runs", required_argument, NULL, 'r'},
-	    {"server", required_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},        {0},
+	    {"requests", required_argument, NULL, 'n'},
+	    {"runs", required_argument, NULL, 'r'},
+	    {"server", required_argument, NULL, 's'},
+	    {"only", required_argument, NULL, 'o'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {0},
 	};
 	int c;
 
-	while ((c = getopt_long(argc, argv, "n:r:s:hV", opts, NULL)) >= 0) {
+	while ((c = getopt_long(argc, argv, "n:r:s:o:hV", opts, NULL)) >= 0) {
 		switch (c) {
 		case 'n':
-			*total = (unsigned)strtoul(optarg, NULL, 10);
+			a->total = (unsigned)strtoul(optarg, NULL, 10);
 			break;
 		case 'r':
-			*runs = (unsigned)strtoul(optarg, NULL, 10);
+			a->runs = (unsigned)strtoul(optarg, NULL, 10);
 			break;
 		case 's':
-			*nginx = streq(optarg, "nginx");
-			if (!*nginx && !streq(optarg, "builtin"))
+			a->nginx = streq(optarg, "nginx");
+			if (!a->nginx && !streq(optarg, "builtin"))
 				return 2;
+			break;
+		case 'o':
+			a->only = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -235,7 +257,7 @@ static int parse_args(int argc, char **argv, unsigned *total, unsigned *runs, bo
 			return 2;
 		}
 	}
-	return *total > 0 && *runs > 0 && *runs <= MAX_RUNS ? 1 : 2;
+	return a->total > 0 && a->runs > 0 && a->runs <= MAX_RUNS ? 1 : 2;
 }
 
 static const char nginx_static[] = "server {\n"
@@ -287,31 +309,56 @@ static void server_stop(struct server *s)
 	free(s->dir);
 }
 
-static void print_row(const struct mode *m, unsigned conc, double med, double lo, double hi,
-                      double base)
+static void print_row(const struct mode *m, unsigned conc, const struct stats *st, double base)
 {
-	printf("%-26s %4u %12.0f %12.0f %12.0f", m->name, conc, med, lo, hi);
+	printf("%-26s %4u %12.0f %12.0f %12.0f", m->name, conc, st->median, st->min, st->max);
 	if (m->backend && base > 0)
-		printf("   %5.2f", med / base);
+		printf("   %5.2f", st->median / base);
 	printf("\n");
+}
+
+/* The modes take turns within each round (after one warm-up round), so a
+ * background load that comes and goes hits all of them alike. */
+static void bench_concurrency(const struct mode *modes, size_t n, const struct args *a,
+                              const char *url, unsigned conc)
+{
+	struct stats st[8] = {0};
+	double base = 0;
+
+	assert(n <= ELEMENTSOF(st));
+	for (unsigned round = 0; round <= a->runs; round++)
+		for (size_t i = 0; i < n; i++)
+			if (!a->only || streq(a->only, modes[i].key)) {
+				double rps = run_once(&modes[i], url, conc, a->total);
+
+				if (round > 0)
+					st[i].v[round - 1] = rps;
+			}
+	for (size_t i = 0; i < n; i++) {
+		if (a->only && !streq(a->only, modes[i].key))
+			continue;
+		stats_finish(&st[i], a->runs);
+		if (!modes[i].backend)
+			base = st[i].median;
+		print_row(&modes[i], conc, &st[i], base);
+	}
 }
 
 int main(int argc, char **argv)
 {
 	static const struct mode modes[] = {
-	    {"curl_multi_poll (baseline)", NULL},
-	    {"lib/http on io_uring", "io_uring"},
-	    {"lib/http on epoll", "epoll"},
+	    {"curl_multi_poll (baseline)", NULL, "baseline"},
+	    {"lib/http on io_uring", "io_uring", "io_uring"},
+	    {"lib/http on epoll", "epoll", "epoll"},
 	};
-	unsigned total = 20000, runs = 5;
-	bool nginx = true;
+	struct args a = {.total = 20000, .runs = 5, .nginx = true};
 	struct server s = {0};
-	int r = parse_args(argc, argv, &total, &runs, &nginx);
+	int r = parse_args(argc, argv, &a);
 
 	if (r != 1)
 		return r;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	r = server_start(&s, nginx);
+	r = server_start(&s, a.nginx);
 	if (r < 0) {
 		fprintf(stderr, "bench/http: server: %s\n", strerror(-r));
 		server_stop(&s);
@@ -319,23 +366,13 @@ int main(int argc, char **argv)
 	}
 	printf("server: %s  %s  body %d bytes, %u requests/run, median of %u runs\n"
 	       "curl %s\n\n",
-	       nginx ? "nginx-light (separate process)" : "libmicrohttpd test server (in process)",
-	       s.url, BODY_LEN, total, runs, curl_version());
+	       a.nginx ? "nginx-light (separate process)"
+	               : "libmicrohttpd test server (in process)",
+	       s.url, BODY_LEN, a.total, a.runs, curl_version());
 	printf("%-26s %4s %12s %12s %12s   %s\n", "mode", "conc", "median req/s", "min", "max",
 	       "vs baseline");
-	for (size_t c = 0; c < ELEMENTSOF(concurrency); c++) {
-		double base = 0;
-
-		for (size_t i = 0; i < ELEMENTSOF(modes); i++) {
-			double lo = 0, hi = 0;
-			double med =
-			    measure(&modes[i], s.url, concurrency[c], total, runs, &lo, &hi);
-
-			if (!modes[i].backend)
-				base = med;
-			print_row(&modes[i], concurrency[c], med, lo, hi, base);
-		}
-	}
+	for (size_t c = 0; c < ELEMENTSOF(concurrency); c++)
+		bench_concurrency(modes, ELEMENTSOF(modes), &a, s.url, concurrency[c]);
 	server_stop(&s);
 	return 0;
 }
