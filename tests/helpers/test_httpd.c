@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,14 +31,25 @@
 
 extern char **environ;
 
-struct test_httpd {
-	struct MHD_Daemon *d;
-	int port;
-	bool tls;
-	int stop_fd; /* eventfd: readable once the server is stopping */
+/* Shared between the test and the server process. */
+struct counters {
 	atomic_uint connections;
 	atomic_uint requests;
+};
+
+/* The server runs in a child process of its own.  Not a thread of the test:
+ * under valgrind a thread blocked in io_uring_enter() keeps every other thread
+ * of its process from running, so an in-process server would stall whenever
+ * the client's loop waits. */
+struct test_httpd {
+	pid_t pid;
+	int port;
+	bool tls;
 	char *cert, *key; /* PEM; MHD keeps pointers to them */
+	struct counters *n;
+	/* in the server process only */
+	struct MHD_Daemon *d;
+	int stop_fd; /* eventfd: readable once the server is stopping */
 };
 
 /* One request's uploaded body. */
@@ -188,7 +201,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	atomic_fetch_add(&s->requests, 1);
+	atomic_fetch_add(&s->n->requests, 1);
 	if (streq(url, "/echo"))
 		return route_echo(c, method, rq);
 	if (streq(url, "/bytes"))
@@ -218,7 +231,7 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
 	struct test_httpd *s = cls;
 
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
-		atomic_fetch_add(&s->connections, 1);
+		atomic_fetch_add(&s->n->connections, 1);
 }
 
 /* ---- the daemon -------------------------------------------------------- */
@@ -239,42 +252,102 @@ static int load_tls(struct test_httpd *s, const struct test_httpd_opts *opts)
 	return r;
 }
 
-static struct MHD_Daemon *start_daemon(struct test_httpd *s)
+static struct MHD_Daemon *start_daemon(struct test_httpd *s, int lfd)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
 	                 MHD_USE_AUTO | (s->tls ? MHD_USE_TLS : 0);
 
 	if (s->tls)
-		return MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, &a,
-		                        MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+		return MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_LISTEN_SOCKET,
+		                        lfd, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
 		                        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s,
 		                        MHD_OPTION_HTTPS_MEM_CERT, s->cert,
 		                        MHD_OPTION_HTTPS_MEM_KEY, s->key, MHD_OPTION_END);
-	return MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, &a,
+	return MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_LISTEN_SOCKET, lfd,
 	                        MHD_OPTION_NOTIFY_COMPLETED, completed, s,
 	                        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s, MHD_OPTION_END);
+}
+
+/* The server process: serve until SIGTERM (blocked, so it waits in sigwait),
+ * or until the test process dies. */
+static _Noreturn void serve(struct test_httpd *s, int lfd, pid_t parent)
+{
+	sigset_t term;
+	int sig, code = 0;
+
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+		_exit(1);
+	s->stop_fd = eventfd(0, EFD_CLOEXEC);
+	s->d = s->stop_fd >= 0 ? start_daemon(s, lfd) : NULL;
+	if (!s->d)
+		code = 1;
+	else
+		(void)sigwait(&term, &sig);
+	(void)eventfd_write(s->stop_fd, 1);
+	if (s->d)
+		MHD_stop_daemon(s->d);
+	safe_close(s->stop_fd);
+	free(s->cert);
+	free(s->key);
+	munmap(s->n, sizeof(*s->n));
+	free(s);
+	_exit(code);
+}
+
+static int listen_loopback(int *ret_port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 256) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	*ret_port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Fork the server; the socket already listens, so no readiness wait is needed. */
+static int spawn_server(struct test_httpd *s, int lfd)
+{
+	sigset_t term, old;
+	pid_t parent = getpid();
+
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_BLOCK, &term, &old);
+	s->pid = fork();
+	if (s->pid == 0)
+		serve(s, lfd, parent);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return s->pid < 0 ? -errno : 0;
 }
 
 int test_httpd_start(const struct test_httpd_opts *opts, struct test_httpd **ret)
 {
 	struct test_httpd *s = calloc(1, sizeof(*s));
-	const union MHD_DaemonInfo *info;
-	int r;
+	int r, lfd = -1;
 
 	if (!s)
 		return -ENOMEM;
-	s->stop_fd = eventfd(0, EFD_CLOEXEC);
-	r = s->stop_fd < 0 ? -errno : load_tls(s, opts);
-	if (r >= 0) {
-		s->d = start_daemon(s);
-		r = s->d ? 0 : -EADDRNOTAVAIL;
-	}
-	if (r >= 0) {
-		info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-		s->port = info ? info->port : 0;
-		r = s->port > 0 ? 0 : -EADDRNOTAVAIL;
-	}
+	s->stop_fd = -1;
+	s->n = mmap(NULL, sizeof(*s->n), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	r = s->n == MAP_FAILED ? -errno : load_tls(s, opts);
+	if (s->n == MAP_FAILED)
+		s->n = NULL;
+	if (r >= 0)
+		r = lfd = listen_loopback(&s->port);
+	if (r >= 0)
+		r = spawn_server(s, lfd);
+	safe_close(lfd);
 	if (r < 0) {
 		test_httpd_stop(s);
 		return r;
@@ -285,13 +358,20 @@ int test_httpd_start(const struct test_httpd_opts *opts, struct test_httpd **ret
 
 struct test_httpd *test_httpd_stop(struct test_httpd *s)
 {
+	int st;
+
 	if (!s)
 		return NULL;
-	if (s->stop_fd >= 0)
-		(void)eventfd_write(s->stop_fd, 1);
-	if (s->d)
-		MHD_stop_daemon(s->d);
-	safe_close(s->stop_fd);
+	if (s->pid > 0) {
+		kill(s->pid, SIGTERM);
+		while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
+			;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			fprintf(stderr, "test_httpd: server process ended badly (status 0x%x)\n",
+			        st);
+	}
+	if (s->n)
+		munmap(s->n, sizeof(*s->n));
 	free(s->cert);
 	free(s->key);
 	free(s);
@@ -323,12 +403,12 @@ char *test_httpd_url(const struct test_httpd *s, const char *path_fmt, ...)
 
 unsigned test_httpd_connections(const struct test_httpd *s)
 {
-	return atomic_load(&((struct test_httpd *)(uintptr_t)s)->connections);
+	return atomic_load(&s->n->connections);
 }
 
 unsigned test_httpd_requests(const struct test_httpd *s)
 {
-	return atomic_load(&((struct test_httpd *)(uintptr_t)s)->requests);
+	return atomic_load(&s->n->requests);
 }
 
 /* ---- programs: openssl, nginx ------------------------------------------ */

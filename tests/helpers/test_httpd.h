@@ -1,7 +1,7 @@
 /* Local servers for tests and benchmarks (127.0.0.1 only).
  *
- * test_httpd: libmicrohttpd in its own threads (one per connection), on a port
- * the kernel picks, plain HTTP or HTTPS.  Endpoints:
+ * test_httpd: libmicrohttpd in a child process (one thread per connection), on
+ * 127.0.0.1 and a port the kernel picks, plain HTTP or HTTPS.  Endpoints:
  *   /echo                  the request body back, byte-exact; headers X-Method,
  *                          X-Request-Content-Type, X-Request-User-Agent
  *   /bytes?n=N[&chunked=1] N bytes of test_httpd_byte(i), with Content-Length
