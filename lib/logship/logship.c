@@ -1,0 +1,314 @@
+#include "logship/logship.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+#include "util/buf.h"
+#include "util/macro.h"
+#include "util/random.h"
+
+#define DEFAULT_BUFFER_CAP (4u << 20)
+#define DEFAULT_CHUNK_MAX (1u << 20)
+#define RETRY_BASE (500 * USEC_PER_MSEC)
+#define RETRY_CAP (30 * USEC_PER_SEC)
+
+struct logship {
+	ev_t *ev;
+	logship_send_fn send;
+	void *send_ctx;
+	char *url;
+	char *token;
+	uint64_t max_log_bytes;
+	size_t buffer_cap, chunk_max;
+	usec_t flush_interval, request_timeout;
+	logship_event_cb cb;
+	void *userdata;
+
+	struct buf pending; /* stream bytes from offset `base` not yet confirmed */
+	uint64_t base;
+	http_req_t *req;
+	ev_timer_t *timer;  /* flush interval or retry backoff */
+	unsigned attempt;   /* consecutive failed requests */
+
+	uint64_t output_seen;  /* child bytes offered, for max_log_bytes */
+	uint64_t unmarked_drops;
+	char last_byte;
+	bool finishing, done, abandoned, stopped, truncated_marked;
+	struct logship_stats stats;
+};
+
+static void send_chunk(logship_t *ls);
+
+static void emit_finished(logship_t *ls)
+{
+	if (!ls->finishing || ls->done)
+		return;
+	ls->done = true;
+	ev_timer_disarm(ls->timer);
+	ls->cb(ls, LOGSHIP_FINISHED, ls->userdata);
+}
+
+static void stream_append(logship_t *ls, const void *data, size_t len)
+{
+	if (len == 0 || buf_append(&ls->pending, data, len) < 0)
+		return;
+	ls->stats.accepted += len;
+	ls->last_byte = ((const char *)data)[len - 1];
+}
+
+static void stream_marker(logship_t *ls, const char *fmt, uint64_t n)
+{
+	char line[128];
+	int len = snprintf(line, sizeof(line), "%s[lessee: ", ls->last_byte && ls->last_byte != '\n'
+								    ? "\n"
+								    : "");
+
+	len += snprintf(line + len, sizeof(line) - (size_t)len, fmt, n);
+	len += snprintf(line + len, sizeof(line) - (size_t)len, "]\n");
+	stream_append(ls, line, (size_t)len);
+}
+
+static void flush_pending_drops(logship_t *ls)
+{
+	if (ls->unmarked_drops == 0)
+		return;
+	stream_marker(ls, "%" PRIu64 " bytes dropped: log shipping fell behind",
+		      ls->unmarked_drops);
+	ls->unmarked_drops = 0;
+}
+
+/* Send now when there is a full chunk or we are finishing; else within the
+ * flush interval of the oldest unsent byte. */
+static void schedule(logship_t *ls)
+{
+	if (ls->req || ls->abandoned || ls->stopped || ls->done)
+		return;
+	if (ls->pending.len == 0) {
+		emit_finished(ls);
+		return;
+	}
+	if (ls->finishing || ls->pending.len >= ls->chunk_max) {
+		ev_timer_disarm(ls->timer);
+		send_chunk(ls);
+	} else if (!ev_timer_armed(ls->timer))
+		ev_timer_arm(ls->timer, ls->flush_interval);
+}
+
+void logship_write(logship_t *ls, const void *data, size_t len)
+{
+	size_t take = len;
+
+	if (ls->finishing || ls->abandoned || ls->stopped || len == 0)
+		return;
+	if (ls->max_log_bytes && ls->output_seen + len > ls->max_log_bytes) {
+		take = (size_t)(ls->max_log_bytes - MIN(ls->output_seen, ls->max_log_bytes));
+		ls->stats.truncated += len - take;
+	}
+	ls->output_seen += take;
+	if (take > 0 && ls->pending.len + take > ls->buffer_cap) {
+		ls->stats.dropped += take;
+		ls->unmarked_drops += take;
+	} else if (take > 0) {
+		flush_pending_drops(ls);
+		stream_append(ls, data, take);
+	}
+	if (take < len && !ls->truncated_marked) {
+		flush_pending_drops(ls);
+		stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->max_log_bytes);
+		ls->truncated_marked = true;
+	}
+	schedule(ls);
+}
+
+/* The server's length is authoritative: skip what it has, or note what it lost. */
+static void resync(logship_t *ls, uint64_t server_len)
+{
+	uint64_t end = ls->base + ls->pending.len;
+
+	if (server_len >= ls->base && server_len <= end) {
+		buf_consume(&ls->pending, (size_t)(server_len - ls->base));
+	} else if (server_len > end) {
+		buf_reset(&ls->pending);
+	} else {
+		struct buf b = BUF_INIT(0);
+		char line[128];
+		int n = snprintf(line, sizeof(line),
+				 "\n[lessee: %" PRIu64 " bytes lost: the server's log is shorter]\n",
+				 ls->base - server_len);
+
+		if (buf_append(&b, line, (size_t)n) >= 0 &&
+		    buf_append(&b, ls->pending.data, ls->pending.len) >= 0) {
+			ls->stats.accepted += (uint64_t)n;
+			buf_done(&ls->pending);
+			ls->pending = b;
+		} else
+			buf_done(&b);
+	}
+	ls->base = server_len;
+	ls->stats.acked = server_len;
+}
+
+static void retry_later(logship_t *ls, const struct http_response *resp)
+{
+	ls->stats.retries++;
+	ev_timer_arm(ls->timer, http_retry_delay(resp, ls->attempt++, RETRY_BASE, RETRY_CAP));
+}
+
+static void give_up(logship_t *ls, bool server_limit)
+{
+	ls->stopped = true;
+	ls->stats.server_limit = server_limit;
+	buf_reset(&ls->pending);
+	emit_finished(ls);
+}
+
+static void on_response(http_req_t *req, const struct http_response *resp, void *userdata)
+{
+	logship_t *ls = userdata;
+	uint64_t len;
+
+	ls->req = NULL;
+	if (resp->status == 202 || resp->status == 200 || resp->status == 416) {
+		if (proto_log_length_parse(resp->body, resp->body_len, &len) < 0) {
+			retry_later(ls, resp);
+			return;
+		}
+		ls->attempt = 0;
+		resync(ls, len);
+		schedule(ls);
+	} else if (resp->status == 409 || resp->status == 404) {
+		logship_abandon(ls);
+		ls->cb(ls, LOGSHIP_LEASE_LOST, ls->userdata);
+	} else if (resp->status == 413) {
+		give_up(ls, true);
+	} else if (http_should_retry(resp) || resp->status == 401 || resp->status == 403 ||
+		   resp->status == 408) {
+		retry_later(ls, resp);
+	} else {
+		give_up(ls, false); /* 400 and the like: resending cannot help */
+	}
+}
+
+static void send_chunk(logship_t *ls)
+{
+	char range[96], lease[PROTO_TOKEN_MAX + 16];
+	const char *headers[] = {"Content-Type: application/octet-stream", range, lease,
+				 "Expect:", NULL};
+	size_t n = MIN(ls->pending.len, ls->chunk_max);
+	struct http_request rq = {
+		.method = "PATCH",
+		.url = ls->url,
+		.headers = headers,
+		.body = ls->pending.data,
+		.body_len = n,
+		.timeout = ls->request_timeout,
+		.max_response = 4096,
+	};
+
+	snprintf(range, sizeof(range), "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/*", ls->base,
+		 ls->base + n - 1);
+	snprintf(lease, sizeof(lease), "Lease-Token: %s", ls->token);
+	ls->stats.requests++;
+	if (ls->send(ls->send_ctx, &rq, on_response, ls, &ls->req) < 0) {
+		ls->req = NULL;
+		retry_later(ls, &(struct http_response){.error = -EIO});
+	}
+}
+
+static void on_timer(ev_timer_t *t, void *userdata)
+{
+	logship_t *ls = userdata;
+
+	if (!ls->req && ls->pending.len > 0 && !ls->abandoned && !ls->stopped)
+		send_chunk(ls);
+	else
+		schedule(ls);
+}
+
+int logship_new(const struct logship_params *p, logship_event_cb cb, void *userdata,
+		logship_t **ret)
+{
+	logship_t *ls = calloc(1, sizeof(*ls));
+	int r;
+
+	if (!ls)
+		return -ENOMEM;
+	*ls = (logship_t){
+		.ev = p->ev,
+		.send = p->send,
+		.send_ctx = p->send_ctx,
+		.url = strdup(p->url),
+		.token = strdup(p->lease_token),
+		.max_log_bytes = p->max_log_bytes,
+		.buffer_cap = p->buffer_cap ? p->buffer_cap : DEFAULT_BUFFER_CAP,
+		.chunk_max = MIN(p->chunk_max ? p->chunk_max : DEFAULT_CHUNK_MAX, DEFAULT_CHUNK_MAX),
+		.flush_interval = p->flush_interval ? p->flush_interval : USEC_PER_SEC,
+		.request_timeout = p->request_timeout ? p->request_timeout : 30 * USEC_PER_SEC,
+		.cb = cb,
+		.userdata = userdata,
+	};
+	if (!ls->url || !ls->token) {
+		logship_free(ls);
+		return -ENOMEM;
+	}
+	r = ev_timer_add(p->ev, USEC_INFINITY, on_timer, ls, &ls->timer);
+	if (r < 0) {
+		logship_free(ls);
+		return r;
+	}
+	*ret = ls;
+	return 0;
+}
+
+static void deferred_finish(void *userdata)
+{
+	logship_t *ls = userdata;
+
+	if (ls->abandoned || ls->stopped)
+		emit_finished(ls);
+	else
+		schedule(ls);
+}
+
+void logship_finish(logship_t *ls)
+{
+	if (ls->finishing)
+		return;
+	if (!ls->abandoned && !ls->stopped)
+		flush_pending_drops(ls);
+	ls->finishing = true;
+	/* FINISHED never runs inside the caller's stack */
+	ev_defer(ls->ev, deferred_finish, ls);
+}
+
+void logship_abandon(logship_t *ls)
+{
+	ls->abandoned = true;
+	http_cancel(ls->req);
+	ls->req = NULL;
+	ev_timer_disarm(ls->timer);
+	buf_reset(&ls->pending);
+}
+
+logship_t *logship_free(logship_t *ls)
+{
+	if (!ls)
+		return NULL;
+	http_cancel(ls->req);
+	ev_timer_del(ls->timer);
+	ev_defer_cancel(ls->ev, deferred_finish, ls);
+	buf_done(&ls->pending);
+	free(ls->url);
+	free(ls->token);
+	free(ls);
+	return NULL;
+}
+
+void logship_get_stats(const logship_t *ls, struct logship_stats *ret)
+{
+	*ret = ls->stats;
+}

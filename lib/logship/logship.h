@@ -1,0 +1,63 @@
+/* Shipping one run's log to the API: a bounded in-memory buffer, chunked PATCH
+ * appends with byte offsets (Content-Range), 416 resync, 413 stop, a visible
+ * marker when bytes are dropped or the per-run cap is hit.
+ *
+ * A slow API never blocks the child: logship_write() always returns at once;
+ * when the buffer is full the bytes are dropped and counted, and a marker line
+ * "[lessee: N bytes dropped: log shipping fell behind]" takes their place in
+ * the stream once there is room again. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ev/ev.h"
+#include "http/http.h"
+
+typedef struct logship logship_t;
+
+/* How logship sends a request: the caller adds authentication and accounting.
+ * Same contract as http_send(). */
+typedef int (*logship_send_fn)(void *ctx, const struct http_request *rq, http_cb cb,
+			       void *userdata, http_req_t **ret);
+
+struct logship_params {
+	ev_t *ev;
+	logship_send_fn send;
+	void *send_ctx;
+	const char *url;           /* .../v1/runs/<id>/log */
+	const char *lease_token;
+	uint64_t max_log_bytes;    /* run output kept at most; 0 = unlimited */
+	size_t buffer_cap;         /* bytes held in memory; 0 = 4 MiB */
+	size_t chunk_max;          /* bytes per PATCH; 0 = 1 MiB */
+	usec_t flush_interval;     /* 0 = 1 s */
+	usec_t request_timeout;    /* 0 = 30 s */
+};
+
+enum logship_event {
+	LOGSHIP_LEASE_LOST, /* 409 or 404: the run is no longer ours */
+	LOGSHIP_FINISHED,   /* after logship_finish(): everything shipped or given up */
+};
+typedef void (*logship_event_cb)(logship_t *ls, enum logship_event event, void *userdata);
+
+int logship_new(const struct logship_params *p, logship_event_cb cb, void *userdata,
+		logship_t **ret);
+/* Never blocks, never fails: what does not fit is dropped and counted. */
+void logship_write(logship_t *ls, const void *data, size_t len);
+/* No more writes: ship the rest now, then LOGSHIP_FINISHED (possibly deferred). */
+void logship_finish(logship_t *ls);
+/* Stop sending for good (lease lost, hard stop); pending bytes are discarded. */
+void logship_abandon(logship_t *ls);
+logship_t *logship_free(logship_t *ls);
+
+struct logship_stats {
+	uint64_t acked;     /* log length the server confirmed */
+	uint64_t accepted;  /* bytes put into the stream, markers included */
+	uint64_t dropped;   /* child bytes dropped because the buffer was full */
+	uint64_t truncated; /* child bytes beyond max_log_bytes */
+	bool server_limit;  /* the server answered 413: shipping stopped */
+	unsigned requests;
+	unsigned retries;
+};
+void logship_get_stats(const logship_t *ls, struct logship_stats *ret);
