@@ -1,13 +1,319 @@
-/* placeholder until the daemon issue: answers --version/--help */
+/* lessee: parse options, load the configuration, wire the modules, run the loop. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "conf/conf.h"
+#include "ev/ev.h"
+#include "log/log.h"
+#include "obs/notify.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+#include "worker/worker.h"
+
+#define EXIT_USAGE 2
+#define EXIT_CONFIG 78
+
+extern char **environ;
+
+struct opts {
+	const char *config;
+	bool check_config;
+	struct conf_override overrides[64];
+	size_t n_overrides;
+	char *owned[64];
+};
+
+struct daemon {
+	ev_t *ev;
+	worker_t *worker;
+	notify_t *notify;
+	struct opts *opts;
+	ev_timer_t *status_timer;
+	int exit_code;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: lessee [OPTIONS]\n"
+		"Claim runs from an orchestration API under leases and execute them.\n\n"
+		"  -c, --config FILE        configuration file (default %s, plus FILE.d/*.conf)\n"
+		"      --check-config       validate, print the effective configuration, exit\n"
+		"      --set SECTION.KEY=V  override one setting (repeatable)\n"
+		"      --api-url URL        = --set api.url=URL\n"
+		"      --concurrency N      = --set worker.concurrency=N\n"
+		"      --worker-id ID       = --set worker.id=ID\n"
+		"      --tags T1,T2         = --set worker.tags=T1,T2\n"
+		"      --log-level LEVEL    = --set log.level=LEVEL (error warning notice info debug)\n"
+		"      --log-format FMT     = --set log.format=FMT (auto logfmt json journal)\n"
+		"  -h, --help               this text\n"
+		"      --version            version\n\n"
+		"Signals: TERM/INT drain (twice: hard stop), QUIT hard stop now, HUP reload.\n"
+		"Exit codes: 0 clean, 1 runtime failure, 2 usage, 78 configuration error.\n"
+		"See lessee(8) and lessee.conf(5).\n",
+		CONF_DEFAULT_PATH);
+}
+
+static int add_override(struct opts *o, const char *origin, const char *key, const char *val)
+{
+	char *s;
+
+	if (o->n_overrides >= ELEMENTSOF(o->overrides))
+		return -E2BIG;
+	if (key ? asprintf(&s, "%s=%s", key, val) < 0 : !(s = strdup(val)))
+		return -ENOMEM;
+	o->owned[o->n_overrides] = s;
+	o->overrides[o->n_overrides++] = (struct conf_override){.origin = origin, .setting = s};
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	enum { O_CHECK = 256, O_SET, O_URL, O_CONC, O_ID, O_TAGS, O_LEVEL, O_FORMAT, O_VERSION };
+	static const struct option longopts[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"check-config", no_argument, NULL, O_CHECK},
+		{"set", required_argument, NULL, O_SET},
+		{"api-url", required_argument, NULL, O_URL},
+		{"concurrency", required_argument, NULL, O_CONC},
+		{"worker-id", required_argument, NULL, O_ID},
+		{"tags", required_argument, NULL, O_TAGS},
+		{"log-level", required_argument, NULL, O_LEVEL},
+		{"log-format", required_argument, NULL, O_FORMAT},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, O_VERSION},
+		{0},
+	};
+	static const struct {
+		int opt;
+		const char *flag, *key;
+	} flag_keys[] = {
+		{O_SET, "--set", NULL},
+		{O_URL, "--api-url", "api.url"},
+		{O_CONC, "--concurrency", "worker.concurrency"},
+		{O_ID, "--worker-id", "worker.id"},
+		{O_TAGS, "--tags", "worker.tags"},
+		{O_LEVEL, "--log-level", "log.level"},
+		{O_FORMAT, "--log-format", "log.format"},
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "c:h", longopts, NULL)) >= 0) {
+		switch (c) {
+		case 'c':
+			o->config = optarg;
+			continue;
+		case O_CHECK:
+			o->check_config = true;
+			continue;
+		case 'h':
+			usage(stdout);
+			exit(EXIT_SUCCESS);
+		case O_VERSION:
+			printf("lessee %s\n", LESSEE_VERSION);
+			exit(EXIT_SUCCESS);
+		case '?':
+			return -EINVAL;
+		}
+		for (size_t i = 0; i < ELEMENTSOF(flag_keys); i++)
+			if (flag_keys[i].opt == c &&
+			    add_override(o, flag_keys[i].flag, flag_keys[i].key, optarg) < 0)
+				return -E2BIG;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "lessee: unexpected argument '%s'\n", argv[optind]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int load_conf(const struct opts *o, const char *worker_id, struct conf **ret)
+{
+	struct conf_source src = {
+		.path = o->config,
+		.env = environ,
+		.overrides = o->overrides,
+		.n_overrides = o->n_overrides,
+		.default_worker_id = worker_id,
+	};
+	_cleanup_free_ char *err = NULL;
+	int r = conf_load(&src, ret, &err);
+
+	if (r < 0)
+		log_error("configuration: %s", err ? err : strerror(-r));
+	return r;
+}
+
+static void update_status(struct daemon *d)
+{
+	struct worker_info i;
+
+	worker_get_info(d->worker, &i);
+	notify_status(d->notify, "%u/%u runs, %llu done%s%s%s", i.runs_in_flight, i.slots,
+		      (unsigned long long)i.runs_done,
+		      i.phase == WORKER_DRAINING ? ", draining"
+		      : i.phase == WORKER_STOPPING ? ", stopping"
+						   : "",
+		      i.phase == WORKER_RUNNING && !i.api_ready ? ", API not reachable" : "",
+		      i.spool_pending ? ", results spooled" : "");
+}
+
+static void on_status_timer(ev_timer_t *t, void *userdata)
+{
+	update_status(userdata);
+	ev_timer_arm(t, USEC_PER_SEC);
+}
+
+static void on_term(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	log_notice("received %s", strsignal((int)si->ssi_signo));
+	notify_stopping(d->notify);
+	worker_drain(d->worker);
+	update_status(d);
+}
+
+static void on_quit(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	log_notice("received SIGQUIT: hard stop now");
+	notify_stopping(d->notify);
+	worker_hard_stop(d->worker, true);
+}
+
+static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	struct daemon *d = userdata;
+	struct conf *next = NULL;
+
+	log_notice("received SIGHUP: reloading the configuration");
+	notify_reloading(d->notify);
+	if (load_conf(d->opts, worker_conf(d->worker)->worker.id, &next) < 0)
+		log_error("reload failed: keeping the running configuration");
+	else if (worker_reload(d->worker, next) < 0)
+		log_error("reload could not be applied: keeping the running configuration");
+	notify_ready(d->notify);
+}
+
+/* Test hook (LESSEE_TEST_HOOKS=1): SIGUSR2 wedges the loop, for watchdog tests. */
+static void on_stall(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	log_warning("SIGUSR2 test hook: stalling the event loop");
+	for (;;)
+		pause();
+}
+
+static void on_worker_exit(worker_t *w, int code, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	d->exit_code = code;
+	ev_exit(d->ev, code);
+}
+
+static void on_first_iteration(void *userdata)
+{
+	struct daemon *d = userdata;
+
+	notify_ready(d->notify);
+	update_status(d);
+}
+
+static int add_signals(struct daemon *d)
+{
+	int r = 0;
+
+	r = r < 0 ? r : ev_signal_add(d->ev, SIGTERM, on_term, d, NULL);
+	r = r < 0 ? r : ev_signal_add(d->ev, SIGINT, on_term, d, NULL);
+	r = r < 0 ? r : ev_signal_add(d->ev, SIGQUIT, on_quit, d, NULL);
+	r = r < 0 ? r : ev_signal_add(d->ev, SIGHUP, on_hup, d, NULL);
+	if (r >= 0 && streq_ptr(getenv("LESSEE_TEST_HOOKS"), "1"))
+		r = ev_signal_add(d->ev, SIGUSR2, on_stall, d, NULL);
+	return r;
+}
+
+static int run_daemon(struct opts *o, struct conf *conf)
+{
+	struct daemon d = {.opts = o, .exit_code = EXIT_FAILURE};
+	int r;
+
+	r = ev_new(&d.ev, NULL);
+	if (r < 0) {
+		conf_free(conf);
+		return log_errno(LOG_ERR, r, "cannot create the event loop: %s", strerror(-r)), 1;
+	}
+	if (ev_backend_reason(d.ev))
+		log_notice("event loop: %s (io_uring unavailable: %s)", ev_backend(d.ev),
+			   ev_backend_reason(d.ev));
+	else
+		log_info("event loop: %s", ev_backend(d.ev));
+	/* Orphans of runs are re-parented to us, not to init: reap them (containers). */
+	if (getpid() == 1 || prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+		ev_set_reap_orphans(d.ev, true);
+	r = worker_new(d.ev, conf, on_worker_exit, &d, &d.worker);
+	if (r >= 0)
+		r = notify_new(d.ev, &d.notify);
+	if (r >= 0)
+		r = add_signals(&d);
+	if (r >= 0)
+		r = ev_timer_add(d.ev, USEC_PER_SEC, on_status_timer, &d, &d.status_timer);
+	if (r >= 0)
+		r = worker_start(d.worker);
+	if (r >= 0)
+		r = ev_defer(d.ev, on_first_iteration, &d);
+	if (r >= 0)
+		r = ev_run(d.ev);
+	if (r < 0)
+		log_error("fatal: %s", strerror(-r));
+	ev_timer_del(d.status_timer);
+	worker_free(d.worker);
+	notify_free(d.notify);
+	ev_free(d.ev);
+	return r < 0 ? EXIT_FAILURE : d.exit_code;
+}
 
 int main(int argc, char **argv)
 {
-	if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-		printf("lessee %s\n", LESSEE_VERSION);
-		return 0;
+	struct opts o = {0};
+	struct conf *conf = NULL;
+	int r;
+
+	log_setup("lessee", LOG_FORMAT_AUTO, LOG_INFO);
+	if (parse_args(argc, argv, &o) < 0) {
+		usage(stderr);
+		r = EXIT_USAGE;
+		goto out;
 	}
-	printf("usage: lessee [--version|--help]\n");
-	return argc > 1 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+	if (load_conf(&o, NULL, &conf) < 0) {
+		r = EXIT_CONFIG;
+		goto out;
+	}
+	if (o.check_config) {
+		r = conf_print(conf, stdout) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+		conf_free(conf);
+		goto out;
+	}
+	log_setup("lessee", conf->log.format, conf->log.level);
+	log_set_worker_id(conf->worker.id);
+	for (char **w = conf->warnings; *w; w++)
+		log_warning("configuration: %s", *w);
+	if (!conf->api.token)
+		log_warning("no API token configured (api.token_file, or the api-token credential): "
+			    "requests are sent without authentication");
+	signal(SIGPIPE, SIG_IGN);
+	log_info("lessee %s starting: api=%s concurrency=%u workflows=%zu", LESSEE_VERSION,
+		 conf->api.url, conf->worker.concurrency, conf->n_workflows);
+	r = run_daemon(&o, conf);
+out:
+	for (size_t i = 0; i < o.n_overrides; i++)
+		free(o.owned[i]);
+	return r;
 }

@@ -12,11 +12,17 @@
 typedef struct http http_t;
 typedef struct http_req http_req_t;
 
+struct http_response;
+
 struct http_opts {
 	const char *ca_file;         /* extra CA bundle (PEM), NULL = system store only */
 	bool insecure;               /* disable TLS verification: tests only, logged loudly */
 	const char *user_agent;      /* NULL = "lessee/<version>" */
 	long max_host_connections;   /* 0 = unlimited */
+	/* Called for every request that completes (never for cancelled ones), just
+	 * before its callback: accounting in one place. */
+	void (*observer)(const char *label, const struct http_response *resp, void *ctx);
+	void *observer_ctx;
 };
 
 struct http_request {
@@ -28,6 +34,7 @@ struct http_request {
 	usec_t connect_timeout;      /* 0 = 10 s */
 	usec_t timeout;              /* whole request; 0 = 30 s */
 	size_t max_response;         /* response body cap; 0 = 1 MiB.  Larger = -EMSGSIZE */
+	const char *label;           /* passed to the observer; NULL = "" */
 };
 
 struct http_response {

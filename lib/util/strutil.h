@@ -28,6 +28,10 @@ bool str_in_charset(const char *s, size_t min, size_t max, const char *extra);
 
 /* NULL-terminated string vectors. */
 char **strv_free(char **v);
+static inline void strv_freep(char ***v)
+{
+	strv_free(*v);
+}
 size_t strv_length(char *const *v);
 int strv_push(char ***v, char *s);     /* takes ownership of s */
 int strv_extend(char ***v, const char *s); /* copies s */

@@ -1,0 +1,304 @@
+#include "obs/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/strutil.h"
+
+enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM };
+
+struct child {
+	char **values;
+	double value;     /* counter/gauge; histogram: sum */
+	uint64_t count;   /* histogram */
+	uint64_t *bucket; /* histogram: per-bucket (non-cumulative) counts */
+	struct child *next;
+};
+
+struct metric {
+	enum metric_type type;
+	char *name, *help;
+	char **labels;
+	size_t n_labels;
+	double *buckets;
+	size_t n_buckets;
+	struct child *children, **tail;
+	struct metric *next;
+};
+
+struct metrics {
+	struct metric *first, **tail;
+};
+
+metrics_t *metrics_new(void)
+{
+	metrics_t *m = calloc(1, sizeof(*m));
+
+	if (m)
+		m->tail = &m->first;
+	return m;
+}
+
+static void children_free(struct metric *f)
+{
+	struct child *c = f->children, *n;
+
+	for (; c; c = n) {
+		n = c->next;
+		strv_free(c->values);
+		free(c->bucket);
+		free(c);
+	}
+	f->children = NULL;
+	f->tail = &f->children;
+}
+
+metrics_t *metrics_free(metrics_t *m)
+{
+	struct metric *f, *n;
+
+	if (!m)
+		return NULL;
+	for (f = m->first; f; f = n) {
+		n = f->next;
+		children_free(f);
+		free(f->name);
+		free(f->help);
+		strv_free(f->labels);
+		free(f->buckets);
+		free(f);
+	}
+	free(m);
+	return NULL;
+}
+
+static metric_t *family_new(metrics_t *m, enum metric_type type, const char *name,
+			    const char *help, const char *labels)
+{
+	struct metric *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->type = type;
+	f->name = strdup(name);
+	f->help = strdup(help);
+	f->tail = &f->children;
+	if (!f->name || !f->help || strv_split(labels ? labels : "", ",", &f->labels) < 0) {
+		free(f->name);
+		free(f->help);
+		free(f);
+		return NULL;
+	}
+	f->n_labels = strv_length(f->labels);
+	*m->tail = f;
+	m->tail = &f->next;
+	return f;
+}
+
+metric_t *metrics_counter(metrics_t *m, const char *name, const char *help, const char *labels)
+{
+	return family_new(m, METRIC_COUNTER, name, help, labels);
+}
+
+metric_t *metrics_gauge(metrics_t *m, const char *name, const char *help, const char *labels)
+{
+	return family_new(m, METRIC_GAUGE, name, help, labels);
+}
+
+metric_t *metrics_histogram(metrics_t *m, const char *name, const char *help,
+			    const char *labels, const double *buckets, size_t n_buckets)
+{
+	struct metric *f = family_new(m, METRIC_HISTOGRAM, name, help, labels);
+
+	if (!f)
+		return NULL;
+	f->buckets = malloc(n_buckets * sizeof(double));
+	if (f->buckets) {
+		memcpy(f->buckets, buckets, n_buckets * sizeof(double));
+		f->n_buckets = n_buckets;
+	}
+	return f;
+}
+
+static bool values_match(const struct child *c, const char *const *values, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!streq(c->values[i], values[i]))
+			return false;
+	return true;
+}
+
+/* Find or create the child for these label values; NULL on ENOMEM. */
+static struct child *child_get(struct metric *f, va_list ap, bool create)
+{
+	const char *values[16];
+	struct child *c;
+	size_t n = f->n_labels < 16 ? f->n_labels : 16;
+
+	for (size_t i = 0; i < n; i++) {
+		values[i] = va_arg(ap, const char *);
+		if (!values[i])
+			values[i] = "";
+	}
+	for (c = f->children; c; c = c->next)
+		if (values_match(c, values, n))
+			return c;
+	if (!create || !(c = calloc(1, sizeof(*c))))
+		return NULL;
+	c->values = calloc(n + 1, sizeof(char *));
+	c->bucket = f->n_buckets ? calloc(f->n_buckets, sizeof(uint64_t)) : NULL;
+	for (size_t i = 0; c->values && i < n; i++)
+		c->values[i] = strdup(values[i]);
+	if (!c->values || (f->n_buckets && !c->bucket) || strv_length(c->values) != n) {
+		strv_free(c->values);
+		free(c->bucket);
+		free(c);
+		return NULL;
+	}
+	*f->tail = c;
+	f->tail = &c->next;
+	return c;
+}
+
+#define WITH_CHILD(f, last, create, body)                                                          \
+	do {                                                                                       \
+		va_list ap;                                                                        \
+		struct child *c;                                                                   \
+		va_start(ap, last);                                                                \
+		c = child_get(f, ap, create);                                                      \
+		va_end(ap);                                                                        \
+		if (c) {                                                                           \
+			body;                                                                      \
+		}                                                                                  \
+	} while (0)
+
+void metric_add(metric_t *f, double v, ...)
+{
+	if (f)
+		WITH_CHILD(f, v, true, c->value += v);
+}
+
+void metric_set(metric_t *f, double v, ...)
+{
+	if (f)
+		WITH_CHILD(f, v, true, c->value = v);
+}
+
+void metric_observe(metric_t *f, double v, ...)
+{
+	if (!f)
+		return;
+	WITH_CHILD(f, v, true, {
+		size_t i = 0;
+
+		while (i < f->n_buckets && v > f->buckets[i])
+			i++;
+		if (i < f->n_buckets)
+			c->bucket[i]++;
+		c->count++;
+		c->value += v;
+	});
+}
+
+double metric_get(metric_t *f, ...)
+{
+	double r = 0;
+
+	if (f)
+		WITH_CHILD(f, f, false, r = f->type == METRIC_HISTOGRAM ? (double)c->count : c->value);
+	return r;
+}
+
+void metric_reset(metric_t *f)
+{
+	if (f)
+		children_free(f);
+}
+
+static void render_escaped(struct buf *out, const char *s, bool label)
+{
+	for (; *s; s++) {
+		if (*s == '\\')
+			buf_appends(out, "\\\\");
+		else if (*s == '\n')
+			buf_appends(out, "\\n");
+		else if (label && *s == '"')
+			buf_appends(out, "\\\"");
+		else
+			buf_append(out, s, 1);
+	}
+}
+
+static void render_value(struct buf *out, double v)
+{
+	if (isinf(v))
+		buf_appends(out, v > 0 ? "+Inf" : "-Inf");
+	else if (isnan(v))
+		buf_appends(out, "NaN");
+	else if (v == floor(v) && fabs(v) < 1e15)
+		buf_printf(out, "%.0f", v);
+	else
+		buf_printf(out, "%.9g", v);
+}
+
+/* name{l1="v1",...,extra_key="extra_val"} value */
+static void render_sample(struct buf *out, const struct metric *f, const char *suffix,
+			  const struct child *c, const char *extra_key, const char *extra_val,
+			  double v)
+{
+	bool any = f->n_labels > 0 || extra_key;
+
+	buf_printf(out, "%s%s", f->name, suffix);
+	if (any)
+		buf_append(out, "{", 1);
+	for (size_t i = 0; i < f->n_labels; i++) {
+		buf_printf(out, "%s%s=\"", i ? "," : "", f->labels[i]);
+		render_escaped(out, c->values[i], true);
+		buf_append(out, "\"", 1);
+	}
+	if (extra_key)
+		buf_printf(out, "%s%s=\"%s\"", f->n_labels ? "," : "", extra_key, extra_val);
+	if (any)
+		buf_append(out, "}", 1);
+	buf_append(out, " ", 1);
+	render_value(out, v);
+	buf_append(out, "\n", 1);
+}
+
+static void render_histogram(struct buf *out, const struct metric *f, const struct child *c)
+{
+	uint64_t cum = 0;
+	char le[32];
+
+	for (size_t i = 0; i < f->n_buckets; i++) {
+		cum += c->bucket[i];
+		snprintf(le, sizeof(le), "%.9g", f->buckets[i]);
+		render_sample(out, f, "_bucket", c, "le", le, (double)cum);
+	}
+	render_sample(out, f, "_bucket", c, "le", "+Inf", (double)c->count);
+	render_sample(out, f, "_sum", c, NULL, NULL, c->value);
+	render_sample(out, f, "_count", c, NULL, NULL, (double)c->count);
+}
+
+int metrics_render(const metrics_t *m, struct buf *out)
+{
+	static const char *const types[] = {"counter", "gauge", "histogram"};
+
+	for (const struct metric *f = m->first; f; f = f->next) {
+		buf_printf(out, "# HELP %s ", f->name);
+		render_escaped(out, f->help, false);
+		buf_printf(out, "\n# TYPE %s %s\n", f->name, types[f->type]);
+		for (const struct child *c = f->children; c; c = c->next) {
+			if (f->type == METRIC_HISTOGRAM)
+				render_histogram(out, f, c);
+			else
+				render_sample(out, f, "", c, NULL, NULL, c->value);
+		}
+	}
+	return out->data || !m->first ? 0 : -ENOMEM;
+}

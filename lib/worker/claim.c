@@ -1,0 +1,261 @@
+/* Claiming: one claim request in flight at most, only into free slots, batched,
+ * with long poll.  A fresh claim_id per claim; a retry of the same claim after a
+ * transport error or 5xx reuses it, so a lost response never strands a run. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log/log.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+#include "worker/worker-int.h"
+
+#define CLAIM_RETRY_BASE (1 * USEC_PER_SEC)
+#define CLAIM_RETRY_CAP (60 * USEC_PER_SEC)
+#define AUTH_RETRY_BASE (30 * USEC_PER_SEC)
+#define AUTH_RETRY_CAP (5 * USEC_PER_MINUTE)
+#define IDLE_CAP (30 * USEC_PER_SEC)
+#define CLAIM_MAX_RESPONSE (64u << 20)
+
+static unsigned free_slots(const worker_t *w)
+{
+	unsigned c = worker_cur_conf(w)->worker.concurrency;
+
+	return w->n_runs >= c ? 0 : MIN(c - w->n_runs, PROTO_MAX_RUNS);
+}
+
+/* The configured workflows whose breaker lets a run in now. */
+static char **claimable_workflows(worker_t *w)
+{
+	const struct conf *c = worker_cur_conf(w);
+	char **v = calloc(1, sizeof(char *));
+
+	for (size_t i = 0; v && i < c->n_workflows; i++) {
+		struct wfstate *s = worker_wfstate(w, c->workflows[i].name);
+
+		if (s && breaker_allows(&s->breaker) && strv_extend(&v, s->name) < 0)
+			v = strv_free(v);
+	}
+	return v;
+}
+
+static void claim_later(worker_t *w, usec_t delay)
+{
+	ev_timer_arm(w->claim_timer, delay);
+}
+
+/* An empty answer that came back long before the long poll was due: this API
+ * does not hold claims, so poll at poll_interval, backing off while idle. */
+static void after_empty(worker_t *w, usec_t elapsed)
+{
+	const struct conf *c = worker_cur_conf(w);
+	usec_t delay;
+
+	if (c->worker.long_poll > 0 && elapsed >= c->worker.long_poll / 2) {
+		w->idle_polls = 0;
+		claim_later(w, 0);
+		return;
+	}
+	delay = c->worker.poll_interval << MIN(w->idle_polls, 4u);
+	w->idle_polls++;
+	delay = MIN(delay, MAX(IDLE_CAP, c->worker.poll_interval));
+	/* +-20% jitter so a fleet does not poll in lockstep */
+	delay = delay * 4 / 5 + random_below(delay * 2 / 5 + 1);
+	claim_later(w, delay);
+}
+
+static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t sent_at)
+{
+	struct proto_claim_resp cr;
+	char *err = NULL;
+	int q;
+
+	q = proto_claim_parse(resp->body, resp->body_len, CLAIM_MAX_RESPONSE, &cr, &err);
+	w->claim_id_used = false; /* answered: the next claim is a new one */
+	if (q < 0) {
+		metric_add(w->m_claims, 1, "invalid");
+		log_error("claim response unusable (%s); its runs, if any, return to the queue "
+			  "when their leases expire",
+			  err ? err : strerror(-q));
+		free(err);
+		claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+						   w->claim_failures++, 0));
+		return;
+	}
+	w->claim_failures = 0;
+	w->queue_depth = cr.queue_depth;
+	metric_set(w->m_queue_depth, cr.queue_depth < 0 ? 0 : (double)cr.queue_depth);
+	metric_add(w->m_claims, 1, cr.n_runs ? "runs" : "empty");
+	claim_runs_arrived(w, &cr, sent_at);
+	if (cr.n_runs == 0)
+		after_empty(w, ev_now(w->ev) - sent_at);
+	else {
+		w->idle_polls = 0;
+		claim_later(w, 0);
+	}
+	proto_claim_resp_done(&cr);
+}
+
+static void on_claim(http_req_t *req, const struct http_response *resp, void *userdata)
+{
+	worker_t *w = userdata;
+	char why[160];
+
+	w->claim_req = NULL;
+	if (resp->status == 200) {
+		on_claim_ok(w, resp, w->claim_sent_at);
+		return;
+	}
+	if (resp->status == 401 || resp->status == 403) {
+		w->claim_id_used = false;
+		metric_add(w->m_claims, 1, "denied");
+		claim_later(w, backoff_full_jitter(AUTH_RETRY_BASE, AUTH_RETRY_CAP,
+						   w->claim_failures++, AUTH_RETRY_BASE / 2));
+		return;
+	}
+	if (!http_should_retry(resp)) {
+		/* 400 and the like: our request is wrong; a new claim after a pause */
+		w->claim_id_used = false;
+		metric_add(w->m_claims, 1, "rejected");
+		log_error("claim refused (%s: %.*s), retrying in a minute",
+			  api_describe(resp, why, sizeof(why)), (int)MIN(resp->body_len, 300),
+			  resp->body ? resp->body : "");
+		claim_later(w, 60 * USEC_PER_SEC);
+		return;
+	}
+	metric_add(w->m_claims, 1, "error");
+	if (w->claim_failures == 0)
+		log_warning("claim failed (%s), retrying with backoff",
+			    api_describe(resp, why, sizeof(why)));
+	claim_later(w, http_retry_delay(resp, w->claim_failures++, CLAIM_RETRY_BASE,
+					CLAIM_RETRY_CAP));
+}
+
+void claim_kick(worker_t *w)
+{
+	const struct conf *c = worker_cur_conf(w);
+	char **wfs = NULL;
+	_cleanup_free_ char *url = NULL, *body = NULL;
+	unsigned slots = free_slots(w);
+	struct proto_claim_req rq;
+
+	if (w->phase != WORKER_RUNNING || w->claim_req || ev_timer_armed(w->claim_timer) ||
+	    w->in_arrival || slots == 0)
+		return;
+	wfs = claimable_workflows(w);
+	if (!wfs || !wfs[0]) {
+		strv_free(wfs); /* every workflow blocked: the breaker timer kicks us */
+		return;
+	}
+	if (!w->claim_id_used)
+		uuid_v7(w->claim_id);
+	rq = (struct proto_claim_req){
+		.claim_id = w->claim_id,
+		.worker_id = c->worker.id,
+		.max_runs = slots,
+		.lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
+		.wait_s = (unsigned)(c->worker.long_poll / USEC_PER_SEC),
+		.workflows = wfs,
+		.tags = c->worker.tags,
+	};
+	if (proto_claim_body(&rq, &body) < 0 || proto_url(w->api.base, "/v1/claims", NULL, &url) < 0)
+		goto fail;
+	w->claim_sent_at = ev_now(w->ev);
+	w->claim_id_used = true;
+	if (api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
+		     CLAIM_MAX_RESPONSE, on_claim, w, &w->claim_req) < 0)
+		goto fail;
+	strv_free(wfs);
+	return;
+fail:
+	w->claim_req = NULL;
+	strv_free(wfs);
+	claim_later(w, CLAIM_RETRY_BASE);
+}
+
+static void on_claim_cancel(http_req_t *req, const struct http_response *resp, void *userdata)
+{
+	worker_t *w = userdata;
+	char why[160];
+
+	w->claim_cancels--;
+	if (resp->status != 200)
+		log_warning("claim cancel not confirmed (%s); any run it held returns to the "
+			    "queue when its lease expires",
+			    api_describe(resp, why, sizeof(why)));
+	worker_maybe_exit(w);
+}
+
+void claim_stop(worker_t *w)
+{
+	_cleanup_free_ char *url = NULL;
+	bool open = w->claim_req || w->claim_id_used;
+
+	ev_timer_disarm(w->claim_timer);
+	http_cancel(w->claim_req);
+	w->claim_req = NULL;
+	if (!open)
+		return;
+	/* the server may have granted runs to the claim whose answer we dropped */
+	w->claim_id_used = false;
+	if (proto_url(w->api.base, "/v1/claims/%s/cancel", w->claim_id, &url) < 0 ||
+	    api_post(&w->api, API_CLAIM_CANCEL, url, "{}", 10 * USEC_PER_SEC, 4096,
+		     on_claim_cancel, w, NULL) < 0)
+		return;
+	w->claim_cancels++;
+}
+
+/* What to do with one run the API handed us. */
+static enum run_event triage(worker_t *w, struct run *r)
+{
+	struct wfstate *s;
+
+	if (r->reject_reason)
+		return RE_REJECT;
+	if (w->phase != WORKER_RUNNING) {
+		r->release_reason = PROTO_RELEASE_DRAINING;
+		return RE_RELEASE;
+	}
+	if (!r->wf) {
+		r->release_reason = PROTO_RELEASE_UNSUPPORTED_WORKFLOW;
+		return RE_RELEASE;
+	}
+	s = worker_wfstate(w, r->workflow);
+	if (!s || !breaker_allows(&s->breaker)) {
+		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
+		return RE_RELEASE;
+	}
+	if (w->n_runs > worker_cur_conf(w)->worker.concurrency) {
+		/* more than we asked for: not ours to run */
+		r->release_reason = PROTO_RELEASE_DRAINING;
+		return RE_RELEASE;
+	}
+	return RE_START;
+}
+
+void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_at)
+{
+	w->in_arrival = true;
+	for (size_t i = 0; i < resp->n_runs; i++) {
+		struct proto_run *pr = &resp->runs[i];
+		struct run *r;
+
+		if (pr->invalid && !pr->usable_for_reject) {
+			log_error("claim returned an unusable run (%s), ignoring it; the API will "
+				  "requeue it when its lease expires",
+				  pr->invalid);
+			continue;
+		}
+		r = run_new(w, pr, sent_at);
+		if (!r) {
+			log_error("out of memory taking run %s; it returns to the queue when its "
+				  "lease expires",
+				  pr->id ? pr->id : "?");
+			continue;
+		}
+		worker_run_add(w, r);
+		run_dispatch(r, triage(w, r));
+	}
+	w->in_arrival = false;
+}

@@ -1,0 +1,910 @@
+/* One run's life: a state x event table (docs/architecture.md, "A run's life").
+ *
+ *   CLAIMED --start--> RUNNING --exit--> FLUSHING --log shipped--> REPORTING --> DONE
+ *      |                  | timeout / cancel / lease lost / hard stop
+ *      |                  v
+ *      |               KILLING --exit--> FLUSHING (timeout, cancel)
+ *      |                         \-----> DONE (lease lost, nothing written)
+ *      |                          \----> RELEASING (shutdown) --> DONE
+ *      +--reject--> REPORTING;  +--release--> RELEASING
+ *
+ * The lease is renewed in every state but DONE, so a slow API never hands a
+ * finished run to someone else while its result is still being reported. */
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log/log.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+#include "worker/worker-int.h"
+
+#define RETRY_BASE (500 * USEC_PER_MSEC)
+#define REPORT_RETRY_CAP (30 * USEC_PER_SEC)
+#define LOG_FLUSH_TIMEOUT (60 * USEC_PER_SEC)
+
+typedef enum run_state (*run_action)(struct run *r);
+
+static const char *const state_names[_RUN_STATE_MAX] = {
+	[RUN_CLAIMED] = "claimed",     [RUN_RUNNING] = "running",
+	[RUN_KILLING] = "killing",     [RUN_FLUSHING] = "flushing",
+	[RUN_REPORTING] = "reporting", [RUN_RELEASING] = "releasing",
+	[RUN_DONE] = "done",
+};
+
+static const char *const event_names[_RE_MAX] = {
+	[RE_START] = "start",           [RE_REJECT] = "reject",       [RE_RELEASE] = "release",
+	[RE_EXITED] = "exited",         [RE_TIMEOUT] = "timeout",     [RE_CANCEL] = "cancel",
+	[RE_LEASE_LOST] = "lease-lost", [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
+	[RE_REPORTED] = "reported",     [RE_RELEASED] = "released",
+};
+
+const char *run_state_name(enum run_state s)
+{
+	return state_names[s];
+}
+
+static const struct conf *run_conf(const struct run *r)
+{
+	return r->cref->conf;
+}
+
+static struct log_fields run_fields(const struct run *r, const char *outcome)
+{
+	return (struct log_fields){.run_id = r->id, .workflow = r->workflow,
+				   .attempt = r->attempt, .outcome = outcome};
+}
+
+#define run_log(r, prio, ...)                                                                      \
+	do {                                                                                       \
+		struct log_fields _f = run_fields(r, NULL);                                        \
+		log_emit(prio, &_f, __VA_ARGS__);                                                  \
+	} while (0)
+
+static char *run_url(const struct run *r, const char *fmt)
+{
+	char *url = NULL;
+
+	if (proto_url(r->w->api.base, fmt, r->id, &url) < 0)
+		return NULL;
+	return url;
+}
+
+/* ---------------------------------------------------------------- lease */
+
+static void lease_renew(struct run *r);
+
+static usec_t lease_margin(unsigned ttl_s)
+{
+	usec_t ttl = ttl_s * USEC_PER_SEC;
+
+	return MAX(ttl / 10, MIN(USEC_PER_SEC, ttl / 2));
+}
+
+/* A grant or renewal sent at `sent` for ttl_s is ours until this moment. */
+static void lease_granted(struct run *r, usec_t sent, unsigned ttl_s)
+{
+	r->lease_deadline = sent + ttl_s * USEC_PER_SEC - lease_margin(ttl_s);
+	ev_timer_arm_at(r->deadline_timer, r->lease_deadline);
+	ev_timer_arm_at(r->renew_timer, MIN(sent + run_conf(r)->worker.lease_refresh,
+					    r->lease_deadline));
+}
+
+static void lease_lost(struct run *r, const char *why)
+{
+	run_log(r, LOG_WARNING, "lease lost (%s): stopping the run, nothing more is written", why);
+	metric_add(r->w->m_leases_lost, 1);
+	run_dispatch(r, RE_LEASE_LOST);
+}
+
+static void on_lease(http_req_t *req, const struct http_response *resp, void *userdata)
+{
+	struct run *r = userdata;
+	unsigned ttl;
+	bool cancel;
+	char why[160];
+
+	r->lease_req = NULL;
+	if (resp->status == 200 && proto_lease_parse(resp->body, resp->body_len, &ttl, &cancel) >= 0) {
+		metric_add(r->w->m_renewals, 1, "ok");
+		r->lease_retries = 0;
+		lease_granted(r, r->lease_sent_at, ttl);
+		if (cancel)
+			run_dispatch(r, RE_CANCEL);
+		return;
+	}
+	if (resp->status == 409 || resp->status == 404) {
+		metric_add(r->w->m_renewals, 1, "lost");
+		snprintf(why, sizeof(why), "renewal answered HTTP %ld", resp->status);
+		lease_lost(r, why);
+		return;
+	}
+	/* transient (or a garbled 200): try again soon; the deadline timer decides loss */
+	metric_add(r->w->m_renewals, 1, "error");
+	run_log(r, LOG_WARNING, "lease renewal failed (%s), retrying",
+		api_describe(resp, why, sizeof(why)));
+	ev_timer_arm(r->renew_timer,
+		     http_retry_delay(resp, r->lease_retries++, RETRY_BASE,
+				      run_conf(r)->worker.lease_refresh));
+}
+
+static void lease_renew(struct run *r)
+{
+	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/lease"), *body = NULL;
+	unsigned ttl = (unsigned)(run_conf(r)->worker.lease_ttl / USEC_PER_SEC);
+
+	if (r->lease_req || !url || proto_lease_body(r->token, ttl, &body) < 0)
+		return;
+	r->lease_sent_at = ev_now(r->w->ev);
+	if (api_post(&r->w->api, API_LEASE, url, body, 0, 4096, on_lease, r, &r->lease_req) < 0) {
+		r->lease_req = NULL;
+		ev_timer_arm(r->renew_timer, USEC_PER_SEC);
+	}
+}
+
+static void on_renew_timer(ev_timer_t *t, void *userdata)
+{
+	lease_renew(userdata);
+}
+
+static void on_deadline(ev_timer_t *t, void *userdata)
+{
+	lease_lost(userdata, "local lease deadline passed without a renewal");
+}
+
+static void lease_stop(struct run *r)
+{
+	http_cancel(r->lease_req);
+	r->lease_req = NULL;
+	ev_timer_disarm(r->renew_timer);
+	ev_timer_disarm(r->deadline_timer);
+}
+
+/* ---------------------------------------------------------------- spawn */
+
+static int write_input(struct run *r, const char *path)
+{
+	return write_file_atomic(path, r->input, r->input_len, 0600);
+}
+
+static int env_pushf(char ***v, const char *fmt, ...) _printf_(2, 3);
+static int env_pushf(char ***v, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return n < 0 ? -ENOMEM : strv_push(v, s);
+}
+
+static usec_t run_timeout(const struct run *r);
+
+/* The workflow's variables, then the run's LESSEE_* ones; exec adds the allowlist. */
+static int build_env(struct run *r, char ***ret)
+{
+	_cleanup_(strv_freep) char **extra = strv_copy(r->wf->env);
+	usec_t timeout = run_timeout(r);
+	int q;
+
+	if (!extra)
+		return -ENOMEM;
+	if ((q = env_pushf(&extra, "LESSEE_RUN_ID=%s", r->id)) < 0 ||
+	    (q = env_pushf(&extra, "LESSEE_WORKFLOW=%s", r->workflow)) < 0 ||
+	    (q = env_pushf(&extra, "LESSEE_ATTEMPT=%u", r->attempt)) < 0 ||
+	    (q = env_pushf(&extra, "LESSEE_WORKER_ID=%s", run_conf(r)->worker.id)) < 0 ||
+	    (q = env_pushf(&extra, "LESSEE_INPUT_FILE=%s/input.json", r->dir)) < 0 ||
+	    (q = env_pushf(&extra, "LESSEE_RESULT_FILE=%s/result.json", r->dir)) < 0)
+		return q;
+	if (timeout != USEC_INFINITY &&
+	    (q = env_pushf(&extra, "LESSEE_DEADLINE_MS=%" PRIu64, timeout / USEC_PER_MSEC)) < 0)
+		return q;
+	return exec_env_build(NULL, NULL, extra, ret);
+}
+
+static usec_t run_timeout(const struct run *r)
+{
+	if (r->timeout_s)
+		return r->timeout_s * USEC_PER_SEC;
+	return r->wf->timeout; /* the workflow's own, else worker.run_timeout */
+}
+
+/* <run_dir>/lessee-<pid>/<id>.<attempt>: the per-daemon level lets a restart
+ * clean what a killed predecessor left (worker.c). Traversable, not listable,
+ * so a run dropped to another user can reach its own directory. */
+static int make_run_dir(struct run *r)
+{
+	const struct conf *c = run_conf(r);
+	_cleanup_free_ char *parent = NULL;
+	int q;
+
+	if (asprintf(&parent, "%s/lessee-%d", c->worker.run_dir, (int)getpid()) < 0 ||
+	    asprintf(&r->dir, "%s/%s.%u", parent, r->id, r->attempt) < 0) {
+		r->dir = NULL;
+		return -ENOMEM;
+	}
+	if ((q = mkdir_p(parent, 0711)) < 0)
+		return q;
+	(void)rm_rf(r->dir);
+	if (mkdir(r->dir, 0700) < 0)
+		return -errno;
+	if (r->wf->user && chown(r->dir, r->wf->uid, r->wf->gid) < 0)
+		return -errno;
+	return 0;
+}
+
+static void on_output(exec_proc_t *p, int stream, const void *data, size_t len, void *userdata)
+{
+	struct run *r = userdata;
+
+	if (r->log)
+		logship_write(r->log, data, len);
+}
+
+static void on_exit_cb(exec_proc_t *p, const struct exec_result *res, void *userdata)
+{
+	struct run *r = userdata;
+
+	r->result = *res;
+	run_dispatch(r, RE_EXITED);
+}
+
+static void on_log_event(logship_t *ls, enum logship_event event, void *userdata)
+{
+	struct run *r = userdata;
+
+	if (event == LOGSHIP_LEASE_LOST)
+		lease_lost(r, "log append answered 409/404");
+	else
+		run_dispatch(r, RE_LOG_FLUSHED);
+}
+
+static int start_logship(struct run *r)
+{
+	const struct conf *c = run_conf(r);
+	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/log");
+	struct logship_params p = {
+		.ev = r->w->ev,
+		.send = api_send_log,
+		.send_ctx = &r->w->api,
+		.url = url,
+		.lease_token = r->token,
+		.max_log_bytes = r->wf->max_log_bytes,
+		.request_timeout = c->api.request_timeout,
+	};
+
+	if (!url)
+		return -ENOMEM;
+	return logship_new(&p, on_log_event, r, &r->log);
+}
+
+static int spawn(struct run *r, const char **step)
+{
+	char input[PATH_MAX];
+	_cleanup_close_ int in = -1;
+	char **env = NULL;
+	usec_t timeout = run_timeout(r);
+	struct exec_spec spec = {
+		.path = r->wf->argv[0],
+		.argv = r->wf->argv,
+		.stdin_fd = -1,
+		.set_ids = r->wf->user != NULL,
+		.uid = r->wf->uid,
+		.gid = r->wf->gid,
+	};
+	int q;
+
+	*step = "run directory";
+	if ((q = make_run_dir(r)) < 0)
+		return q;
+	snprintf(input, sizeof(input), "%s/input.json", r->dir);
+	*step = "input file";
+	if ((q = write_input(r, input)) < 0 || (in = open(input, O_RDONLY | O_CLOEXEC)) < 0)
+		return q < 0 ? q : -errno;
+	if (r->wf->user && chown(input, r->wf->uid, r->wf->gid) < 0)
+		return -errno;
+	*step = "environment";
+	if ((q = build_env(r, &env)) < 0)
+		return q;
+	spec.envp = env;
+	spec.stdin_fd = in;
+	spec.cwd = r->wf->working_directory ? r->wf->working_directory : r->dir;
+	*step = NULL;
+	q = exec_spawn(r->w->ev, &spec, on_output, on_exit_cb, r, &r->proc, step);
+	strv_free(env);
+	if (q >= 0 && timeout != USEC_INFINITY)
+		ev_timer_arm(r->timer, timeout);
+	return q;
+}
+
+/* ---------------------------------------------------------------- outcome */
+
+static void set_error(struct run *r, const char *fmt, ...) _printf_(2, 3);
+static void set_error(struct run *r, const char *fmt, ...)
+{
+	va_list ap;
+	char *s = NULL, *joined = NULL;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	if (!s)
+		return;
+	if (r->error && asprintf(&joined, "%s; %s", r->error, s) >= 0) {
+		free(s);
+		s = joined;
+	}
+	free(r->error);
+	r->error = s;
+}
+
+/* The result file becomes `output` when it holds valid JSON within the cap. */
+static void read_output(struct run *r)
+{
+	char path[PATH_MAX];
+	char *data = NULL;
+	size_t len;
+	cJSON *j;
+	int q;
+
+	if (!r->dir)
+		return;
+	snprintf(path, sizeof(path), "%s/result.json", r->dir);
+	q = read_file_capped(path, run_conf(r)->worker.max_output_bytes, &data, &len);
+	if (q == -ENOENT)
+		return;
+	if (q < 0) {
+		set_error(r, q == -EFBIG ? "result file larger than %" PRIu64 " bytes, ignored"
+					 : "result file unreadable, ignored",
+			  run_conf(r)->worker.max_output_bytes);
+		return;
+	}
+	j = cJSON_ParseWithLength(data, len);
+	if (!j) {
+		set_error(r, "result file is not valid JSON, ignored");
+		free(data);
+		return;
+	}
+	cJSON_Delete(j);
+	r->output = data;
+}
+
+static void set_signal(struct run *r, int sig)
+{
+	const char *abbrev = sigabbrev_np(sig);
+
+	if (abbrev)
+		snprintf(r->signame, sizeof(r->signame), "SIG%s", abbrev);
+	else
+		snprintf(r->signame, sizeof(r->signame), "SIG%d", sig);
+	r->outcome.signal = r->signame;
+}
+
+/* Exit 0 succeeded; exit N failed (retryable only for 75, EX_TEMPFAIL);
+ * a signal is a crash (retryable); the kill reason overrides both. */
+static void classify(struct run *r)
+{
+	const struct exec_result *x = &r->result;
+	struct proto_outcome *o = &r->outcome;
+
+	o->has_exit_code = x->exited;
+	o->exit_code = x->exited ? x->exit_code : 0;
+	if (!x->exited)
+		set_signal(r, x->signal);
+	o->duration_ms = x->duration / USEC_PER_MSEC;
+	if (r->kill_reason == KILL_TIMEOUT) {
+		o->status = PROTO_FAILED;
+		o->reason = PROTO_REASON_TIMEOUT;
+		o->retryable = true;
+		set_error(r, "timed out after %" PRIu64 " ms", (uint64_t)(run_timeout(r) / 1000));
+	} else if (r->kill_reason == KILL_CANCEL) {
+		o->status = PROTO_CANCELLED;
+		o->reason = PROTO_REASON_CANCELLED;
+	} else if (x->exited && x->exit_code == 0) {
+		o->status = PROTO_SUCCEEDED;
+		o->reason = PROTO_REASON_EXIT;
+	} else if (x->exited) {
+		o->status = PROTO_FAILED;
+		o->reason = PROTO_REASON_EXIT;
+		o->retryable = x->exit_code == 75;
+		set_error(r, "exited with status %d", x->exit_code);
+	} else {
+		o->status = PROTO_FAILED;
+		o->reason = PROTO_REASON_CRASH;
+		o->retryable = true;
+		set_error(r, "killed by %s%s", r->signame, x->core_dumped ? " (core dumped)" : "");
+	}
+	read_output(r);
+}
+
+const char *run_outcome_label(const struct run *r)
+{
+	if (r->outcome.status == PROTO_SUCCEEDED)
+		return "succeeded";
+	if (r->outcome.status == PROTO_CANCELLED)
+		return "cancelled";
+	switch (r->outcome.reason) {
+	case PROTO_REASON_TIMEOUT:
+		return "timeout";
+	case PROTO_REASON_CRASH:
+		return "crash";
+	case PROTO_REASON_SPAWN_ERROR:
+		return "spawn_error";
+	case PROTO_REASON_REJECTED:
+		return "rejected";
+	default:
+		return "failed";
+	}
+}
+
+/* Does this outcome count against the workflow's breaker? */
+static bool outcome_is_failure(const struct run *r)
+{
+	return r->outcome.status == PROTO_FAILED && r->outcome.reason != PROTO_REASON_REJECTED;
+}
+
+static int build_body(struct run *r)
+{
+	struct logship_stats st = {0};
+
+	if (r->body)
+		return 0;
+	if (r->log)
+		logship_get_stats(r->log, &st);
+	r->outcome.log_length = st.acked;
+	r->outcome.error = r->error;
+	r->outcome.output = r->output;
+	return proto_complete_body(r->token, &r->outcome, &r->body);
+}
+
+/* ---------------------------------------------------------------- report */
+
+static void on_complete(http_req_t *req, const struct http_response *resp, void *userdata)
+{
+	struct run *r = userdata;
+	char status[32] = "?", why[160];
+
+	r->req = NULL;
+	if (resp->status == 200) {
+		proto_complete_parse(resp->body, resp->body_len, status, sizeof(status));
+		struct log_fields f = run_fields(r, run_outcome_label(r));
+		log_emit(LOG_INFO, &f, "reported %s: the API says %s", run_outcome_label(r), status);
+		run_dispatch(r, RE_REPORTED);
+	} else if (resp->status == 409 || resp->status == 404) {
+		lease_lost(r, "completion answered 409/404");
+	} else if (http_should_retry(resp) || resp->status == 401 || resp->status == 403 ||
+		   resp->status == 408) {
+		run_log(r, LOG_WARNING, "report failed (%s), retrying",
+			api_describe(resp, why, sizeof(why)));
+		ev_timer_arm(r->timer, http_retry_delay(resp, r->req_attempts++, RETRY_BASE,
+							REPORT_RETRY_CAP));
+	} else {
+		run_log(r, LOG_ERR, "the API refused the result for good (%s): giving up on it",
+			api_describe(resp, why, sizeof(why)));
+		run_dispatch(r, RE_REPORTED);
+	}
+}
+
+static void send_complete(struct run *r)
+{
+	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/complete");
+
+	if (!url || api_post(&r->w->api, API_COMPLETE, url, r->body, 0, 4096, on_complete, r,
+			     &r->req) < 0) {
+		r->req = NULL;
+		ev_timer_arm(r->timer, USEC_PER_SEC);
+	}
+}
+
+static void on_release(http_req_t *req, const struct http_response *resp, void *userdata)
+{
+	struct run *r = userdata;
+	char why[160];
+
+	r->req = NULL;
+	if (resp->status == 200 || resp->status == 409 || resp->status == 404 ||
+	    r->w->phase == WORKER_STOPPING || r->req_attempts >= 5) {
+		if (resp->status != 200)
+			run_log(r, LOG_WARNING, "release not confirmed (%s); the lease will expire",
+				api_describe(resp, why, sizeof(why)));
+		run_dispatch(r, RE_RELEASED);
+		return;
+	}
+	ev_timer_arm(r->timer,
+		     http_retry_delay(resp, r->req_attempts++, RETRY_BASE, REPORT_RETRY_CAP));
+}
+
+static void send_release(struct run *r)
+{
+	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/release"), *body = NULL;
+
+	if (!url || proto_release_body(r->token, r->release_reason, 0, &body) < 0 ||
+	    api_post(&r->w->api, API_RELEASE, url, body, 0, 4096, on_release, r, &r->req) < 0) {
+		r->req = NULL;
+		run_dispatch(r, RE_RELEASED);
+	}
+}
+
+static void on_timer(ev_timer_t *t, void *userdata)
+{
+	struct run *r = userdata;
+
+	switch (r->state) {
+	case RUN_RUNNING:
+		run_dispatch(r, RE_TIMEOUT);
+		break;
+	case RUN_FLUSHING:
+		run_log(r, LOG_WARNING, "log not fully shipped after %llus, reporting anyway",
+			(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
+		run_dispatch(r, RE_LOG_FLUSHED);
+		break;
+	case RUN_REPORTING:
+		send_complete(r);
+		break;
+	case RUN_RELEASING:
+		send_release(r);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---------------------------------------------------------------- actions */
+
+static enum run_state enter_reporting(struct run *r)
+{
+	if (r->w->phase == WORKER_STOPPING) {
+		worker_spool(r->w, r);
+		return RUN_DONE;
+	}
+	if (build_body(r) < 0) {
+		run_log(r, LOG_ERR, "cannot build the completion (out of memory)");
+		return RUN_DONE;
+	}
+	r->req_attempts = 0;
+	ev_timer_disarm(r->timer);
+	send_complete(r);
+	return RUN_REPORTING;
+}
+
+static enum run_state enter_flushing(struct run *r)
+{
+	if (!r->log || r->w->phase == WORKER_STOPPING)
+		return enter_reporting(r);
+	logship_finish(r->log);
+	ev_timer_arm(r->timer, LOG_FLUSH_TIMEOUT);
+	return RUN_FLUSHING;
+}
+
+static enum run_state enter_releasing(struct run *r)
+{
+	r->req_attempts = 0;
+	ev_timer_disarm(r->timer);
+	send_release(r);
+	return RUN_RELEASING;
+}
+
+static enum run_state act_start(struct run *r)
+{
+	const char *step = NULL;
+	int q;
+
+	r->started_at = ev_now(r->w->ev);
+	breaker_run_started(&worker_wfstate(r->w, r->workflow)->breaker);
+	r->breaker_started = true;
+	metric_add(r->w->m_started, 1, r->workflow);
+	q = start_logship(r);
+	if (q >= 0)
+		q = spawn(r, &step);
+	if (q >= 0) {
+		run_log(r, LOG_INFO, "started pid %d", (int)exec_pid(r->proc));
+		return RUN_RUNNING;
+	}
+	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
+					    .reason = PROTO_REASON_SPAWN_ERROR};
+	set_error(r, "%s: %s", step ? step : "spawn", strerror(-q));
+	run_log(r, LOG_ERR, "could not start %s: %s", r->wf->argv[0], r->error);
+	return enter_reporting(r);
+}
+
+static enum run_state act_reject(struct run *r)
+{
+	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
+					    .reason = PROTO_REASON_REJECTED};
+	set_error(r, "rejected by the worker: %s", r->reject_reason);
+	run_log(r, LOG_ERR, "rejecting the run: %s", r->reject_reason);
+	return enter_reporting(r);
+}
+
+static enum run_state act_release(struct run *r)
+{
+	run_log(r, LOG_NOTICE, "releasing the run unstarted (%s)",
+		proto_release_reason_name(r->release_reason));
+	return enter_releasing(r);
+}
+
+static enum run_state act_exited(struct run *r)
+{
+	ev_timer_disarm(r->timer);
+	classify(r);
+	return enter_flushing(r);
+}
+
+static enum run_state kill_for(struct run *r, enum kill_reason why)
+{
+	const struct conf *c = run_conf(r);
+
+	r->kill_reason = why;
+	exec_kill(r->proc, r->w->kill_now ? 0 : c->worker.kill_grace);
+	ev_timer_disarm(r->timer);
+	return RUN_KILLING;
+}
+
+static enum run_state act_timeout(struct run *r)
+{
+	run_log(r, LOG_WARNING, "timed out: stopping its process group");
+	return kill_for(r, KILL_TIMEOUT);
+}
+
+static enum run_state act_cancel(struct run *r)
+{
+	run_log(r, LOG_NOTICE, "the API asks to cancel: stopping its process group");
+	return kill_for(r, KILL_CANCEL);
+}
+
+/* Someone else may hold the run now: not one more byte about it. */
+static void go_silent(struct run *r)
+{
+	r->lost = true;
+	lease_stop(r);
+	http_cancel(r->req);
+	r->req = NULL;
+	if (r->log)
+		logship_abandon(r->log);
+}
+
+static enum run_state act_lost_running(struct run *r)
+{
+	go_silent(r);
+	return kill_for(r, KILL_LEASE_LOST);
+}
+
+static enum run_state act_lost_killing(struct run *r)
+{
+	go_silent(r);
+	r->kill_reason = KILL_LEASE_LOST;
+	return RUN_KILLING;
+}
+
+static enum run_state act_lost(struct run *r)
+{
+	go_silent(r);
+	return RUN_DONE;
+}
+
+static enum run_state act_stop_running(struct run *r)
+{
+	return kill_for(r, KILL_SHUTDOWN);
+}
+
+static enum run_state act_stop_killing(struct run *r)
+{
+	if (r->w->kill_now)
+		exec_kill(r->proc, 0);
+	return RUN_KILLING;
+}
+
+static enum run_state act_killed(struct run *r)
+{
+	switch (r->kill_reason) {
+	case KILL_LEASE_LOST:
+		return RUN_DONE;
+	case KILL_SHUTDOWN:
+		r->release_reason = PROTO_RELEASE_SHUTDOWN;
+		run_log(r, LOG_NOTICE, "stopped for shutdown: releasing it");
+		return enter_releasing(r);
+	default:
+		return act_exited(r);
+	}
+}
+
+static enum run_state act_flushed(struct run *r)
+{
+	return enter_reporting(r);
+}
+
+static enum run_state act_spool(struct run *r)
+{
+	http_cancel(r->req);
+	r->req = NULL;
+	if (build_body(r) >= 0)
+		worker_spool(r->w, r);
+	return RUN_DONE;
+}
+
+static enum run_state act_done(struct run *r)
+{
+	return RUN_DONE;
+}
+
+static enum run_state act_ignore(struct run *r)
+{
+	return r->state;
+}
+
+static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
+	[RUN_CLAIMED] = {
+		[RE_START] = act_start,
+		[RE_REJECT] = act_reject,
+		[RE_RELEASE] = act_release,
+		[RE_LEASE_LOST] = act_lost,
+	},
+	[RUN_RUNNING] = {
+		[RE_EXITED] = act_exited,
+		[RE_TIMEOUT] = act_timeout,
+		[RE_CANCEL] = act_cancel,
+		[RE_LEASE_LOST] = act_lost_running,
+		[RE_HARD_STOP] = act_stop_running,
+	},
+	[RUN_KILLING] = {
+		[RE_EXITED] = act_killed,
+		[RE_TIMEOUT] = act_ignore,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost_killing,
+		[RE_HARD_STOP] = act_stop_killing,
+	},
+	[RUN_FLUSHING] = {
+		[RE_LOG_FLUSHED] = act_flushed,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_spool,
+	},
+	[RUN_REPORTING] = {
+		[RE_REPORTED] = act_done,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_spool,
+	},
+	[RUN_RELEASING] = {
+		[RE_RELEASED] = act_done,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_ignore,
+	},
+};
+
+/* ---------------------------------------------------------------- life */
+
+/* Lease loss, shutdown and cancellation say nothing about the workflow. */
+static const char *no_verdict_label(const struct run *r)
+{
+	if (r->lost)
+		return "lease_lost";
+	if (r->kill_reason == KILL_SHUTDOWN)
+		return "released";
+	if (r->outcome.status == PROTO_CANCELLED)
+		return "cancelled";
+	return NULL;
+}
+
+static void run_record_outcome(struct run *r)
+{
+	struct wfstate *s;
+	const char *label;
+
+	if (!r->breaker_started) {
+		if (r->reject_reason)
+			metric_add(r->w->m_finished, 1, r->workflow, "rejected");
+		return;
+	}
+	s = worker_wfstate(r->w, r->workflow);
+	label = no_verdict_label(r);
+	if (label) {
+		breaker_run_abandoned(&s->breaker);
+		metric_add(r->w->m_finished, 1, r->workflow, label);
+		return;
+	}
+	label = run_outcome_label(r);
+	metric_add(r->w->m_finished, 1, r->workflow, label);
+	metric_observe(r->w->m_duration, (double)(ev_now(r->w->ev) - r->started_at) / USEC_PER_SEC,
+		       r->workflow);
+	if (breaker_record(&s->breaker, outcome_is_failure(r), ev_now(r->w->ev)))
+		worker_breaker_changed(r->w, s);
+}
+
+static void run_free(struct run *r)
+{
+	lease_stop(r);
+	http_cancel(r->req);
+	ev_timer_del(r->renew_timer);
+	ev_timer_del(r->deadline_timer);
+	ev_timer_del(r->timer);
+	exec_free(r->proc);
+	if (r->log) {
+		struct logship_stats st;
+
+		logship_get_stats(r->log, &st);
+		metric_add(r->w->m_log_bytes, (double)st.acked);
+		logship_free(r->log);
+	}
+	if (r->dir)
+		(void)rm_rf(r->dir);
+	conf_ref_put(r->cref);
+	if (r->token)
+		explicit_bzero(r->token, strlen(r->token));
+	free(r->dir);
+	free(r->id);
+	free(r->workflow);
+	free(r->token);
+	free(r->input);
+	free(r->reject_reason);
+	free(r->error);
+	free(r->output);
+	free(r->body);
+	free(r);
+}
+
+void run_dispatch(struct run *r, enum run_event ev)
+{
+	enum run_state before = r->state, after;
+	run_action action = table[before][ev];
+
+	if (!action) {
+		run_log(r, LOG_DEBUG, "event %s ignored in state %s", event_names[ev],
+			state_names[before]);
+		return;
+	}
+	after = action(r);
+	if (after == before)
+		return;
+	r->state = after;
+	run_log(r, LOG_DEBUG, "%s -> %s (%s)", state_names[before], state_names[after],
+		event_names[ev]);
+	if (after != RUN_DONE)
+		return;
+	run_record_outcome(r);
+	worker_run_done(r->w, r);
+	run_free(r);
+}
+
+struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
+{
+	struct run *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->w = w;
+	r->cref = conf_ref_get(w->cref);
+	r->id = TAKE_PTR(pr->id);
+	r->workflow = pr->workflow ? TAKE_PTR(pr->workflow) : strdup("?");
+	r->token = TAKE_PTR(pr->token);
+	r->attempt = pr->attempt;
+	r->timeout_s = pr->timeout_s;
+	r->input = TAKE_PTR(pr->input);
+	r->input_len = pr->input_len;
+	r->reject_reason = TAKE_PTR(pr->invalid);
+	r->claimed_at = ev_now(w->ev);
+	r->wf = conf_find_workflow(r->cref->conf, r->workflow);
+	if (!r->workflow || ev_timer_add(w->ev, USEC_INFINITY, on_renew_timer, r,
+					 &r->renew_timer) < 0 ||
+	    ev_timer_add(w->ev, USEC_INFINITY, on_deadline, r, &r->deadline_timer) < 0 ||
+	    ev_timer_add(w->ev, USEC_INFINITY, on_timer, r, &r->timer) < 0) {
+		run_free(r);
+		return NULL;
+	}
+	lease_granted(r, claim_sent_at, pr->ttl_s);
+	return r;
+}

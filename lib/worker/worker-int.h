@@ -1,0 +1,198 @@
+/* Private to lib/worker: the shapes shared by its files. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "conf/conf.h"
+#include "exec/exec.h"
+#include "http/http.h"
+#include "logship/logship.h"
+#include "obs/metrics.h"
+#include "proto/proto.h"
+#include "util/random.h"
+#include "worker/breaker.h"
+#include "worker/worker.h"
+
+/* A configuration shared by the runs that started under it (SIGHUP swaps the
+ * worker's, runs keep theirs). */
+struct conf_ref {
+	struct conf *conf;
+	unsigned refs;
+};
+struct conf_ref *conf_ref_new(struct conf *c);
+struct conf_ref *conf_ref_get(struct conf_ref *r);
+struct conf_ref *conf_ref_put(struct conf_ref *r);
+
+/* ---- api.c: requests to the orchestration API with auth and accounting ---- */
+enum api_endpoint {
+	API_CLAIMS,
+	API_CLAIM_CANCEL,
+	API_LEASE,
+	API_LOG,
+	API_COMPLETE,
+	API_RELEASE,
+	_API_ENDPOINT_MAX,
+};
+
+struct api {
+	ev_t *ev;
+	http_t *http;
+	char *base;          /* api.url */
+	char *auth;          /* "Authorization: Bearer ..." or NULL */
+	usec_t timeout;
+	usec_t last_ok;      /* monotonic time of the last answer with valid auth */
+	bool auth_denied;    /* the last answer was 401/403 */
+	metric_t *m_requests, *m_duration;
+};
+
+int api_init(struct api *a, ev_t *e, const struct conf *c, metrics_t *m);
+void api_done(struct api *a);
+/* body may be NULL; extra_headers NULL-terminated or NULL; timeout 0 = default. */
+int api_post(struct api *a, enum api_endpoint ep, const char *url, const char *body,
+	     usec_t timeout, size_t max_response, http_cb cb, void *userdata, http_req_t **ret);
+/* logship's sender: adds auth and accounting to a PATCH /log. */
+int api_send_log(void *api, const struct http_request *rq, http_cb cb, void *userdata,
+		 http_req_t **ret);
+bool api_ready(const struct api *a, usec_t now);
+/* "HTTP 503" / transport error text, for logs. */
+const char *api_describe(const struct http_response *resp, char *buf, size_t len);
+
+/* ---- spool.c: results that could not be delivered, one fsync'd file per run ---- */
+int spool_write(const char *dir, const char *run_id, const char *complete_body);
+/* Calls fn for each spooled result (run id, body); bodies are capped. */
+int spool_foreach(const char *dir, int (*fn)(const char *run_id, char *body, void *ud), void *ud);
+int spool_remove(const char *dir, const char *run_id);
+int spool_count(const char *dir);
+
+/* ---- run.c: one run's life as a state x event table ---- */
+enum run_state {
+	RUN_CLAIMED,
+	RUN_RUNNING,
+	RUN_KILLING,
+	RUN_FLUSHING,
+	RUN_REPORTING,
+	RUN_RELEASING,
+	RUN_DONE,
+	_RUN_STATE_MAX,
+};
+
+enum run_event {
+	RE_START,       /* start the process */
+	RE_REJECT,      /* the API sent something unusable: complete as rejected */
+	RE_RELEASE,     /* give it back without running it */
+	RE_EXITED,      /* process gone, output read */
+	RE_TIMEOUT,
+	RE_CANCEL,      /* cancel_requested */
+	RE_LEASE_LOST,  /* 409/404 or local deadline passed */
+	RE_HARD_STOP,
+	RE_LOG_FLUSHED,
+	RE_REPORTED,    /* complete accepted (or refused for good) */
+	RE_RELEASED,
+	_RE_MAX,
+};
+
+enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_CANCEL, KILL_LEASE_LOST, KILL_SHUTDOWN };
+
+struct run {
+	worker_t *w;
+	struct run *prev, *next;
+	struct conf_ref *cref;
+	const struct conf_workflow *wf; /* NULL for runs released or rejected unstarted */
+	char *id, *workflow, *token;
+	unsigned attempt;
+	unsigned timeout_s;  /* the run's own, 0 = none */
+	char *input;
+	size_t input_len;
+	char *reject_reason;
+	enum proto_release_reason release_reason;
+
+	enum run_state state;
+	enum kill_reason kill_reason;
+	bool breaker_started; /* counted by breaker_run_started */
+	bool lost;            /* the lease is gone: nothing more is written */
+
+	usec_t claimed_at, started_at;
+	usec_t lease_deadline;  /* monotonic, local */
+	usec_t lease_sent_at;   /* send time of the renewal in flight */
+	unsigned lease_retries;
+	ev_timer_t *renew_timer, *deadline_timer, *timer;
+	http_req_t *lease_req, *req;
+	unsigned req_attempts;
+
+	char *dir;
+	exec_proc_t *proc;
+	logship_t *log;
+	struct exec_result result;
+
+	struct proto_outcome outcome;
+	char *error, *output, *body;
+	char signame[24];
+};
+
+struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at);
+void run_dispatch(struct run *r, enum run_event ev);
+const char *run_state_name(enum run_state s);
+const char *run_outcome_label(const struct run *r);
+
+/* ---- worker.c: what run.c and claim.c need from the worker ---- */
+struct wfstate {
+	char *name;
+	struct breaker breaker;
+};
+
+struct worker {
+	ev_t *ev;
+	struct conf_ref *cref;
+	metrics_t *metrics;
+	struct api api;
+	enum worker_phase phase;
+	bool kill_now;
+	worker_exit_cb on_exit;
+	void *userdata;
+	bool exited;
+
+	struct run *runs;
+	unsigned n_runs;
+	uint64_t runs_done;
+	struct wfstate *wfs;
+	size_t n_wfs;
+
+	/* claim.c */
+	http_req_t *claim_req;
+	char claim_id[UUID_STRING_MAX];
+	bool claim_id_used;    /* sent at least once without a definitive answer */
+	usec_t claim_sent_at;
+	unsigned claim_failures;
+	unsigned idle_polls;
+	ev_timer_t *claim_timer;
+	long queue_depth;
+	unsigned claim_cancels; /* /v1/claims/{id}/cancel requests in flight */
+	bool in_arrival;        /* handling a claim's runs: no nested claim */
+
+	/* spool delivery */
+	struct spool_item *spool_items;
+	unsigned spool_inflight;
+	unsigned spool_pending;
+	ev_timer_t *spool_timer;
+	unsigned spool_attempt;
+
+	ev_timer_t *drain_timer, *exit_timer, *breaker_timer;
+
+	metric_t *m_started, *m_finished, *m_in_flight, *m_slots, *m_claims, *m_leases_lost,
+		*m_renewals, *m_duration, *m_blocked, *m_log_bytes, *m_spool, *m_queue_depth,
+		*m_draining, *m_backend;
+};
+
+const struct conf *worker_cur_conf(const worker_t *w);
+struct wfstate *worker_wfstate(worker_t *w, const char *name);
+void worker_run_add(worker_t *w, struct run *r);
+void worker_run_done(worker_t *w, struct run *r);
+void worker_maybe_exit(worker_t *w);
+void worker_breaker_changed(worker_t *w, struct wfstate *s);
+void worker_spool(worker_t *w, struct run *r);
+
+/* ---- claim.c ---- */
+void claim_kick(worker_t *w);    /* claim now if there is room */
+void claim_stop(worker_t *w);    /* drain: abort the open claim, cancel it on the server */
+void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_at);
