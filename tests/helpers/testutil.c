@@ -125,3 +125,20 @@ int tu_run(Suite *s)
 	srunner_free(sr);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+uint64_t tu_gen_seed(uint64_t seed)
+{
+	return seed ? seed : 88172645463325252ULL;
+}
+
+void tu_gen_fill(uint64_t *s, void *buf, size_t n)
+{
+	unsigned char *p = buf;
+
+	for (size_t i = 0; i < n; i++) {
+		*s ^= *s << 13;
+		*s ^= *s >> 7;
+		*s ^= *s << 17;
+		p[i] = (unsigned char)*s;
+	}
+}

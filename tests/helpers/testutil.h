@@ -3,6 +3,8 @@
 
 #include <check.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "util/time.h"
@@ -23,5 +25,8 @@ char *tu_aux_bin(const char *name);
 char **tu_wrap_argv(void);
 /* Sleep on the monotonic clock. */
 void tu_sleep(usec_t u);
+/* The deterministic byte stream of tests/aux/gen_output. */
+uint64_t tu_gen_seed(uint64_t seed);
+void tu_gen_fill(uint64_t *state, void *buf, size_t n);
 /* Run a suite with Check, return 0 when all passed: `return tu_run(suite);` */
 int tu_run(Suite *s);
