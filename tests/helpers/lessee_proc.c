@@ -1,0 +1,255 @@
+#include "lessee_proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+struct tu_lessee {
+	char *dir;
+	char *conf_path;
+	char *log_path;
+	char **argv;
+	char **env;
+	pid_t pid;
+	int status; /* last exit status, -1 unknown */
+};
+
+static int write_conf(struct tu_lessee *d, const struct tu_lessee_opts *o)
+{
+	_cleanup_free_ char *text = NULL, *token_path = NULL;
+	const char *token = tu_lessor_token(o->lessor);
+	int n;
+
+	if (asprintf(&token_path, "%s/token", d->dir) < 0)
+		return -ENOMEM;
+	if (token && write_file_atomic(token_path, token, strlen(token), 0600) < 0)
+		return -EIO;
+	n = asprintf(&text,
+		     "[api]\nurl = %s\n%s%s%s"
+		     "request_timeout = 5s\n"
+		     "[worker]\nid = test-worker\nconcurrency = 4\nlease_ttl = 6s\n"
+		     "lease_refresh = 1s\nlong_poll = 2s\npoll_interval = 200ms\n"
+		     "kill_grace = 1s\nfailure_cooldown = 2s\nfailure_cooldown_max = 8s\n"
+		     "spool_dir = %s/spool\nrun_dir = %s/run\n"
+		     "[status]\nlisten =\n"
+		     "[log]\nlevel = debug\nformat = logfmt\n%s\n",
+		     tu_lessor_url(o->lessor), token ? "token_file = " : "",
+		     token ? token_path : "", token ? "\n" : "", d->dir, d->dir,
+		     o->conf ? o->conf : "");
+	if (n < 0)
+		return -ENOMEM;
+	return write_file_atomic(d->conf_path, text, (size_t)n, 0644);
+}
+
+static int build_argv(struct tu_lessee *d, const struct tu_lessee_opts *o)
+{
+	char **wrap = tu_wrap_argv();
+	int r = 0;
+
+	d->argv = wrap ? wrap : calloc(1, sizeof(char *));
+	if (!d->argv)
+		return -ENOMEM;
+	r = r < 0 ? r : strv_extend(&d->argv, tu_lessee_bin());
+	r = r < 0 ? r : strv_extend(&d->argv, "--config");
+	r = r < 0 ? r : strv_extend(&d->argv, d->conf_path);
+	for (size_t i = 0; r >= 0 && o->args && o->args[i]; i++)
+		r = strv_extend(&d->argv, o->args[i]);
+	d->env = strv_copy(o->env ? o->env : (char *const[]){NULL});
+	return r < 0 ? r : d->env ? 0 : -ENOMEM;
+}
+
+static void child_exec(const struct tu_lessee *d)
+{
+	int fd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+	if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+		_exit(126);
+	for (size_t i = 0; d->env[i]; i++)
+		putenv(d->env[i]);
+	unsetenv("NOTIFY_SOCKET");
+	execvp(d->argv[0], d->argv);
+	_exit(127);
+}
+
+int tu_lessee_restart(struct tu_lessee *d)
+{
+	pid_t pid;
+
+	if (d->pid > 0)
+		return -EBUSY;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0)
+		child_exec(d);
+	d->pid = pid;
+	d->status = -1;
+	return 0;
+}
+
+int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
+{
+	struct tu_lessee *d = calloc(1, sizeof(*d));
+	int r;
+
+	if (!d)
+		return -ENOMEM;
+	d->pid = -1;
+	d->dir = tu_tmpdir("lessee");
+	if (!d->dir || asprintf(&d->conf_path, "%s/lessee.conf", d->dir) < 0 ||
+	    asprintf(&d->log_path, "%s/lessee.log", d->dir) < 0) {
+		tu_lessee_free(d);
+		return -ENOMEM;
+	}
+	r = write_conf(d, o);
+	if (r >= 0)
+		r = build_argv(d, o);
+	if (r >= 0)
+		r = tu_lessee_restart(d);
+	if (r < 0) {
+		tu_lessee_free(d);
+		return r;
+	}
+	*ret = d;
+	return 0;
+}
+
+int tu_lessee_signal(struct tu_lessee *d, int sig)
+{
+	if (d->pid <= 0)
+		return -ESRCH;
+	return kill(d->pid, sig) < 0 ? -errno : 0;
+}
+
+int tu_lessee_wait(struct tu_lessee *d, usec_t timeout)
+{
+	usec_t end = time_mono() + tu_timeout(timeout);
+	int st;
+
+	if (d->pid <= 0)
+		return d->status;
+	for (;;) {
+		pid_t p = waitpid(d->pid, &st, WNOHANG);
+
+		if (p == d->pid)
+			break;
+		if (p < 0)
+			return -errno;
+		if (time_mono() > end)
+			return -ETIMEDOUT;
+		tu_sleep(10 * USEC_PER_MSEC);
+	}
+	d->pid = -1;
+	d->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return d->status;
+}
+
+int tu_lessee_stop(struct tu_lessee *d)
+{
+	int r = tu_lessee_signal(d, SIGTERM);
+
+	return r < 0 ? r : tu_lessee_wait(d, 60 * USEC_PER_SEC);
+}
+
+struct tu_lessee *tu_lessee_free(struct tu_lessee *d)
+{
+	if (!d)
+		return NULL;
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		tu_lessee_wait(d, 10 * USEC_PER_SEC);
+		d->status = 137;
+	}
+	if (d->status != 0 && d->log_path) {
+		char *log = NULL;
+
+		if (read_file_capped(d->log_path, 4u << 20, &log, NULL) >= 0)
+			fprintf(stderr, "---- lessee log (%s) ----\n%s---- end ----\n", d->log_path,
+				log);
+		free(log);
+	}
+	if (d->dir)
+		rm_rf(d->dir);
+	free(d->dir);
+	free(d->conf_path);
+	free(d->log_path);
+	strv_free(d->argv);
+	strv_free(d->env);
+	free(d);
+	return NULL;
+}
+
+pid_t tu_lessee_pid(const struct tu_lessee *d)
+{
+	return d->pid;
+}
+
+const char *tu_lessee_dir(const struct tu_lessee *d)
+{
+	return d->dir;
+}
+
+char *tu_lessee_log(const struct tu_lessee *d)
+{
+	char *log = NULL;
+
+	if (read_file_capped(d->log_path, 64u << 20, &log, NULL) < 0)
+		return NULL;
+	return log;
+}
+
+int tu_lessee_wait_log(const struct tu_lessee *d, const char *needle, usec_t timeout)
+{
+	usec_t end = time_mono() + tu_timeout(timeout);
+
+	do {
+		_cleanup_free_ char *log = tu_lessee_log(d);
+
+		if (log && strstr(log, needle))
+			return 0;
+		tu_sleep(20 * USEC_PER_MSEC);
+	} while (time_mono() < end);
+	return -ETIMEDOUT;
+}
+
+char *tu_lessor_run_log(const struct tu_lessor *l, const char *id, size_t *ret_len)
+{
+	lessor_client *c = tu_lessor_client(l);
+	struct lessor_response resp = {0};
+	char path[256], *body = NULL;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/log", id);
+	if (c && lessor_client_request(c, "GET", path, NULL, NULL, 0, &resp) >= 0 &&
+	    resp.status == 200) {
+		body = resp.body ? resp.body : strdup("");
+		resp.body = NULL;
+		*ret_len = resp.len;
+	}
+	lessor_response_done(&resp);
+	lessor_client_free(c);
+	return body;
+}
+
+bool tu_pid_alive(pid_t pid)
+{
+	char path[64], *status = NULL;
+	bool alive;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (read_file_capped(path, 1 << 16, &status, NULL) < 0)
+		return false;
+	alive = !strstr(status, "State:\tZ");
+	free(status);
+	return alive;
+}

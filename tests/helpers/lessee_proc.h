@@ -1,0 +1,53 @@
+/* A real lessee daemon for integration tests, pointed at a tu_lessor.
+ *
+ *   struct tu_lessee *d = NULL;
+ *   ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = l,
+ *                    .conf = "[workflow.ok]\ncommand = /bin/true\n"}, &d), 0);
+ *   ...
+ *   ck_assert_int_eq(tu_lessee_stop(d), 0);   // SIGTERM, wait: exit status
+ *   tu_lessee_free(d);
+ *
+ * The daemon runs from tu_lessee_bin() (under $LESSEE_WRAP when set) with a
+ * configuration written to its private directory: the lessor's URL and token,
+ * short leases and polls suited to tests, spool and run directories inside
+ * the private directory, then the caller's text (later keys win).  Its stderr
+ * (logfmt, debug) goes to <dir>/lessee.log; tu_lessee_free copies it to our
+ * stderr when the daemon did not exit 0. */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "lessor_proc.h"
+#include "util/time.h"
+
+struct tu_lessee;
+
+struct tu_lessee_opts {
+	const struct tu_lessor *lessor;
+	const char *conf;      /* appended to the generated configuration */
+	char *const *args;     /* extra command-line arguments, NULL-terminated */
+	char *const *env;      /* extra environment "NAME=value", NULL-terminated */
+};
+
+int tu_lessee_start(const struct tu_lessee_opts *opts, struct tu_lessee **ret);
+/* Start again with the same directory, configuration and arguments. */
+int tu_lessee_restart(struct tu_lessee *d);
+int tu_lessee_signal(struct tu_lessee *d, int sig);
+/* Wait for exit: the exit status, 128 + signal, or -ETIMEDOUT (left running). */
+int tu_lessee_wait(struct tu_lessee *d, usec_t timeout);
+/* SIGTERM and wait up to 60 s (scaled for valgrind). */
+int tu_lessee_stop(struct tu_lessee *d);
+struct tu_lessee *tu_lessee_free(struct tu_lessee *d);
+
+pid_t tu_lessee_pid(const struct tu_lessee *d);
+const char *tu_lessee_dir(const struct tu_lessee *d);
+/* The daemon's log so far (free it). */
+char *tu_lessee_log(const struct tu_lessee *d);
+/* Wait until the log contains needle: 0 or -ETIMEDOUT. */
+int tu_lessee_wait_log(const struct tu_lessee *d, const char *needle, usec_t timeout);
+
+/* GET /v1/runs/{id}/log from the lessor: the raw bytes (free them). */
+char *tu_lessor_run_log(const struct tu_lessor *l, const char *id, size_t *ret_len);
+/* Is this pid still a live (non-zombie) process? */
+bool tu_pid_alive(pid_t pid);
