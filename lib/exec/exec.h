@@ -70,6 +70,10 @@ bool exec_running(const exec_proc_t *p); /* not yet reaped */
 /* The kill ladder: SIGTERM to the whole process group now, SIGKILL to the group
  * after grace.  Calling again may only shorten the grace.  grace 0 = SIGKILL now. */
 int exec_kill(exec_proc_t *p, usec_t grace);
+/* Stop (true) or resume (false) reading the output pipes: backpressure for a
+ * consumer that is behind.  After the process exits, the output drain window
+ * still applies. */
+int exec_output_pause(exec_proc_t *p, bool pause);
 /* One signal to the whole process group. */
 int exec_signal(exec_proc_t *p, int sig);
 

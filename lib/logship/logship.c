@@ -15,6 +15,7 @@
 #define DEFAULT_CHUNK_MAX (1u << 20)
 #define RETRY_BASE (500 * USEC_PER_MSEC)
 #define RETRY_CAP (30 * USEC_PER_SEC)
+#define DEFAULT_MAX_STALL (2 * USEC_PER_SEC)
 
 struct logship {
 	ev_t *ev;
@@ -27,6 +28,12 @@ struct logship {
 	usec_t flush_interval, request_timeout;
 	logship_event_cb cb;
 	void *userdata;
+	void (*throttle)(void *ctx, bool pause);
+	void *throttle_ctx;
+	usec_t max_stall;
+	ev_timer_t *stall_timer;
+	usec_t paused_at;
+	bool paused;
 
 	struct buf pending; /* stream bytes from offset `base` not yet confirmed */
 	uint64_t base;
@@ -42,6 +49,33 @@ struct logship {
 };
 
 static void send_chunk(logship_t *ls);
+
+static void resume(logship_t *ls)
+{
+	if (!ls->paused)
+		return;
+	ls->paused = false;
+	ls->stats.stalled += ev_now(ls->ev) - ls->paused_at;
+	ev_timer_disarm(ls->stall_timer);
+	ls->throttle(ls->throttle_ctx, false);
+}
+
+/* Backpressure, within the run's stall budget. */
+static void maybe_pause(logship_t *ls)
+{
+	if (!ls->throttle || ls->paused || ls->stats.stalled >= ls->max_stall ||
+	    ls->pending.len < ls->buffer_cap / 2)
+		return;
+	ls->paused = true;
+	ls->paused_at = ev_now(ls->ev);
+	ev_timer_arm(ls->stall_timer, ls->max_stall - ls->stats.stalled);
+	ls->throttle(ls->throttle_ctx, true);
+}
+
+static void on_stall_timer(ev_timer_t *t, void *userdata)
+{
+	resume(userdata); /* budget spent: from now on, drop instead of waiting */
+}
 
 static void emit_finished(logship_t *ls)
 {
@@ -115,6 +149,7 @@ void logship_write(logship_t *ls, const void *data, size_t len)
 	} else if (take > 0) {
 		flush_pending_drops(ls);
 		stream_append(ls, data, take);
+		maybe_pause(ls);
 	}
 	if (take < len && !ls->truncated_marked) {
 		flush_pending_drops(ls);
@@ -150,6 +185,8 @@ static void resync(logship_t *ls, uint64_t server_len)
 	}
 	ls->base = server_len;
 	ls->stats.acked = server_len;
+	if (ls->pending.len <= ls->buffer_cap / 4)
+		resume(ls);
 }
 
 static void retry_later(logship_t *ls, const struct http_response *resp)
@@ -250,12 +287,17 @@ int logship_new(const struct logship_params *p, logship_event_cb cb, void *userd
 		.request_timeout = p->request_timeout ? p->request_timeout : 30 * USEC_PER_SEC,
 		.cb = cb,
 		.userdata = userdata,
+		.throttle = p->throttle,
+		.throttle_ctx = p->throttle_ctx,
+		.max_stall = p->max_stall ? p->max_stall : DEFAULT_MAX_STALL,
 	};
 	if (!ls->url || !ls->token) {
 		logship_free(ls);
 		return -ENOMEM;
 	}
 	r = ev_timer_add(p->ev, USEC_INFINITY, on_timer, ls, &ls->timer);
+	if (r >= 0)
+		r = ev_timer_add(p->ev, USEC_INFINITY, on_stall_timer, ls, &ls->stall_timer);
 	if (r < 0) {
 		logship_free(ls);
 		return r;
@@ -281,6 +323,7 @@ void logship_finish(logship_t *ls)
 	if (!ls->abandoned && !ls->stopped)
 		flush_pending_drops(ls);
 	ls->finishing = true;
+	resume(ls);
 	/* FINISHED never runs inside the caller's stack */
 	ev_defer(ls->ev, deferred_finish, ls);
 }
@@ -288,6 +331,7 @@ void logship_finish(logship_t *ls)
 void logship_abandon(logship_t *ls)
 {
 	ls->abandoned = true;
+	resume(ls);
 	http_cancel(ls->req);
 	ls->req = NULL;
 	ev_timer_disarm(ls->timer);
@@ -300,6 +344,7 @@ logship_t *logship_free(logship_t *ls)
 		return NULL;
 	http_cancel(ls->req);
 	ev_timer_del(ls->timer);
+	ev_timer_del(ls->stall_timer);
 	ev_defer_cancel(ls->ev, deferred_finish, ls);
 	buf_done(&ls->pending);
 	free(ls->url);

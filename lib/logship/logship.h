@@ -2,10 +2,14 @@
  * appends with byte offsets (Content-Range), 416 resync, 413 stop, a visible
  * marker when bytes are dropped or the per-run cap is hit.
  *
- * A slow API never blocks the child: logship_write() always returns at once;
- * when the buffer is full the bytes are dropped and counted, and a marker line
- * "[lessee: N bytes dropped: log shipping fell behind]" takes their place in
- * the stream once there is room again. */
+ * A slow API never blocks the child for long: when the buffer passes half its
+ * size, logship asks the producer to pause (the pipe fills, the child waits)
+ * until the buffer is down to a quarter -- at most max_stall in total over the
+ * run's life.  After that budget, bytes that do not fit are dropped and
+ * counted, and a marker line "[lessee: N bytes dropped: log shipping fell
+ * behind]" takes their place in the stream once there is room again.  So a
+ * burst against a healthy API loses nothing, and a slow API costs the run at
+ * most max_stall. */
 #pragma once
 
 #include <stdbool.h>
@@ -33,6 +37,10 @@ struct logship_params {
 	size_t chunk_max;          /* bytes per PATCH; 0 = 1 MiB */
 	usec_t flush_interval;     /* 0 = 1 s */
 	usec_t request_timeout;    /* 0 = 30 s */
+	/* Pause (true) or resume (false) the producer; NULL = never pause. */
+	void (*throttle)(void *ctx, bool pause);
+	void *throttle_ctx;
+	usec_t max_stall;          /* total pause allowed per run; 0 = 2 s */
 };
 
 enum logship_event {
@@ -59,5 +67,6 @@ struct logship_stats {
 	bool server_limit;  /* the server answered 413: shipping stopped */
 	unsigned requests;
 	unsigned retries;
+	usec_t stalled;     /* how long the producer was paused, in total */
 };
 void logship_get_stats(const logship_t *ls, struct logship_stats *ret);

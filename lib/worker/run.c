@@ -271,6 +271,14 @@ static void on_log_event(logship_t *ls, enum logship_event event, void *userdata
 		run_dispatch(r, RE_LOG_FLUSHED);
 }
 
+static void on_log_throttle(void *ctx, bool pause)
+{
+	struct run *r = ctx;
+
+	if (r->proc)
+		exec_output_pause(r->proc, pause);
+}
+
 static int start_logship(struct run *r)
 {
 	const struct conf *c = run_conf(r);
@@ -283,6 +291,8 @@ static int start_logship(struct run *r)
 		.lease_token = r->token,
 		.max_log_bytes = r->wf->max_log_bytes,
 		.request_timeout = c->api.request_timeout,
+		.throttle = on_log_throttle,
+		.throttle_ctx = r,
 	};
 
 	if (!url)

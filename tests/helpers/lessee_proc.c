@@ -162,18 +162,22 @@ int tu_lessee_stop(struct tu_lessee *d)
 	return r < 0 ? r : tu_lessee_wait(d, 60 * USEC_PER_SEC);
 }
 
+/* SIGQUIT (hard stop now) must end the daemon cleanly, whatever it runs:
+ * exit 0, or its log is shown (sanitizer reports land there too). */
 struct tu_lessee *tu_lessee_free(struct tu_lessee *d)
 {
 	if (!d)
 		return NULL;
-	if (d->pid > 0) {
+	if (d->pid > 0 && tu_lessee_signal(d, SIGQUIT) >= 0 &&
+	    tu_lessee_wait(d, 30 * USEC_PER_SEC) == -ETIMEDOUT) {
 		kill(d->pid, SIGKILL);
 		tu_lessee_wait(d, 10 * USEC_PER_SEC);
-		d->status = 137;
+		d->status = -ETIMEDOUT;
 	}
-	if (d->status != 0 && d->log_path) {
+	if (d->status != 0 && d->status != 128 + SIGKILL && d->log_path) {
 		char *log = NULL;
 
+		fprintf(stderr, "lessee exited with %d\n", d->status);
 		if (read_file_capped(d->log_path, 4u << 20, &log, NULL) >= 0)
 			fprintf(stderr, "---- lessee log (%s) ----\n%s---- end ----\n", d->log_path,
 				log);

@@ -11,8 +11,8 @@
  * configuration written to its private directory: the lessor's URL and token,
  * short leases and polls suited to tests, spool and run directories inside
  * the private directory, then the caller's text (later keys win).  Its stderr
- * (logfmt, debug) goes to <dir>/lessee.log; tu_lessee_free copies it to our
- * stderr when the daemon did not exit 0. */
+ * (logfmt, debug) goes to <dir>/lessee.log.  tu_lessee_free stops a running
+ * daemon with SIGQUIT and copies the log to our stderr when it did not exit 0. */
 #pragma once
 
 #include <stdbool.h>

@@ -382,7 +382,11 @@ START_TEST(test_breaker)
 {
 	char *bad[3], *good[4];
 	_cleanup_free_ char *trial = NULL, *trial2 = NULL;
-	cJSON *run;
+	cJSON *last_bad, *run;
+	long long opened, trial_started;
+
+	D = tu_lessee_free(D);
+	start_lessee("[worker]\nfailure_cooldown = 3s\n");
 
 	for (int i = 0; i < 3; i++)
 		bad[i] = enqueue("flaky", "\"input\":\"fail\",\"max_attempts\":1");
@@ -396,13 +400,19 @@ START_TEST(test_breaker)
 		good[i] = enqueue("ok", NULL);
 	for (int i = 0; i < 4; i++)
 		wait_status(good[i], "succeeded", 20 * SEC);
-	run = tu_lessor_get_run(L, trial);
-	ck_assert_str_eq(jstr(run, "status"), "pending"); /* still blocked */
-	cJSON_Delete(run);
-	/* half-open after the 2 s cooldown: one trial, it succeeds, closed again */
+	/* half-open after the cooldown: one trial, it succeeds, closed again */
 	wait_status(trial, "succeeded", 15 * SEC);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "cooldown over", 5 * SEC), 0);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "succeeded again", 5 * SEC), 0);
+	/* the trial did not start before the cooldown (3 s) was over */
+	last_bad = tu_lessor_get_run(L, bad[2]);
+	run = tu_lessor_get_run(L, trial);
+	opened = tu_rfc3339_ms(jstr(last_bad, "finished_at"));
+	trial_started = tu_rfc3339_ms(jstr(run, "started_at"));
+	ck_assert_msg(opened > 0 && trial_started - opened >= 2500,
+		      "trial started %lld ms after the breaker opened", trial_started - opened);
+	cJSON_Delete(last_bad);
+	cJSON_Delete(run);
 	ck_assert_int_eq(wait_claim_without("flaky", false, 5 * SEC), 0);
 	trial2 = enqueue("flaky", "\"input\":\"ok\"");
 	wait_status(trial2, "succeeded", 15 * SEC);
