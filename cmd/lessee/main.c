@@ -280,12 +280,27 @@ static int run_daemon(struct opts *o, struct conf *conf)
 	return r < 0 ? EXIT_FAILURE : d.exit_code;
 }
 
+/* A stop or reload signal that arrives while we start up waits for the loop
+ * (signalfd) instead of killing us with its default action. */
+static void block_signals(void)
+{
+	sigset_t ss;
+
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGTERM);
+	sigaddset(&ss, SIGINT);
+	sigaddset(&ss, SIGQUIT);
+	sigaddset(&ss, SIGHUP);
+	sigprocmask(SIG_BLOCK, &ss, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
 	struct conf *conf = NULL;
 	int r;
 
+	block_signals();
 	log_setup("lessee", LOG_FORMAT_AUTO, LOG_INFO);
 	if (parse_args(argc, argv, &o) < 0) {
 		usage(stderr);
