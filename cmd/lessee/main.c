@@ -281,17 +281,20 @@ static int run_daemon(struct opts *o, struct conf *conf)
 }
 
 /* A stop or reload signal that arrives while we start up waits for the loop
- * (signalfd) instead of killing us with its default action. */
+ * (signalfd) instead of killing us with its default action.  Dispositions go
+ * back to default: an ignored signal (a shell's background job ignores
+ * SIGINT and SIGQUIT) would be discarded before it reached the signalfd. */
 static void block_signals(void)
 {
+	static const int sigs[] = {SIGTERM, SIGINT, SIGQUIT, SIGHUP};
 	sigset_t ss;
 
 	sigemptyset(&ss);
-	sigaddset(&ss, SIGTERM);
-	sigaddset(&ss, SIGINT);
-	sigaddset(&ss, SIGQUIT);
-	sigaddset(&ss, SIGHUP);
+	for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
+		sigaddset(&ss, sigs[i]);
 	sigprocmask(SIG_BLOCK, &ss, NULL);
+	for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
+		signal(sigs[i], SIG_DFL);
 }
 
 int main(int argc, char **argv)

@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +20,8 @@
 
 struct tu_lessee {
 	char *dir;
+	char *notify_path;
+	int notify_fd; /* our NOTIFY_SOCKET: start waits for READY=1 */
 	char *conf_path;
 	char *log_path;
 	char **argv;
@@ -77,9 +82,46 @@ static void child_exec(const struct tu_lessee *d)
 		_exit(126);
 	for (size_t i = 0; d->env[i]; i++)
 		putenv(d->env[i]);
-	unsetenv("NOTIFY_SOCKET");
+	setenv("NOTIFY_SOCKET", d->notify_path, 1);
 	execvp(d->argv[0], d->argv);
 	_exit(127);
+}
+
+static int notify_open(struct tu_lessee *d)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+
+	if (asprintf(&d->notify_path, "%s/notify", d->dir) < 0)
+		return -ENOMEM;
+	if (strlen(d->notify_path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, d->notify_path);
+	d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (d->notify_fd < 0 || bind(d->notify_fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Until the daemon says READY=1 (or dies): signals sent before that could
+ * find it without its handlers. */
+static int wait_ready(struct tu_lessee *d, usec_t timeout)
+{
+	usec_t end = time_mono() + tu_timeout(timeout);
+	char msg[4096];
+
+	while (time_mono() < end) {
+		struct pollfd pfd = {.fd = d->notify_fd, .events = POLLIN};
+		ssize_t n;
+
+		if (poll(&pfd, 1, 50) > 0 && (n = recv(d->notify_fd, msg, sizeof(msg) - 1, 0)) > 0) {
+			msg[n] = '\0';
+			if (strstr(msg, "READY=1"))
+				return 0;
+		}
+		if (waitpid(d->pid, NULL, WNOHANG) != 0)
+			return -ECHILD;
+	}
+	return -ETIMEDOUT;
 }
 
 int tu_lessee_restart(struct tu_lessee *d)
@@ -95,7 +137,7 @@ int tu_lessee_restart(struct tu_lessee *d)
 		child_exec(d);
 	d->pid = pid;
 	d->status = -1;
-	return 0;
+	return wait_ready(d, 30 * USEC_PER_SEC);
 }
 
 int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
@@ -106,6 +148,7 @@ int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
 	if (!d)
 		return -ENOMEM;
 	d->pid = -1;
+	d->notify_fd = -1;
 	d->dir = tu_tmpdir("lessee");
 	if (!d->dir || asprintf(&d->conf_path, "%s/lessee.conf", d->dir) < 0 ||
 	    asprintf(&d->log_path, "%s/lessee.log", d->dir) < 0) {
@@ -113,6 +156,8 @@ int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
 		return -ENOMEM;
 	}
 	r = write_conf(d, o);
+	if (r >= 0)
+		r = notify_open(d);
 	if (r >= 0)
 		r = build_argv(d, o);
 	if (r >= 0)
@@ -183,6 +228,8 @@ struct tu_lessee *tu_lessee_free(struct tu_lessee *d)
 				log);
 		free(log);
 	}
+	safe_close(d->notify_fd);
+	free(d->notify_path);
 	if (d->dir)
 		rm_rf(d->dir);
 	free(d->dir);

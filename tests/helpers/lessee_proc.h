@@ -30,8 +30,9 @@ struct tu_lessee_opts {
 	char *const *env;      /* extra environment "NAME=value", NULL-terminated */
 };
 
+/* Returns once the daemon sent READY=1 on the NOTIFY_SOCKET we give it. */
 int tu_lessee_start(const struct tu_lessee_opts *opts, struct tu_lessee **ret);
-/* Start again with the same directory, configuration and arguments. */
+/* Start again with the same directory, configuration and arguments (and wait for READY=1). */
 int tu_lessee_restart(struct tu_lessee *d);
 int tu_lessee_signal(struct tu_lessee *d, int sig);
 /* Wait for exit: the exit status, 128 + signal, or -ETIMEDOUT (left running). */
