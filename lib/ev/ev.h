@@ -12,7 +12,6 @@
 #pragma once
 
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/signalfd.h>

@@ -55,6 +55,7 @@ struct exec_proc {
 	bool keep_group;
 	bool sigkill_sent;
 	bool in_output; /* inside on_output: exec_free() must leave the memory to us */
+	bool paused;    /* exec_output_pause(): the consumer is behind */
 	bool freed;
 	exec_output_cb on_output;
 	exec_exit_cb on_exit;
@@ -169,7 +170,7 @@ static enum pipe_status pipe_read(exec_proc_t *p, size_t i, bool hup)
 	char buf[OUTPUT_CHUNK];
 	size_t budget = OUTPUT_BUDGET;
 
-	while (budget > 0) {
+	while (budget > 0 && !p->paused) {
 		ssize_t n = read(p->pipes[i].fd, buf, sizeof(buf));
 
 		if (n < 0 && errno == EINTR)
@@ -206,12 +207,28 @@ static void on_pipe(ev_io_t *w, int fd, uint32_t revents, void *userdata)
 	}
 }
 
+int exec_output_pause(exec_proc_t *p, bool pause)
+{
+	int r = 0;
+
+	p->paused = pause;
+	for (size_t i = 0; i < ELEMENTSOF(p->pipes); i++)
+		if (p->pipes[i].w) {
+			int q = ev_io_set_events(p->pipes[i].w, pause ? 0 : EV_READ);
+
+			if (q < 0)
+				r = q;
+		}
+	return r;
+}
+
 /* Whoever still holds the pipes after the drain window (a grandchild that left
  * the process group, or one we were told to keep) no longer holds the run. */
 static void on_drain_timeout(ev_timer_t *t, void *userdata)
 {
 	exec_proc_t *p = userdata;
 
+	p->paused = false; /* the window is over: read what is left */
 	for (size_t i = 0; i < ELEMENTSOF(p->pipes); i++) {
 		if (p->pipes[i].fd < 0)
 			continue;

@@ -124,11 +124,6 @@ static int env_set(char ***env, const char *assignment)
 	return 0;
 }
 
-static void strv_freep(char ***v)
-{
-	strv_free(*v);
-}
-
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret)
 {
 	_cleanup_(strv_freep) char **env = NULL;

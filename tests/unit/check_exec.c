@@ -566,6 +566,35 @@ START_TEST(test_big_output)
 }
 END_TEST
 
+/* Backpressure: while paused nothing is read, the child blocks on the full
+ * pipe instead of finishing; after resume every byte arrives, in order. */
+START_TEST(test_output_pause)
+{
+	_cleanup_free_ char *emit = tu_aux_bin("emit");
+	char *argv[] = {emit, "4194304", "0", "0", NULL};
+	struct exec_spec spec = spec_for(argv);
+	struct run r = {0};
+	ev_t *e = loop_new();
+	uint64_t seen;
+
+	spawn_ok(e, &spec, &r);
+	RUN_UNTIL(e, r.bytes[1] > 0, WAIT_LONG);
+	ck_assert_int_eq(exec_output_pause(r.p, true), 0);
+	seen = r.bytes[1];
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_ge(ev_run_once(e, 50 * USEC_PER_MSEC), 0);
+	ck_assert_uint_eq(r.bytes[1], seen); /* nothing read while paused */
+	ck_assert(exec_running(r.p));          /* the writer waits on the pipe */
+	ck_assert_uint_lt(seen, 4194304);
+	ck_assert_int_eq(exec_output_pause(r.p, false), 0);
+	RUN_UNTIL(e, r.exits == 1, WAIT_LONG);
+	ck_assert(r.res.exited);
+	assert_pattern(&r.out[1], 4194304);
+	run_done(&r);
+	ev_free(e);
+}
+END_TEST
+
 #define MANY 1000
 #define MANY_IN_FLIGHT 64
 
@@ -927,6 +956,7 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, test_exit_status);
 	tcase_add_test(tc, test_output_order);
 	tcase_add_test(tc, test_big_output);
+	tcase_add_test(tc, test_output_pause);
 	tcase_add_test(tc, test_noisy_child);
 	tc = tcase_new(s, "many");
 	tcase_add_test(tc, test_many);
