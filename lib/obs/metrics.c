@@ -133,18 +133,65 @@ static bool values_match(const struct child *c, const char *const *values, size_
 	return true;
 }
 
-/* Find or create the child for these label values; NULL on ENOMEM. */
-static struct child *child_get(struct metric *f, va_list ap, bool create)
+/* Length of the valid UTF-8 sequence at s (NUL-terminated), 0 if there is none. */
+static size_t utf8_seq(const unsigned char *s)
 {
-	const char *values[16];
-	struct child *c;
-	size_t n = f->n_labels < 16 ? f->n_labels : 16;
+	unsigned cp, len;
 
-	for (size_t i = 0; i < n; i++) {
-		values[i] = va_arg(ap, const char *);
-		if (!values[i])
-			values[i] = "";
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	for (unsigned k = 1; k < len; k++) {
+		if ((s[k] & 0xc0) != 0x80) /* also stops at the NUL */
+			return 0;
+		cp = cp << 6 | (s[k] & 0x3f);
 	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+/* The exposition format is UTF-8 and Prometheus drops a whole scrape over one
+ * bad byte.  Each byte that does not start a valid sequence becomes U+FFFD,
+ * before the lookup, so values that would render alike are one child.
+ * *ret = NULL when s is valid as it is. */
+static int utf8_fix(const char *s, char **ret)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	struct buf b = BUF_INIT(0);
+	bool bad = false;
+
+	*ret = NULL;
+	for (size_t n; *p && !bad; p += n)
+		bad = (n = utf8_seq(p)) == 0;
+	if (!bad)
+		return 0;
+	for (p = (const unsigned char *)s; *p;) {
+		size_t n = utf8_seq(p);
+
+		if (n ? buf_append(&b, p, n) < 0 : buf_appends(&b, "\xef\xbf\xbd") < 0) {
+			buf_done(&b);
+			return -ENOMEM;
+		}
+		p += n ? n : 1;
+	}
+	*ret = buf_steal(&b);
+	return 0;
+}
+
+static struct child *child_find(struct metric *f, const char *const *values, size_t n,
+				bool create)
+{
+	struct child *c;
+
 	for (c = f->children; c; c = c->next)
 		if (values_match(c, values, n))
 			return c;
@@ -162,6 +209,30 @@ static struct child *child_get(struct metric *f, va_list ap, bool create)
 	}
 	*f->tail = c;
 	f->tail = &c->next;
+	return c;
+}
+
+/* Find or create the child for these label values; NULL on ENOMEM. */
+static struct child *child_get(struct metric *f, va_list ap, bool create)
+{
+	const char *values[16];
+	char *fixed[16] = {0};
+	struct child *c = NULL;
+	size_t n = f->n_labels < 16 ? f->n_labels : 16, i;
+
+	for (i = 0; i < n; i++) {
+		values[i] = va_arg(ap, const char *);
+		if (!values[i])
+			values[i] = "";
+		if (utf8_fix(values[i], &fixed[i]) < 0)
+			break;
+		if (fixed[i])
+			values[i] = fixed[i];
+	}
+	if (i == n)
+		c = child_find(f, values, n, create);
+	for (i = 0; i < n; i++)
+		free(fixed[i]);
 	return c;
 }
 
