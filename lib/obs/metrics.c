@@ -291,57 +291,87 @@ void metric_reset(metric_t *f)
 		children_free(f);
 }
 
-static void render_escaped(struct buf *out, const char *s, bool label)
+/* Rendering stops at the first failed append (over the caller's cap, or
+ * ENOMEM) and reports it: a truncated scrape must not go out as a good one. */
+struct sink {
+	struct buf *b;
+	int r;
+};
+
+static void emit(struct sink *out, const void *p, size_t n)
+{
+	if (out->r >= 0)
+		out->r = buf_append(out->b, p, n);
+}
+
+static void emits(struct sink *out, const char *s)
+{
+	emit(out, s, strlen(s));
+}
+
+static void emitf(struct sink *out, const char *fmt, ...) _printf_(2, 3);
+static void emitf(struct sink *out, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (out->r < 0)
+		return;
+	va_start(ap, fmt);
+	out->r = buf_vprintf(out->b, fmt, ap);
+	va_end(ap);
+}
+
+static void render_escaped(struct sink *out, const char *s, bool label)
 {
 	for (; *s; s++) {
 		if (*s == '\\')
-			buf_appends(out, "\\\\");
+			emits(out, "\\\\");
 		else if (*s == '\n')
-			buf_appends(out, "\\n");
+			emits(out, "\\n");
 		else if (label && *s == '"')
-			buf_appends(out, "\\\"");
+			emits(out, "\\\"");
 		else
-			buf_append(out, s, 1);
+			emit(out, s, 1);
 	}
 }
 
-static void render_value(struct buf *out, double v)
+static void render_value(struct sink *out, double v)
 {
 	if (isinf(v))
-		buf_appends(out, v > 0 ? "+Inf" : "-Inf");
+		emits(out, v > 0 ? "+Inf" : "-Inf");
 	else if (isnan(v))
-		buf_appends(out, "NaN");
+		emits(out, "NaN");
 	else if (v == floor(v) && fabs(v) < 1e15)
-		buf_printf(out, "%.0f", v);
+		emitf(out, "%.0f", v);
 	else
-		buf_printf(out, "%.9g", v);
+		emitf(out, "%.9g", v);
 }
 
 /* name{l1="v1",...,extra_key="extra_val"} value */
-static void render_sample(struct buf *out, const struct metric *f, const char *suffix,
+static void render_sample(struct sink *out, const struct metric *f, const char *suffix,
 			  const struct child *c, const char *extra_key, const char *extra_val,
 			  double v)
 {
 	bool any = f->n_labels > 0 || extra_key;
 
-	buf_printf(out, "%s%s", f->name, suffix);
+	emitf(out, "%s%s", f->name, suffix);
 	if (any)
-		buf_append(out, "{", 1);
+		emit(out, "{", 1);
 	for (size_t i = 0; i < f->n_labels; i++) {
-		buf_printf(out, "%s%s=\"", i ? "," : "", f->labels[i]);
+		emitf(out, "%s%s=\"", i ? "," : "", f->labels[i]);
 		render_escaped(out, c->values[i], true);
-		buf_append(out, "\"", 1);
+		emit(out, "\"", 1);
 	}
 	if (extra_key)
-		buf_printf(out, "%s%s=\"%s\"", f->n_labels ? "," : "", extra_key, extra_val);
+		emitf(out, "%s%s=\"%s\"", f->n_labels ? "," : "", extra_key, extra_val);
 	if (any)
-		buf_append(out, "}", 1);
-	buf_append(out, " ", 1);
+		emit(out, "}", 1);
+	emit(out, " ", 1);
 	render_value(out, v);
-	buf_append(out, "\n", 1);
+	emit(out, "\n", 1);
 }
 
-static void render_histogram(struct buf *out, const struct metric *f, const struct child *c)
+static void render_histogram(struct sink *out, const struct metric *f, const struct child *c)
 {
 	uint64_t cum = 0;
 	char le[32];
@@ -356,14 +386,15 @@ static void render_histogram(struct buf *out, const struct metric *f, const stru
 	render_sample(out, f, "_count", c, NULL, NULL, (double)c->count);
 }
 
-int metrics_render(const metrics_t *m, struct buf *out)
+int metrics_render(const metrics_t *m, struct buf *b)
 {
 	static const char *const types[] = {"counter", "gauge", "histogram"};
+	struct sink sink = {.b = b}, *out = &sink;
 
 	for (const struct metric *f = m->first; f; f = f->next) {
-		buf_printf(out, "# HELP %s ", f->name);
+		emitf(out, "# HELP %s ", f->name);
 		render_escaped(out, f->help, false);
-		buf_printf(out, "\n# TYPE %s %s\n", f->name, types[f->type]);
+		emitf(out, "\n# TYPE %s %s\n", f->name, types[f->type]);
 		for (const struct child *c = f->children; c; c = c->next) {
 			if (f->type == METRIC_HISTOGRAM)
 				render_histogram(out, f, c);
@@ -371,5 +402,5 @@ int metrics_render(const metrics_t *m, struct buf *out)
 				render_sample(out, f, "", c, NULL, NULL, c->value);
 		}
 	}
-	return out->data || !m->first ? 0 : -ENOMEM;
+	return out->r < 0 ? out->r : 0;
 }

@@ -3,6 +3,7 @@
  * was recorded.  The parser's own strictness is tested here too: a parser that
  * accepts anything would make every metrics test worthless. */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +263,37 @@ START_TEST(test_values_render)
 }
 END_TEST
 
+/* A scrape cut at the caller's cap is an error, never a short success. */
+START_TEST(test_render_over_cap)
+{
+	metrics_t *m = metrics_new();
+	metric_t *c = metrics_counter(m, "t_total", "T", "k");
+	struct buf full = BUF_INIT(0);
+	char key[16];
+
+	for (int i = 0; i < 100; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		metric_add(c, 1, key);
+	}
+	ck_assert_int_eq(metrics_render(m, &full), 0);
+	for (size_t cap = 1; cap < full.len; cap += full.len / 7) {
+		struct buf b = BUF_INIT(cap);
+
+		ck_assert_int_eq(metrics_render(m, &b), -E2BIG);
+		buf_done(&b);
+	}
+	{
+		struct buf b = BUF_INIT(full.len);
+
+		ck_assert_int_eq(metrics_render(m, &b), 0);
+		ck_assert_str_eq(b.data, full.data);
+		buf_done(&b);
+	}
+	buf_done(&full);
+	metrics_free(m);
+}
+END_TEST
+
 /* ---- the parser itself --------------------------------------------------- */
 
 START_TEST(test_parser_accepts)
@@ -387,6 +419,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, test_hostile_label_values);
 	tcase_add_test(tc, test_invalid_utf8_label);
 	tcase_add_test(tc, test_values_render);
+	tcase_add_test(tc, test_render_over_cap);
 	tcase_add_test(tp, test_parser_accepts);
 	tcase_add_test(tp, test_parser_rejects);
 	tcase_add_test(tp, test_parser_rejects_nul);
