@@ -27,6 +27,7 @@
 #include "obs/heartbeat.h"
 #include "obs/metrics.h"
 #include "obs/status.h"
+#include "obs/status_cli.h"
 #include "promparse.h"
 #include "testutil.h"
 #include "util/buf.h"
@@ -45,7 +46,7 @@ struct fx {
 	metric_t *scrapes;
 	bool ready, healthy, fail_render;
 	const char *not_ready_reason;
-	char status_doc[256];
+	char status_doc[2048];
 };
 
 static int fx_metrics(struct buf *out, void *userdata)
@@ -768,15 +769,16 @@ START_TEST(test_heartbeat_interval_and_health)
 	struct hbfx h;
 	struct wait_heads w = {.h = &h, .n = 5};
 	struct heartbeat_stats s;
-	unsigned paused_at;
+	unsigned paused_at, heads;
 	usec_t t0 = time_mono(), elapsed;
 
 	hb_start(&h);
 	step_until(h.ev, heads_reached, &w, "5 heartbeats");
+	heads = atomic_load(&h.mon.heads); /* first: a later one needs more time */
 	elapsed = time_mono() - t0;
 	/* never more often than the interval (the first goes one interval in) */
-	ck_assert_msg(atomic_load(&h.mon.heads) <= elapsed / INTERVAL, "%u heartbeats in %llu ms",
-	              atomic_load(&h.mon.heads), (unsigned long long)(elapsed / USEC_PER_MSEC));
+	ck_assert_msg(heads <= elapsed / INTERVAL, "%u heartbeats in %llu ms", heads,
+	              (unsigned long long)(elapsed / USEC_PER_MSEC));
 	atomic_store(&h.healthy, false);
 	w.n = 2;
 	step_until(h.ev, idle_and_skipped, &w, "2 ticks skipped as unhealthy");
@@ -908,12 +910,261 @@ START_TEST(test_heartbeat_invalid)
 }
 END_TEST
 
+/* ---- lessee status ------------------------------------------------------- */
+
+static const char sample_doc[] =
+    "{\"version\":\"0.1.0\",\"worker_id\":\"w1\",\"phase\":\"running\",\"ready\":false,"
+    "\"ready_reason\":\"API not reached yet\",\"io_backend\":\"epoll\",\"slots\":4,"
+    "\"runs_done\":17,\"spool_pending\":0,\"queue_depth\":3,\"runs\":["
+    "{\"id\":\"0190a1b2-0000-7000-8000-000000000001\",\"workflow\":\"build\",\"attempt\":1,"
+    "\"state\":\"running\",\"age_s\":72.4,\"pid\":4242},"
+    "{\"id\":\"0190a1b2-0000-7000-8000-000000000002\",\"workflow\":\"deploy\",\"attempt\":2,"
+    "\"state\":\"reporting\",\"age_s\":0.2}],"
+    "\"breakers\":[{\"workflow\":\"build\",\"state\":\"closed\",\"consecutive_failures\":0},"
+    "{\"workflow\":\"deploy\",\"state\":\"open\",\"consecutive_failures\":3,"
+    "\"retry_in_s\":252.7}],"
+    "\"config\":{\"api_url\":\"http://127.0.0.1:8080\",\"concurrency\":4,\"lease_ttl_s\":90,"
+    "\"workflows\":2}}";
+
+static const char sample_table[] =
+    "worker     w1 (lessee 0.1.0)\n"
+    "phase      running\n"
+    "ready      no: API not reached yet\n"
+    "backend    epoll\n"
+    "slots      2 of 4 in use\n"
+    "runs done  17\n"
+    "queue      3\n"
+    "spooled    0\n"
+    "api        http://127.0.0.1:8080\n"
+    "\n"
+    "RUN                                   WORKFLOW  ATTEMPT  STATE      AGE      PID\n"
+    "0190a1b2-0000-7000-8000-000000000001  build     1        running    1min12s  4242\n"
+    "0190a1b2-0000-7000-8000-000000000002  deploy    2        reporting  0s       -\n"
+    "\n"
+    "WORKFLOW  BREAKER  FAILURES  RETRY IN\n"
+    "build     closed   0         -\n"
+    "deploy    open     3         4min12s\n";
+
+struct capture {
+	FILE *f;
+	char *text;
+	size_t len;
+};
+
+static void capture_open(struct capture *c)
+{
+	c->text = NULL;
+	c->f = open_memstream(&c->text, &c->len);
+	ck_assert_ptr_nonnull(c->f);
+}
+
+static void capture_close(struct capture *c)
+{
+	fclose(c->f);
+}
+
+START_TEST(test_cli_table)
+{
+	struct capture out;
+
+	capture_open(&out);
+	ck_assert_int_eq(status_cli_print(sample_doc, strlen(sample_doc), out.f), 0);
+	capture_close(&out);
+	ck_assert_str_eq(out.text, sample_table);
+	free(out.text);
+	capture_open(&out);
+	ck_assert_int_eq(status_cli_print("{\"phase\":\"idle\"}", 16, out.f), 0);
+	capture_close(&out);
+	ck_assert_ptr_nonnull(strstr(out.text, "\nno runs in flight\n"));
+	ck_assert_ptr_nonnull(strstr(out.text, "\nno workflows configured\n"));
+	free(out.text);
+}
+END_TEST
+
+START_TEST(test_cli_not_a_document)
+{
+	static const char *const bad[] = {
+	    "", "[]", "{}", "nonsense", "{\"phase\":7}", "{\"phase\":\"x\""};
+	struct capture out;
+
+	capture_open(&out);
+	for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+		ck_assert_msg(status_cli_print(bad[i], strlen(bad[i]), out.f) == -EBADMSG,
+		              "accepted %s", bad[i]);
+	capture_close(&out);
+	free(out.text);
+}
+END_TEST
+
+/* Nothing from the document can drive the terminal or stretch the table. */
+START_TEST(test_cli_hostile_strings)
+{
+	struct buf doc = BUF_INIT(0);
+	struct capture out;
+	char id[200];
+
+	memset(id, 'a', sizeof(id) - 1);
+	id[sizeof(id) - 1] = '\0';
+	memcpy(id + 63, "\xc3\xa9", 2); /* a 2-byte character across the 64-byte cut */
+	buf_printf(
+	    &doc,
+	    "{\"phase\":\"\\u001b[2J\",\"worker_id\":\"\\u009b31m\",\"runs\":[{\"id\":\"%s\","
+	    "\"workflow\":\"\\u001b]0;pwned\\u0007x\",\"state\":\"\\u007f\"}],"
+	    "\"breakers\":[{\"workflow\":\"\\r\\n\\t\",\"state\":7}]}",
+	    id);
+	capture_open(&out);
+	ck_assert_int_eq(status_cli_print(doc.data, doc.len, out.f), 0);
+	capture_close(&out);
+	for (size_t i = 0; i < out.len; i++) {
+		unsigned char c = (unsigned char)out.text[i];
+
+		ck_assert_msg(c >= 0x20 || c == '\n', "control byte 0x%02x at %zu", c, i);
+		ck_assert_msg(c != 0x7f, "DEL at %zu", i);
+		ck_assert_msg(!(c == 0xc2 && (unsigned char)out.text[i + 1] >= 0x80 &&
+		                (unsigned char)out.text[i + 1] <= 0x9f),
+		              "C1 control at %zu", i);
+	}
+	ck_assert_ptr_nonnull(strstr(out.text, "?[2J"));
+	/* 63 'a', the cut character dropped whole, then the ellipsis */
+	memcpy(id + 63, "...", 4);
+	ck_assert_ptr_nonnull(strstr(out.text, id));
+	ck_assert_ptr_null(strstr(out.text, "aaaa\xc3"));
+	free(out.text);
+	buf_done(&doc);
+}
+END_TEST
+
+START_TEST(test_cli_base_url)
+{
+	struct sockaddr_in sa = loopback(9464);
+	struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons(9464)};
+	char *url;
+
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &url), 0);
+	ck_assert_str_eq(url, "http://127.0.0.1:9464");
+	free(url);
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &url), 0);
+	ck_assert_str_eq(url, "http://127.0.0.1:9464");
+	free(url);
+	inet_pton(AF_INET, "10.1.2.3", &sa.sin_addr);
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &url), 0);
+	ck_assert_str_eq(url, "http://10.1.2.3:9464");
+	free(url);
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa6, sizeof(sa6), &url), 0);
+	ck_assert_str_eq(url, "http://[::1]:9464");
+	free(url);
+	inet_pton(AF_INET6, "2001:db8::7", &sa6.sin6_addr);
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa6, sizeof(sa6), &url), 0);
+	ck_assert_str_eq(url, "http://[2001:db8::7]:9464");
+	free(url);
+	sa.sin_family = AF_UNIX;
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &url),
+	                 -EAFNOSUPPORT);
+}
+END_TEST
+
+/* `lessee status` in a thread against the server on the test's loop. */
+struct cli_job {
+	pthread_t thread;
+	char *url;
+	bool json;
+	struct capture out, err;
+	int r;
+	atomic_bool done;
+};
+
+static void *cli_main(void *p)
+{
+	struct cli_job *j = p;
+
+	j->r = status_cli_run(j->url, j->json, j->out.f, j->err.f);
+	atomic_store(&j->done, true);
+	return NULL;
+}
+
+static bool cli_done(void *p)
+{
+	return atomic_load(&((struct cli_job *)p)->done);
+}
+
+static int cli_run(struct fx *f, bool json, struct cli_job *j)
+{
+	struct sockaddr_in sa = loopback(status_port(f->st));
+
+	*j = (struct cli_job){.json = json};
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &j->url), 0);
+	capture_open(&j->out);
+	capture_open(&j->err);
+	ck_assert_int_eq(pthread_create(&j->thread, NULL, cli_main, j), 0);
+	step_until(f->ev, cli_done, j, "lessee status");
+	pthread_join(j->thread, NULL);
+	capture_close(&j->out);
+	capture_close(&j->err);
+	free(j->url);
+	return j->r;
+}
+
+static void cli_done_free(struct cli_job *j)
+{
+	free(j->out.text);
+	free(j->err.text);
+}
+
+START_TEST(test_cli_against_server)
+{
+	struct sockaddr_in sa;
+	struct capture out, err;
+	struct cli_job j;
+	struct fx f;
+	char *url;
+	int r;
+
+	fx_start(&f, NULL);
+	snprintf(f.status_doc, sizeof(f.status_doc), "%s", sample_doc);
+	ck_assert_int_eq(cli_run(&f, false, &j), 0);
+	ck_assert_str_eq(j.out.text, sample_table);
+	ck_assert_uint_eq(j.err.len, 0);
+	cli_done_free(&j);
+	ck_assert_int_eq(cli_run(&f, true, &j), 0);
+	ck_assert_uint_eq(j.out.len, strlen(sample_doc) + 1);
+	ck_assert_mem_eq(j.out.text, sample_doc, strlen(sample_doc));
+	cli_done_free(&j);
+	f.fail_render = true;
+	ck_assert_int_eq(cli_run(&f, false, &j), -EPROTO);
+	ck_assert_ptr_nonnull(strstr(j.err.text, "answered HTTP 500: cannot render"));
+	ck_assert_uint_eq(j.out.len, 0);
+	cli_done_free(&j);
+	f.fail_render = false;
+	snprintf(f.status_doc, sizeof(f.status_doc), "not json");
+	ck_assert_int_eq(cli_run(&f, true, &j), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(j.err.text, "did not answer with a status document"));
+	cli_done_free(&j);
+	/* nobody listening any more: unreachable */
+	sa = loopback(status_port(f.st));
+	fx_stop(&f);
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &url), 0);
+	capture_open(&out);
+	capture_open(&err);
+	r = status_cli_run(url, false, out.f, err.f);
+	capture_close(&out);
+	capture_close(&err);
+	ck_assert_int_eq(r, -ECONNREFUSED);
+	ck_assert_ptr_nonnull(strstr(err.text, "cannot reach the daemon at http://127.0.0.1:"));
+	ck_assert_uint_eq(out.len, 0);
+	free(out.text);
+	free(err.text);
+	free(url);
+}
+END_TEST
+
 static Suite *status_suite(void)
 {
 	Suite *s = suite_create("status");
 	TCase *tc = tcase_create("endpoints");
 	TCase *th = tcase_create("hostile");
 	TCase *tb = tcase_create("heartbeat");
+	TCase *tl = tcase_create("cli");
 
 	tcase_add_test(tc, test_metrics_endpoint);
 	tcase_add_test(tc, test_probes);
@@ -929,12 +1180,19 @@ static Suite *status_suite(void)
 	tcase_add_test(tb, test_heartbeat_skips_while_in_flight);
 	tcase_add_test(tb, test_heartbeat_failure_logging);
 	tcase_add_test(tb, test_heartbeat_invalid);
+	tcase_add_test(tl, test_cli_table);
+	tcase_add_test(tl, test_cli_not_a_document);
+	tcase_add_test(tl, test_cli_hostile_strings);
+	tcase_add_test(tl, test_cli_base_url);
+	tcase_add_test(tl, test_cli_against_server);
+	tcase_set_timeout(tl, 120);
 	tcase_set_timeout(tc, 120);
 	tcase_set_timeout(th, 120);
 	tcase_set_timeout(tb, 120);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, th);
 	suite_add_tcase(s, tb);
+	suite_add_tcase(s, tl);
 	return s;
 }
 
