@@ -11,7 +11,10 @@
 #include "conf/conf.h"
 #include "ev/ev.h"
 #include "log/log.h"
+#include "obs/heartbeat.h"
 #include "obs/notify.h"
+#include "obs/status.h"
+#include "obs/status_cli.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 #include "worker/worker.h"
@@ -24,6 +27,8 @@ extern char **environ;
 struct opts {
 	const char *config;
 	bool check_config;
+	bool status_cmd; /* `lessee status` */
+	bool json;
 	struct conf_override overrides[64];
 	size_t n_overrides;
 	char *owned[64];
@@ -33,6 +38,8 @@ struct daemon {
 	ev_t *ev;
 	worker_t *worker;
 	notify_t *notify;
+	status_t *status;
+	heartbeat_t *heartbeat;
 	struct opts *opts;
 	ev_timer_t *status_timer;
 	int exit_code;
@@ -42,7 +49,10 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: lessee [OPTIONS]\n"
-		"Claim runs from an orchestration API under leases and execute them.\n\n"
+		"       lessee status [--json] [-c FILE]\n"
+		"Claim runs from an orchestration API under leases and execute them.\n"
+		"`lessee status` asks the running daemon (its [status] listen address) what it\n"
+		"is doing and prints it as tables, or the raw JSON with --json.\n\n"
 		"  -c, --config FILE        configuration file (default %s, plus FILE.d/*.conf)\n"
 		"      --check-config       validate, print the effective configuration, exit\n"
 		"      --set SECTION.KEY=V  override one setting (repeatable)\n"
@@ -75,7 +85,8 @@ static int add_override(struct opts *o, const char *origin, const char *key, con
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	enum { O_CHECK = 256, O_SET, O_URL, O_CONC, O_ID, O_TAGS, O_LEVEL, O_FORMAT, O_VERSION };
+	enum { O_CHECK = 256, O_SET, O_URL, O_CONC, O_ID, O_TAGS, O_LEVEL, O_FORMAT, O_VERSION,
+	       O_JSON };
 	static const struct option longopts[] = {
 		{"config", required_argument, NULL, 'c'},
 		{"check-config", no_argument, NULL, O_CHECK},
@@ -88,6 +99,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"log-format", required_argument, NULL, O_FORMAT},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, O_VERSION},
+		{"json", no_argument, NULL, O_JSON},
 		{0},
 	};
 	static const struct {
@@ -112,6 +124,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_CHECK:
 			o->check_config = true;
 			continue;
+		case O_JSON:
+			o->json = true;
+			continue;
 		case 'h':
 			usage(stdout);
 			exit(EXIT_SUCCESS);
@@ -126,8 +141,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			    add_override(o, flag_keys[i].flag, flag_keys[i].key, optarg) < 0)
 				return -E2BIG;
 	}
+	if (optind < argc && streq(argv[optind], "status")) {
+		o->status_cmd = true;
+		optind++;
+	}
 	if (optind < argc) {
 		fprintf(stderr, "lessee: unexpected argument '%s'\n", argv[optind]);
+		return -EINVAL;
+	}
+	if (o->json && !o->status_cmd) {
+		fprintf(stderr, "lessee: --json goes with the status command\n");
 		return -EINVAL;
 	}
 	return 0;
@@ -227,6 +250,87 @@ static void on_first_iteration(void *userdata)
 	update_status(d);
 }
 
+
+/* ---- status endpoint and heartbeat (lib/obs knows the worker only through these) */
+
+static int obs_metrics(struct buf *out, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	return metrics_render(worker_metrics(d->worker), out);
+}
+
+static int obs_status_json(struct buf *out, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	return worker_status_json(d->worker, out);
+}
+
+static bool obs_ready(const char **ret_reason, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	*ret_reason = worker_not_ready_reason(d->worker);
+	return *ret_reason == NULL;
+}
+
+static bool obs_heartbeat_healthy(void *userdata)
+{
+	const char *why;
+
+	return obs_ready(&why, userdata);
+}
+
+static int obs_start(struct daemon *d, const struct conf *c)
+{
+	const struct status_handlers h = {
+		.metrics = obs_metrics,
+		.status_json = obs_status_json,
+		.ready = obs_ready,
+		.userdata = d,
+	};
+	int r;
+
+	if (c->status.listen_addr_len > 0) {
+		r = status_new(d->ev, (const struct sockaddr *)&c->status.listen_addr,
+			       c->status.listen_addr_len, &h, NULL, &d->status);
+		if (r < 0)
+			return log_errno(LOG_ERR, r, "status endpoint: cannot listen on %s: %s",
+					 c->status.listen, strerror(-r));
+		log_info("status endpoint on http://%s/", c->status.listen);
+	}
+	if (c->status.heartbeat_url) {
+		const struct heartbeat_opts o = {
+			.url = c->status.heartbeat_url,
+			.interval = c->status.heartbeat_interval,
+			.ca_file = c->api.ca_file,
+			.healthy = obs_heartbeat_healthy,
+			.userdata = d,
+		};
+
+		r = heartbeat_new(d->ev, &o, &d->heartbeat);
+		if (r < 0)
+			return log_errno(LOG_ERR, r, "heartbeat: %s", strerror(-r));
+	}
+	return 0;
+}
+
+/* `lessee status [--json]`: exit 0, or 1 when the daemon cannot tell us. */
+static int run_status_cli(const struct conf *c, bool json)
+{
+	_cleanup_free_ char *base = NULL;
+
+	if (c->status.listen_addr_len == 0) {
+		fprintf(stderr, "lessee status: the status endpoint is disabled ([status] listen is empty)\n");
+		return EXIT_FAILURE;
+	}
+	if (status_cli_base_url((const struct sockaddr *)&c->status.listen_addr,
+				c->status.listen_addr_len, &base) < 0)
+		return EXIT_FAILURE;
+	return status_cli_run(base, json, stdout, stderr) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 static int add_signals(struct daemon *d)
 {
 	int r = 0;
@@ -243,6 +347,7 @@ static int add_signals(struct daemon *d)
 static int run_daemon(struct opts *o, struct conf *conf)
 {
 	struct daemon d = {.opts = o, .exit_code = EXIT_FAILURE};
+	bool logged = false;
 	int r;
 
 	r = ev_new(&d.ev, NULL);
@@ -261,6 +366,8 @@ static int run_daemon(struct opts *o, struct conf *conf)
 	r = worker_new(d.ev, conf, on_worker_exit, &d, &d.worker);
 	if (r >= 0)
 		r = notify_new(d.ev, &d.notify);
+	if (r >= 0 && (r = obs_start(&d, worker_conf(d.worker))) < 0)
+		logged = true;
 	if (r >= 0)
 		r = add_signals(&d);
 	if (r >= 0)
@@ -271,9 +378,11 @@ static int run_daemon(struct opts *o, struct conf *conf)
 		r = ev_defer(d.ev, on_first_iteration, &d);
 	if (r >= 0)
 		r = ev_run(d.ev);
-	if (r < 0)
+	if (r < 0 && !logged)
 		log_error("fatal: %s", strerror(-r));
 	ev_timer_del(d.status_timer);
+	heartbeat_free(d.heartbeat);
+	status_free(d.status); /* its callbacks use the worker */
 	worker_free(d.worker);
 	notify_free(d.notify);
 	ev_free(d.ev);
@@ -312,6 +421,11 @@ int main(int argc, char **argv)
 	}
 	if (load_conf(&o, NULL, &conf) < 0) {
 		r = EXIT_CONFIG;
+		goto out;
+	}
+	if (o.status_cmd) {
+		r = run_status_cli(conf, o.json);
+		conf_free(conf);
 		goto out;
 	}
 	if (o.check_config) {

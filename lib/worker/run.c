@@ -816,8 +816,9 @@ static void run_record_outcome(struct run *r)
 	const char *label;
 
 	if (!r->breaker_started) {
+		/* a hostile API must not mint label values: only configured names */
 		if (r->reject_reason)
-			metric_add(r->w->m_finished, 1, r->workflow, "rejected");
+			metric_add(r->w->m_finished, 1, r->wf ? r->workflow : "unknown", "rejected");
 		return;
 	}
 	s = worker_wfstate(r->w, r->workflow);

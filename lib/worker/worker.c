@@ -596,6 +596,25 @@ void worker_get_info(const worker_t *w, struct worker_info *ret)
 	};
 }
 
+const char *worker_not_ready_reason(const worker_t *w)
+{
+	switch (w->phase) {
+	case WORKER_IDLE:
+		return "not started yet";
+	case WORKER_DRAINING:
+		return "draining";
+	case WORKER_STOPPING:
+		return "stopping";
+	default:
+		break;
+	}
+	if (api_ready(&w->api, ev_now(w->ev)))
+		return NULL;
+	if (w->api.auth_denied)
+		return "the API refuses our credentials";
+	return w->api.last_ok ? "API not reached recently" : "API not reached yet";
+}
+
 static cJSON *status_runs(const worker_t *w)
 {
 	cJSON *a = cJSON_CreateArray();
@@ -653,6 +672,8 @@ int worker_status_json(const worker_t *w, struct buf *out)
 	cJSON_AddStringToObject(o, "worker_id", c->worker.id);
 	cJSON_AddStringToObject(o, "phase", worker_phase_name(info.phase));
 	cJSON_AddBoolToObject(o, "ready", info.api_ready);
+	if (!info.api_ready)
+		cJSON_AddStringToObject(o, "ready_reason", worker_not_ready_reason(w));
 	cJSON_AddStringToObject(o, "io_backend", info.io_backend);
 	cJSON_AddNumberToObject(o, "slots", info.slots);
 	cJSON_AddNumberToObject(o, "runs_done", (double)info.runs_done);

@@ -49,6 +49,9 @@ struct worker_info {
 };
 void worker_get_info(const worker_t *w, struct worker_info *ret);
 const char *worker_phase_name(enum worker_phase p);
+/* NULL when ready (API reached recently with valid auth, not draining), else
+ * why not, as one static line. */
+const char *worker_not_ready_reason(const worker_t *w);
 const struct conf *worker_conf(const worker_t *w);
 metrics_t *worker_metrics(worker_t *w);
 /* JSON document for /status: runs in flight with age and state, breakers, config summary. */
