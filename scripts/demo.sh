@@ -1,105 +1,206 @@
 #!/bin/sh
-# `make demo`: lessor on a temporary database on a free port; enqueue a few
-# runs, play a worker by hand (curl speaks protocol v1), look at the results,
-# stop, clean up.  BUILD=build/default (set by make).
+# `make demo`: lessor (the reference API) on a temporary database and lessee
+# (the worker daemon) working a mix of real runs: successes, a failure, a
+# retry, a timeout, and a crashing workflow that trips the poison-pill
+# breaker.  A live summary every second; everything is cleaned up at the end.
+# BUILD=build/default (set by make).
 set -eu
 BUILD=${BUILD:-build/default}
-LESSOR="$BUILD/lessor"
-[ -x "$LESSOR" ] || { echo "demo: $LESSOR is not built (run make)" >&2; exit 1; }
+LESSOR="$(pwd)/$BUILD/lessor"
+LESSEE="$(pwd)/$BUILD/lessee"
+for b in "$LESSOR" "$LESSEE"; do
+	[ -x "$b" ] || { echo "demo: $b is not built (run make)" >&2; exit 1; }
+done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lessor-demo.XXXXXX")
-pid=""
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/lessee-demo.XXXXXX")
+chmod 755 "$tmp"
+lessor_pid="" lessee_pid=""
 cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid"
-		wait "$pid" 2>/dev/null || true
-	fi
+	for p in $lessee_pid $lessor_pid; do
+		if kill -0 "$p" 2>/dev/null; then
+			kill -TERM "$p" 2>/dev/null || true
+			wait "$p" 2>/dev/null || true
+		fi
+	done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if [ -t 1 ]; then bold='\033[1m' plain='\033[0m'; else bold='' plain=''; fi
+if [ -t 1 ]; then bold='\033[1m' dim='\033[2m' plain='\033[0m'; else bold='' dim='' plain=''; fi
 step() { printf "\n${bold}== %s${plain}\n" "$*"; }
-# Echo a command as a person would type it (lessor for the binary, no --url), then run it.
-run() {
-	line='$'
-	skip=0
-	for a in "$@"; do
-		if [ $skip = 1 ]; then skip=0; continue; fi
-		case "$a" in
-		--url) skip=1; continue ;;
-		"$LESSOR") a=lessor ;;
-		*[!A-Za-z0-9._:/=-]*) a="'$a'" ;;
-		esac
-		line="$line $a"
+say() { printf "${dim}%s${plain}\n" "$*"; }
+
+wait_for() { # file pattern what pid
+	i=0
+	until grep -q "$2" "$1" 2>/dev/null; do
+		i=$((i + 1))
+		if [ $i -gt 200 ] || ! kill -0 "$4" 2>/dev/null; then
+			echo "demo: $3 did not start:" >&2
+			cat "$1" >&2
+			exit 1
+		fi
+		sleep 0.05
 	done
-	echo "$line"
-	"$@"
 }
 
-step "start lessor serve on a temporary database, port chosen by the kernel"
-# --ready-fd: lessor writes its address there once it serves (no polling of the port)
+step "lessor: the reference orchestration API, on a temporary SQLite database"
+echo "demo-token-$(date +%s)" > "$tmp/token"
+chmod 600 "$tmp/token"
 "$LESSOR" serve --db "$tmp/lessor.db" --listen 127.0.0.1:0 --ready-fd 3 \
-	3>"$tmp/ready" 2>"$tmp/lessor.log" &
-pid=$!
-i=0
-until grep -q . "$tmp/ready" 2>/dev/null; do
-	i=$((i + 1))
-	if [ $i -gt 200 ] || ! kill -0 "$pid" 2>/dev/null; then
-		echo "demo: lessor did not start:" >&2
-		cat "$tmp/lessor.log" >&2
-		exit 1
-	fi
-	sleep 0.05
-done
+	--token-file "$tmp/token" --retry-base 1s 3>"$tmp/ready" 2>"$tmp/lessor.log" &
+lessor_pid=$!
+wait_for "$tmp/ready" . lessor "$lessor_pid"
 url="http://$(head -n1 "$tmp/ready")"
-echo "lessor is serving $url (pid $pid, database $tmp/lessor.db)"
+echo "serving $url (token in $tmp/token)"
+lessor() { "$LESSOR" "$@" --url "$url" --token-file "$tmp/token"; }
 
-step "enqueue three runs"
-run "$LESSOR" enqueue --url "$url" --workflow build --input '{"commit":"4f2a9c1"}' --tag linux
-run "$LESSOR" enqueue --url "$url" --workflow build --input '{"commit":"77b0e3d"}' \
-	--max-attempts 3 --timeout 10min
-run "$LESSOR" enqueue --url "$url" --workflow deploy --tag region:eu --idempotency-key deploy-42
+step "the workflows this worker runs (lessee.conf)"
+mkdir -p "$tmp/bin"
+cat > "$tmp/bin/hello" <<'SH'
+#!/bin/sh
+# The run's input JSON is on stdin; what is written to $LESSEE_RESULT_FILE becomes its output.
+read -r input || true
+echo "hello from run $LESSEE_RUN_ID (attempt $LESSEE_ATTEMPT), input $input"
+sleep 1
+printf '{"greeting":"hello","run":"%s"}\n' "$LESSEE_RUN_ID" > "$LESSEE_RESULT_FILE"
+SH
+cat > "$tmp/bin/flaky" <<'SH'
+#!/bin/sh
+# Exit 75 (EX_TEMPFAIL) asks for a retry; the second attempt succeeds.
+echo "attempt $LESSEE_ATTEMPT"
+[ "$LESSEE_ATTEMPT" -ge 2 ] || { echo "not yet: temporary failure" >&2; exit 75; }
+echo "fine now"
+SH
+cat > "$tmp/bin/compile" <<'SH'
+#!/bin/sh
+echo "compiling..."
+echo "error: main.c:42: expected ';'" >&2
+exit 2
+SH
+cat > "$tmp/bin/slow" <<'SH'
+#!/bin/sh
+echo "this takes a while (deadline in ${LESSEE_DEADLINE_MS}ms)"
+trap 'echo "got SIGTERM, ignoring it"' TERM
+while :; do sleep 1; done
+SH
+cat > "$tmp/bin/crashy" <<'SH'
+#!/bin/sh
+echo "about to crash"
+kill -SEGV $$
+SH
+chmod 755 "$tmp"/bin/*
+cat > "$tmp/lessee.conf" <<CONF
+[api]
+url = $url
+token_file = $tmp/token
 
-step "the queue"
-run "$LESSOR" list --url "$url"
+[worker]
+id = demo-worker
+concurrency = 4
+lease_ttl = 30s
+lease_refresh = 5s
+long_poll = 5s
+kill_grace = 1s
+max_consecutive_failures = 3
+failure_cooldown = 3s
+spool_dir = $tmp/spool
+run_dir = $tmp/run
+
+[status]
+listen = 127.0.0.1:0
+
+[log]
+level = info
+format = logfmt
+
+[workflow.hello]
+command = $tmp/bin/hello
+
+[workflow.flaky]
+command = $tmp/bin/flaky
+
+[workflow.compile]
+command = $tmp/bin/compile
+
+[workflow.slow]
+command = $tmp/bin/slow
+timeout = 2s
+
+[workflow.crashy]
+command = $tmp/bin/crashy
+CONF
+sed -n '/^\[workflow/,$p' "$tmp/lessee.conf"
+"$LESSEE" --config "$tmp/lessee.conf" --check-config >/dev/null
+say "(lessee --check-config: the configuration is valid)"
+
+step "enqueue a mix of runs"
+for i in 1 2 3 4 5 6; do lessor enqueue --workflow hello --input "{\"n\":$i}" >/dev/null; done
+lessor enqueue --workflow flaky --max-attempts 3 >/dev/null
+lessor enqueue --workflow compile --max-attempts 1 >/dev/null
+lessor enqueue --workflow slow --max-attempts 1 >/dev/null
+for i in 1 2 3 4; do lessor enqueue --workflow crashy --max-attempts 1 >/dev/null; done
+for i in 7 8; do lessor enqueue --workflow hello --input "{\"n\":$i}" >/dev/null; done
+lessor list
+
+step "start lessee (4 slots)"
+"$LESSEE" --config "$tmp/lessee.conf" 2>"$tmp/lessee.log" &
+lessee_pid=$!
+wait_for "$tmp/lessee.log" "status endpoint on port" lessee "$lessee_pid"
+status_port=$(sed -n 's/.*status endpoint on port \([0-9]*\).*/\1/p' "$tmp/lessee.log" | head -n1)
+sed -i "s/^listen = 127.0.0.1:0$/listen = 127.0.0.1:$status_port/" "$tmp/lessee.conf"
+say "lessee pid $lessee_pid, status endpoint http://127.0.0.1:$status_port/"
+
+step "live: queue counts each second (lessor stats), and lessee's own words"
+count() { lessor stats | awk -v k="$1" '$1 == k { print $2 }'; }
+seen=0 t=0 shown_status=0
+while :; do
+	sleep 1
+	t=$((t + 1))
+	p=$(count pending) r=$(count running) s=$(count succeeded) f=$(count failed)
+	printf "${bold}t=%2ds${plain}  pending %-2s running %-2s succeeded %-2s failed %-2s\n" \
+		"$t" "$p" "$r" "$s" "$f"
+	# lessee's notable log lines since the last second
+	n=$(wc -l < "$tmp/lessee.log")
+	if [ "$n" -gt "$seen" ]; then
+		sed -n "$((seen + 1)),${n}p" "$tmp/lessee.log" | grep -E 'level=(warning|notice|error)|reported' |
+			sed -e 's/^ts=[^ ]* //' -e 's/ worker_id=demo-worker//' | cut -c1-150 | sed 's/^/      /'
+		seen=$n
+	fi
+	if [ "$shown_status" = 0 ] && [ "$t" -ge 4 ]; then
+		shown_status=1
+		step "lessee status (what the daemon says about itself, mid-run)"
+		"$LESSEE" status --config "$tmp/lessee.conf" || true
+		echo
+	fi
+	[ "$p" = 0 ] && [ "$r" = 0 ] && break
+	[ "$t" -lt 60 ] || { echo "demo: runs did not finish in 60 s" >&2; exit 1; }
+done
 
 if command -v curl >/dev/null 2>&1; then
-	step "play a worker with curl: claim, ship a log chunk, complete"
-	claim='{"claim_id":"demo-claim-1","worker_id":"demo-worker","max_runs":1,"lease_ttl_s":60,"workflows":["build"],"tags":["linux"]}'
-	printf '$ curl -X POST %s/v1/claims -d %s\n' "$url" "'$claim'"
-	answer=$(curl -s -X POST "$url/v1/claims" -H 'Content-Type: application/json' -d "$claim")
-	echo "$answer"
-	id=$(echo "$answer" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-	token=$(echo "$answer" | sed -n 's/.*"token":"\([0-9a-f]*\)".*/\1/p')
-	log='building 4f2a9c1... ok'
-	printf '$ curl -X PATCH %s/v1/runs/%s/log -H "Content-Range: bytes 0-%d/*" ...\n' \
-		"$url" "$id" $((${#log}))
-	printf '%s\n' "$log" | curl -s -X PATCH "$url/v1/runs/$id/log" \
-		-H "Lease-Token: $token" -H "Content-Range: bytes 0-$((${#log}))/*" \
-		-H 'Content-Type: application/octet-stream' --data-binary @-
-	echo
-	done_body="{\"token\":\"$token\",\"status\":\"succeeded\",\"reason\":\"exit\",\"exit_code\":0,\"duration_ms\":1200,\"output\":{\"artifact\":\"app.tar.gz\"}}"
-	printf '$ curl -X POST %s/v1/runs/%s/complete -d ...\n' "$url" "$id"
-	curl -s -X POST "$url/v1/runs/$id/complete" -H 'Content-Type: application/json' -d "$done_body"
-	echo
-	step "the run, its outcome and its lease"
-	run "$LESSOR" show --url "$url" "$id"
-	step "its log"
-	run "$LESSOR" log --url "$url" "$id"
-else
-	step "one run in detail (install curl to see a worker claim and complete it)"
-	run "$LESSOR" show --url "$url" r-1
+	step "lessee's metrics: runs finished by workflow and outcome (curl /metrics)"
+	curl -s "http://127.0.0.1:$status_port/metrics" | grep '^lessee_runs_finished_total'
+	curl -s "http://127.0.0.1:$status_port/metrics" | grep '^lessee_workflow_blocked'
 fi
 
-step "cancel the deploy, then count runs by status"
-run "$LESSOR" cancel --url "$url" r-3
-run "$LESSOR" stats --url "$url"
+step "every run is done: SIGTERM drains lessee (exit code 0 expected)"
+kill -TERM "$lessee_pid"
+rc=0
+wait "$lessee_pid" || rc=$?
+lessee_pid=""
+tail -n 2 "$tmp/lessee.log" | sed -e 's/^ts=[^ ]* //' | cut -c1-150
+echo "lessee exited with $rc"
 
-step "stop lessor (SIGTERM: drains, closes the database)"
-kill -TERM "$pid"
-wait "$pid" && echo "lessor exited 0"
-pid=""
-echo "server log:"
-sed 's/^/  /' "$tmp/lessor.log"
+step "results"
+lessor list
+first_hello=$(lessor list --workflow hello --json | sed -n 's/.*"id":[ 	]*"\([^"]*\)".*/\1/p' | tail -n1)
+slow_id=$(lessor list --workflow slow --json | sed -n 's/.*"id":[ 	]*"\([^"]*\)".*/\1/p' | head -n1)
+step "a timed-out run (lessor show $slow_id)"
+lessor show "$slow_id" | grep -E '^(status|outcome|reason|signal|error|attempt):'
+step "its log, shipped while it ran (lessor log $slow_id)"
+lessor log "$slow_id"
+step "a successful run's log and output (lessor show $first_hello)"
+lessor log "$first_hello"
+lessor show "$first_hello" | grep -E '^output:'
+[ "$rc" = 0 ] || { echo "demo: lessee exited with $rc" >&2; exit 1; }
+printf "\n${bold}demo done${plain}: lessor and lessee stopped, %s removed\n" "$tmp"

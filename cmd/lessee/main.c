@@ -298,7 +298,8 @@ static int obs_start(struct daemon *d, const struct conf *c)
 		if (r < 0)
 			return log_errno(LOG_ERR, r, "status endpoint: cannot listen on %s: %s",
 					 c->status.listen, strerror(-r));
-		log_info("status endpoint on http://%s/", c->status.listen);
+		log_info("status endpoint on port %u (listen = %s)", (unsigned)status_port(d->status),
+			 c->status.listen);
 	}
 	if (c->status.heartbeat_url) {
 		const struct heartbeat_opts o = {
