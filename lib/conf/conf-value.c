@@ -433,7 +433,7 @@ static int listen_addr(const char *v, struct sockaddr_storage *ss, socklen_t *le
 	if (!colon || colon == v)
 		return -EINVAL;
 	port_s = colon + 1;
-	if (parse_u64(&port_s, &port) < 0 || *port_s || port < 1 || port > 65535)
+	if (parse_u64(&port_s, &port) < 0 || *port_s || port > 65535)
 		return -EINVAL;
 	hl = (size_t)(colon - v);
 	if (v[0] == '[') {
@@ -465,7 +465,7 @@ static int parse_listen(struct conf *c, const char *v, char *p)
 	if (listen_addr(v, &ss, &len) < 0)
 		return problem(p,
 		               "'%.80s' is not ADDRESS:PORT with an IP address (127.0.0.1:9464, "
-		               "[::1]:9464) and a port 1..65535",
+		               "[::1]:9464) and a port 0..65535 (0: any free port)",
 		               v);
 	if (set_string(&c->status.listen, v) < 0)
 		return -ENOMEM;

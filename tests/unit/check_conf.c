@@ -515,10 +515,10 @@ START_TEST(test_file_errors)
 	    {"[api]\nca_file = ca.pem\n", "%1$s:2: api.ca_file: 'ca.pem' is not an absolute path"},
 	    {BASE "[status]\nlisten = localhost:9464\n",
 	     "%1$s:7: status.listen: 'localhost:9464' is not ADDRESS:PORT with an IP address "
-	     "(127.0.0.1:9464, [::1]:9464) and a port 1..65535"},
-	    {BASE "[status]\nlisten = 127.0.0.1:0\n",
-	     "%1$s:7: status.listen: '127.0.0.1:0' is not ADDRESS:PORT with an IP address "
-	     "(127.0.0.1:9464, [::1]:9464) and a port 1..65535"},
+	     "(127.0.0.1:9464, [::1]:9464) and a port 0..65535 (0: any free port)"},
+	    {BASE "[status]\nlisten = 127.0.0.1:65536\n",
+	     "%1$s:7: status.listen: '127.0.0.1:65536' is not ADDRESS:PORT with an IP address "
+	     "(127.0.0.1:9464, [::1]:9464) and a port 0..65535 (0: any free port)"},
 	    {BASE "[status]\nheartbeat_url = hc-ping.com/x\n",
 	     "%1$s:7: status.heartbeat_url: 'hc-ping.com/x' is not an http:// or https:// URL"},
 	    {BASE "[log]\nlevel = loud\n", "%1$s:7: log.level: 'loud' is not one of debug info "
@@ -611,7 +611,7 @@ START_TEST(test_env_and_override_errors)
 	    {"LESSEE_STATUS_LISTEN=1.2.3.4",
 	     "LESSEE_STATUS_LISTEN: status.listen: '1.2.3.4' is not "
 	     "ADDRESS:PORT with an IP address (127.0.0.1:9464, "
-	     "[::1]:9464) and a port 1..65535"},
+	     "[::1]:9464) and a port 0..65535 (0: any free port)"},
 	};
 	static const struct {
 		struct conf_override ov;
