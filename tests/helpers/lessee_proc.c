@@ -207,18 +207,24 @@ int tu_lessee_stop(struct tu_lessee *d)
 	return r < 0 ? r : tu_lessee_wait(d, 60 * USEC_PER_SEC);
 }
 
-/* SIGQUIT (hard stop now) must end the daemon cleanly, whatever it runs:
- * exit 0, or its log is shown (sanitizer reports land there too). */
-struct tu_lessee *tu_lessee_free(struct tu_lessee *d)
+int tu_lessee_quit(struct tu_lessee *d)
 {
-	if (!d)
-		return NULL;
 	if (d->pid > 0 && tu_lessee_signal(d, SIGQUIT) >= 0 &&
 	    tu_lessee_wait(d, 30 * USEC_PER_SEC) == -ETIMEDOUT) {
 		kill(d->pid, SIGKILL);
 		tu_lessee_wait(d, 10 * USEC_PER_SEC);
 		d->status = -ETIMEDOUT;
 	}
+	return d->status;
+}
+
+/* SIGQUIT (hard stop now) must end the daemon cleanly, whatever it runs:
+ * exit 0, or its log is shown (sanitizer reports land there too). */
+struct tu_lessee *tu_lessee_free(struct tu_lessee *d)
+{
+	if (!d)
+		return NULL;
+	tu_lessee_quit(d);
 	if (d->status != 0 && d->status != 128 + SIGKILL && d->log_path) {
 		char *log = NULL;
 

@@ -37,6 +37,9 @@ int tu_lessee_restart(struct tu_lessee *d);
 int tu_lessee_signal(struct tu_lessee *d, int sig);
 /* Wait for exit: the exit status, 128 + signal, or -ETIMEDOUT (left running). */
 int tu_lessee_wait(struct tu_lessee *d, usec_t timeout);
+/* SIGQUIT (hard stop now) and wait: the exit status (0 = clean, also of
+ * sanitizers and valgrind), or the last one when it had already exited. */
+int tu_lessee_quit(struct tu_lessee *d);
 /* SIGTERM and wait up to 60 s (scaled for valgrind). */
 int tu_lessee_stop(struct tu_lessee *d);
 struct tu_lessee *tu_lessee_free(struct tu_lessee *d);
