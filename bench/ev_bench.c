@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "ev/ev.h"
 #include "util/macro.h"
 #include "util/time.h"
@@ -64,19 +65,6 @@ static struct rate sw_rate(struct stopwatch sw, uint64_t count)
 	       cpu = (double)(cpu_now() - sw.cpu) / 1e6;
 
 	return (struct rate){(double)count / wall, (double)count / (cpu > 0 ? cpu : 1e-9)};
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void die(const char *what, int r)
@@ -378,7 +366,7 @@ static void print_rate(const char *name, const char *backend, const char *unit, 
                        double *cpu, const char *note)
 {
 	printf("%-22s %-9s %12.0f %s  %12.0f per cpu-s  (median of %d%s)\n", name, backend,
-	       median(wall, runs), unit, median(cpu, runs), runs, note);
+	       tu_median(wall, runs), unit, tu_median(cpu, runs), runs, note);
 	fflush(stdout);
 }
 

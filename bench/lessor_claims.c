@@ -13,6 +13,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "lessor/client.h"
 #include "lessor_proc.h"
 #include "log/log.h"
@@ -150,19 +151,6 @@ static int enqueue_batch(struct tu_lessor *l)
 	return c ? r : -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static int measure(struct tu_lessor *l, enum job job, unsigned n_clients, double *ret)
 {
 	double v[64];
@@ -172,7 +160,7 @@ static int measure(struct tu_lessor *l, enum job job, unsigned n_clients, double
 			return -1;
 		v[r] = run_round(l, job, n_clients);
 	}
-	*ret = median(v, n_rounds);
+	*ret = tu_median(v, n_rounds);
 	return 0;
 }
 
@@ -276,7 +264,7 @@ static int bench_wake(void)
 		return -1;
 	printf("long-poll wake (enqueue sent -> parked claim answered, synchronous=full):\n"
 	       "  median %.2f ms over %u samples (includes the enqueue's own commit)\n",
-	       median(v, n), n);
+	       tu_median(v, n), n);
 	return 0;
 }
 
@@ -308,7 +296,7 @@ static int bench_fsync(void)
 	if (n == 0)
 		return -1;
 	printf("baseline: append 4 KiB + fdatasync in the database directory: median %.3f ms\n",
-	       median(v, n));
+	       tu_median(v, n));
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "ev/ev.h"
 #include "exec/exec-int.h"
 #include "exec/exec.h"
@@ -22,7 +23,6 @@
 
 static const char *prog = "/bin/true";
 static char *prog_argv[] = {"/bin/true", NULL};
-static char *prog_envp[] = {"PATH=/usr/bin:/bin", NULL};
 
 struct config {
 	const char *name;
@@ -38,73 +38,11 @@ static const struct config configs[] = {
 
 static const int in_flight_levels[] = {1, 2, 64};
 
-/* The floor: keep `width` children of the plain libc spawn running. */
-static int floor_run(int runs, int width)
-{
-	int started = 0, reaped = 0, status;
-
-	while (reaped < runs) {
-		while (started - reaped < width && started < runs) {
-			pid_t pid;
-			int r = posix_spawn(&pid, prog, NULL, NULL, prog_argv, prog_envp);
-
-			if (r != 0)
-				return -r;
-			started++;
-		}
-		if (waitpid(-1, &status, 0) < 0)
-			return -errno;
-		reaped++;
-	}
-	return 0;
-}
-
-struct exec_bench {
-	int in_flight;
-	int done;
-	int failed;
-};
-
-static void bench_exit(exec_proc_t *p, const struct exec_result *res, void *userdata)
-{
-	struct exec_bench *b = userdata;
-
-	if (!res->exited || res->exit_code != 0)
-		b->failed++;
-	exec_free(p);
-	b->in_flight--;
-	b->done++;
-}
-
-static int exec_run(ev_t *e, int runs, int width)
-{
-	struct exec_spec spec = {
-	    .path = prog, .argv = prog_argv, .envp = prog_envp, .stdin_fd = -1};
-	struct exec_bench b = {0};
-	int started = 0, r;
-
-	while (b.done < runs) {
-		while (b.in_flight < width && started < runs) {
-			exec_proc_t *p;
-
-			r = exec_spawn(e, &spec, NULL, bench_exit, &b, &p, NULL);
-			if (r < 0)
-				return r;
-			started++;
-			b.in_flight++;
-		}
-		r = ev_run_once(e, USEC_INFINITY);
-		if (r < 0)
-			return r;
-	}
-	return b.failed ? -EIO : 0;
-}
-
 /* runs/s of one measurement, or a negative errno. */
 static double measure(const struct config *c, int runs, int width)
 {
 	ev_t *e = NULL;
-	usec_t t0;
+	double v;
 	int r;
 
 	if (c->backend) {
@@ -113,27 +51,10 @@ static double measure(const struct config *c, int runs, int width)
 			return r;
 		exec_set_clone_mode(c->mode);
 	}
-	t0 = time_mono();
-	r = c->backend ? exec_run(e, runs, width) : floor_run(runs, width);
-	t0 = time_mono() - t0;
+	v = tu_spawn_rate(e, prog_argv, runs, width);
 	ev_free(e);
 	exec_set_clone_mode(EXEC_CLONE_VFORK);
-	if (r < 0)
-		return r;
-	return (double)runs * (double)USEC_PER_SEC / (double)(t0 ? t0 : 1);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	return v;
 }
 
 static void usage(FILE *f)
@@ -210,11 +131,11 @@ int main(int argc, char **argv)
 		printf(" %20s", configs[c].name);
 	printf("\n");
 	for (int w = 0; w < N_WIDTH; w++) {
-		double floor_v = median(samples[w][0], reps);
+		double floor_v = tu_median(samples[w][0], reps);
 
 		printf("%-10d %20.0f", in_flight_levels[w], floor_v);
 		for (int c = 1; c < N_CONF; c++) {
-			double v = median(samples[w][c], reps);
+			double v = tu_median(samples[w][c], reps);
 
 			printf(" %12.0f (%.2fx)", v, v / floor_v);
 		}

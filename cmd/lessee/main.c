@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -407,6 +408,18 @@ static void block_signals(void)
 		signal(sigs[i], SIG_DFL);
 }
 
+/* Each run holds a pidfd and a pipe: a thousand runs need more than the usual
+ * soft limit of 1024 fds.  Take what the hard limit allows. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
@@ -442,6 +455,7 @@ int main(int argc, char **argv)
 		log_warning("no API token configured (api.token_file, or the api-token credential): "
 			    "requests are sent without authentication");
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
 	log_info("lessee %s starting: api=%s concurrency=%u workflows=%zu", LESSEE_VERSION,
 		 conf->api.url, conf->worker.concurrency, conf->n_workflows);
 	r = run_daemon(&o, conf);

@@ -1,0 +1,257 @@
+/* e2e: the whole daemon against a real lessor.
+ *  - runs/s for /bin/true at concurrency 1, 16 and 64, next to the floors
+ *    measured in the same run: posix_spawn+waitpid of /bin/true, and lib/exec
+ *    on the loop, at the same width;
+ *  - the daemon's CPU time per run (utime+stime from /proc, over the runs);
+ *  - the daemon's RSS idle, and with 1,000 concurrent `sleep 30` runs.
+ * Medians of several rounds; figures only, no verdict.
+ * lessor runs with --synchronous normal so the figure is lessee's, not fsync's
+ * (bench/lessor_claims measures lessor itself). */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "benchutil.h"
+#include "lessee_proc.h"
+#include "lessor_proc.h"
+#include "testutil.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+
+static char *true_argv[] = {"/bin/true", NULL};
+
+/* utime + stime of a process, in microseconds. */
+static double proc_cpu_us(pid_t pid)
+{
+	char path[64], *s = NULL, *p;
+	unsigned long long ut = 0, st = 0;
+	double r = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (read_file_capped(path, 4096, &s, NULL) < 0)
+		return -1;
+	p = strrchr(s, ')'); /* the comm field may hold blanks */
+	if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			&st) == 2)
+		r = (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
+	free(s);
+	return r;
+}
+
+static long proc_rss_kib(pid_t pid)
+{
+	char path[64], *s = NULL, *p;
+	long kib = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (read_file_capped(path, 1 << 16, &s, NULL) < 0)
+		return -1;
+	p = strstr(s, "VmRSS:");
+	if (p)
+		kib = strtol(p + 6, NULL, 10);
+	free(s);
+	return kib;
+}
+
+static int dir_entries(const char *path)
+{
+	DIR *dir = opendir(path);
+	struct dirent *de;
+	int n = 0;
+
+	if (!dir)
+		return -errno;
+	while ((de = readdir(dir)))
+		n += de->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+static long stat_count(struct tu_lessor *l, const char *key)
+{
+	long status = 0, n = -1;
+	cJSON *o = NULL;
+
+	if (tu_lessor_json(l, "GET", "/v1/stats", NULL, &status, &o) == 0 && status == 200) {
+		const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+
+		n = cJSON_IsNumber(j) ? (long)j->valuedouble : -1;
+	}
+	cJSON_Delete(o);
+	return n;
+}
+
+static int enqueue_n(struct tu_lessor *l, const char *workflow, int n)
+{
+	char body[128];
+
+	snprintf(body, sizeof(body), "{\"workflow\":\"%s\",\"max_attempts\":1}", workflow);
+	for (int i = 0; i < n; i++) {
+		char *id = tu_lessor_enqueue(l, body);
+
+		if (!id)
+			return -EIO;
+		free(id);
+	}
+	return 0;
+}
+
+static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t timeout)
+{
+	usec_t end = time_mono() + timeout;
+
+	while (stat_count(l, key) < want) {
+		if (time_mono() > end)
+			return -ETIMEDOUT;
+		tu_sleep(5 * USEC_PER_MSEC);
+	}
+	return 0;
+}
+
+static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
+{
+	char conf[512];
+
+	snprintf(conf, sizeof(conf),
+		 "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
+		 "long_poll = 5s\n[log]\nlevel = warning\n"
+		 "[workflow.true]\ncommand = /bin/true\n"
+		 "[workflow.sleep]\ncommand = /bin/sleep 30\n",
+		 concurrency);
+	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
+}
+
+struct round {
+	double runs_per_s, cpu_us_per_run;
+};
+
+/* One round: n runs queued first, then the daemon works them off. */
+static int e2e_round(int concurrency, int n, struct round *ret)
+{
+	struct tu_lessor *l = NULL;
+	struct tu_lessee *d = NULL;
+	char *const args[] = {"--synchronous", "normal", NULL};
+	double cpu0, cpu1;
+	usec_t t0, t1;
+	int r;
+
+	r = tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &l);
+	if (r >= 0)
+		r = enqueue_n(l, "true", n);
+	if (r >= 0)
+		r = start_daemon(l, concurrency, &d);
+	if (r < 0)
+		goto out;
+	cpu0 = proc_cpu_us(tu_lessee_pid(d));
+	t0 = time_mono();
+	r = wait_count(l, "succeeded", n, 300 * USEC_PER_SEC);
+	t1 = time_mono();
+	cpu1 = proc_cpu_us(tu_lessee_pid(d));
+	if (r >= 0) {
+		ret->runs_per_s = (double)n * USEC_PER_SEC / (double)(t1 - t0);
+		ret->cpu_us_per_run = (cpu1 - cpu0) / n;
+	}
+out:
+	if (d && tu_lessee_quit(d) != 0 && r >= 0)
+		r = -EIO;
+	tu_lessee_free(d);
+	tu_lessor_free(l);
+	return r;
+}
+
+static void bench_throughput(int n, int reps)
+{
+	static const int widths[] = {1, 16, 64};
+
+	printf("end-to-end /bin/true runs through lessor + lessee (%d runs x %d rounds, medians)\n",
+	       n, reps);
+	printf("%-6s %12s %14s %12s %12s %10s %10s\n", "slots", "lessee run/s", "cpu us/run",
+	       "floor run/s", "exec run/s", "vs floor", "vs exec");
+	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
+		double rate[32], cpu[32], fl[32], ex[32];
+		ev_t *e = NULL;
+
+		if (ev_new(&e, NULL) < 0)
+			return;
+		for (int i = 0; i < reps; i++) {
+			struct round rd = {0};
+
+			fl[i] = tu_spawn_rate(NULL, true_argv, n, widths[w]);
+			ex[i] = tu_spawn_rate(e, true_argv, n, widths[w]);
+			if (e2e_round(widths[w], n, &rd) < 0)
+				fprintf(stderr, "round failed\n");
+			rate[i] = rd.runs_per_s;
+			cpu[i] = rd.cpu_us_per_run;
+		}
+		ev_free(e);
+		double r = tu_median(rate, reps), c = tu_median(cpu, reps);
+		double f = tu_median(fl, reps), x = tu_median(ex, reps);
+		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx\n", widths[w], r, c, f, x,
+		       r / f, r / x);
+	}
+}
+
+static void bench_rss(int n)
+{
+	struct tu_lessor *l = NULL;
+	struct tu_lessee *d = NULL;
+	char *const args[] = {"--synchronous", "normal", "--threads", "8", NULL};
+	long idle, busy;
+	int fds = 0;
+	char path[64];
+
+	if (tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &l) < 0 ||
+	    start_daemon(l, n, &d) < 0) {
+		fprintf(stderr, "cannot start\n");
+		goto out;
+	}
+	tu_sleep(2 * USEC_PER_SEC);
+	idle = proc_rss_kib(tu_lessee_pid(d));
+	if (enqueue_n(l, "sleep", n) < 0 || wait_count(l, "running", n, 120 * USEC_PER_SEC) < 0) {
+		fprintf(stderr, "the %d runs did not all start\n", n);
+		goto out;
+	}
+	tu_sleep(USEC_PER_SEC);
+	busy = proc_rss_kib(tu_lessee_pid(d));
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tu_lessee_pid(d));
+	fds = dir_entries(path);
+	printf("\ndaemon RSS: idle %ld KiB; with %d concurrent `sleep 30` runs %ld KiB "
+	       "(%.1f KiB per run), %d fds open\n",
+	       idle, n, busy, (double)(busy - idle) / n, fds);
+out:
+	tu_lessee_free(d);
+	tu_lessor_free(l);
+}
+
+int main(int argc, char **argv)
+{
+	int n = 300, reps = 3, rss_runs = 1000;
+
+	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		printf("usage: e2e [RUNS [ROUNDS [CONCURRENT_SLEEPS]]]\n"
+		       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS (1000)\n");
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--version")) {
+		printf("e2e %s\n", LESSEE_VERSION);
+		return 0;
+	}
+	if (argc > 1)
+		n = atoi(argv[1]);
+	if (argc > 2)
+		reps = MIN(atoi(argv[2]), 32);
+	if (argc > 3)
+		rss_runs = atoi(argv[3]);
+	if (n <= 0 || reps <= 0 || rss_runs <= 0)
+		return 2;
+	signal(SIGPIPE, SIG_IGN);
+	printf("loop backend: %s\n", tu_backend());
+	bench_throughput(n, reps);
+	bench_rss(rss_runs);
+	return 0;
+}
