@@ -113,16 +113,20 @@ static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t ti
 	return 0;
 }
 
+/* Run directories on tmpfs, as under systemd (RuntimeDirectory=): the test
+ * helper's default is beside the daemon's log, on whatever /tmp is. */
+static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
+
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
 	char conf[512];
 
 	snprintf(conf, sizeof(conf),
 		 "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
-		 "long_poll = 5s\n[log]\nlevel = warning\n"
+		 "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
 		 "[workflow.true]\ncommand = /bin/true\n"
 		 "[workflow.sleep]\ncommand = /bin/sleep 30\n",
-		 concurrency);
+		 concurrency, run_dir);
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
 }
 
@@ -250,8 +254,13 @@ int main(int argc, char **argv)
 	if (n <= 0 || reps <= 0 || rss_runs <= 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
-	printf("loop backend: %s\n", tu_backend());
+	if (!mkdtemp(run_dir)) {
+		perror("mkdtemp /dev/shm");
+		return 1;
+	}
+	printf("loop backend: %s; run directories on tmpfs (%s)\n", tu_backend(), run_dir);
 	bench_throughput(n, reps);
 	bench_rss(rss_runs);
+	rm_rf(run_dir);
 	return 0;
 }
