@@ -510,9 +510,13 @@ END_TEST
 
 START_TEST(test_api_outage)
 {
-	_cleanup_free_ char *id = enqueue("sleep4", NULL);
+	_cleanup_free_ char *id = NULL;
 	cJSON *run, *leases;
 
+	/* a ttl that outlasts the outage plus a slow (valgrind) lessor restart */
+	D = tu_lessee_free(D);
+	start_lessee("[worker]\nlease_ttl = 30s\n");
+	id = enqueue("sleep4", NULL);
 	log_pid(id, "pid");
 	ck_assert_int_eq(tu_lessor_stop(L), 0);
 	tu_sleep(2 * SEC); /* 2 x lease_refresh */
