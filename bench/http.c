@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchutil.h"
 #include "ev/ev.h"
 #include "http/http.h"
 #include "test_httpd.h"
@@ -157,13 +158,6 @@ static double run_baseline(struct load *l)
 
 /* ---- driver ------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 struct mode {
 	const char *name;
 	const char *backend; /* NULL = baseline */
@@ -191,10 +185,9 @@ struct stats {
 
 static void stats_finish(struct stats *st, unsigned runs)
 {
-	qsort(st->v, runs, sizeof(st->v[0]), cmp_double);
+	st->median = tu_median(st->v, runs); /* sorts */
 	st->min = st->v[0];
 	st->max = st->v[runs - 1];
-	st->median = runs % 2 ? st->v[runs / 2] : (st->v[runs / 2 - 1] + st->v[runs / 2]) / 2;
 }
 
 static void usage(FILE *f)

@@ -54,6 +54,7 @@ struct http_req {
 	int write_error; /* set by the write callback: -EMSGSIZE or -ENOMEM */
 	bool in_callback;
 	usec_t start;
+	const char *label; /* the caller's static string, for the observer */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -65,6 +66,8 @@ struct http {
 	char *ca_path;
 	char *user_agent;
 	bool insecure;
+	void (*observer)(const char *label, const struct http_response *resp, void *ctx);
+	void *observer_ctx;
 	http_req_t *reqs;
 	struct http_sock *socks;
 	unsigned n_reqs;
@@ -581,6 +584,7 @@ int http_send(http_t *h, const struct http_request *rq, http_cb cb, void *userda
 	if (r < 0)
 		return r;
 	req->cb = cb;
+	req->label = rq->label;
 	req->userdata = userdata;
 	req->start = time_mono();
 	/* arms our timer through the timer callback; the transfer starts from the loop */
@@ -669,6 +673,8 @@ static void req_complete(http_req_t *req, CURLcode rc)
 	req_unlink(req);
 	response_fill(req, rc, &r);
 	req->in_callback = true;
+	if (req->h->observer)
+		req->h->observer(req->label ? req->label : "", &r, req->h->observer_ctx);
 	req->cb(req, &r, req->userdata);
 	req_free(req);
 }
@@ -731,6 +737,8 @@ static char *system_capath(void)
 static int http_set_opts(http_t *h, const struct http_opts *opts)
 {
 	h->insecure = opts && opts->insecure;
+	h->observer = opts ? opts->observer : NULL;
+	h->observer_ctx = opts ? opts->observer_ctx : NULL;
 	if (opts && opts->ca_file) {
 		if (access(opts->ca_file, R_OK) < 0)
 			return -errno;
