@@ -719,6 +719,54 @@ static void cancel_other(struct result *r)
 
 /* Two transfers that may finish in the same loop iteration: whichever callback
  * runs first cancels the other, whose result may already be queued in curl. */
+struct observed {
+	int calls;
+	char label[32];
+	long status;
+	bool before_callback; /* the request's own callback had not run yet */
+	struct result *watch;
+};
+
+static void observe(const char *label, const struct http_response *resp, void *ctx)
+{
+	struct observed *o = ctx;
+
+	o->calls++;
+	snprintf(o->label, sizeof(o->label), "%s", label);
+	o->status = resp->status;
+	o->before_callback = o->watch && o->watch->calls == 0;
+}
+
+/* The observer sees every completed request with its label, before the
+ * request's callback, and never a cancelled one. */
+START_TEST(test_observer)
+{
+	struct observed o = {0};
+	struct http_opts opts = {.observer = observe, .observer_ctx = &o};
+	struct env t;
+	struct result a = {0}, x = {0};
+	char *url;
+
+	env_up_opts(&t, &opts, NULL);
+	url = test_httpd_url(t.srv, "/status?code=503");
+	o.watch = &a;
+	go(&t, &a, &(struct http_request){.method = "GET", .url = url, .label = "claims"});
+	free(url);
+	run_until(&t, 1);
+	ck_assert_int_eq(o.calls, 1);
+	ck_assert_str_eq(o.label, "claims");
+	ck_assert_int_eq(o.status, 503);
+	ck_assert(o.before_callback);
+	get(&t, &x, "/sleep?ms=300");
+	run_for(&t, 50 * USEC_PER_MSEC);
+	http_cancel(x.req);
+	run_for(&t, 400 * USEC_PER_MSEC);
+	ck_assert_int_eq(o.calls, 1);
+	result_clear(&a);
+	env_down(&t);
+}
+END_TEST
+
 START_TEST(test_cancel_from_callback)
 {
 	struct env t;
@@ -1187,6 +1235,7 @@ static Suite *http_suite(void)
 	tcase_add_test(fail, test_body_cap);
 	tcase_add_test(fail, test_cap_bounds_memory);
 	tcase_add_test(life, test_cancel_in_flight);
+	tcase_add_test(life, test_observer);
 	tcase_add_test(life, test_cancel_from_callback);
 	tcase_add_test(life, test_free_in_flight);
 	tcase_add_test(life, test_free_from_callback);
