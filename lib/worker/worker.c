@@ -503,10 +503,12 @@ int worker_reload(worker_t *w, struct conf *next)
 	struct conf_ref *nr;
 	int q;
 
-	q = conf_retain_restart_fields(next, worker_cur_conf(w));
+	/* the diff first, so restart-only changes are reported before they are undone */
+	q = conf_diff(worker_cur_conf(w), next, &ch, &n);
 	if (q >= 0)
-		q = conf_diff(worker_cur_conf(w), next, &ch, &n);
+		q = conf_retain_restart_fields(next, worker_cur_conf(w));
 	if (q < 0) {
+		conf_changes_free(ch, n);
 		conf_free(next);
 		return q;
 	}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,6 +20,7 @@
 #include "util/strutil.h"
 
 struct tu_lessee {
+	const struct tu_lessor *lessor;
 	char *dir;
 	char *notify_path;
 	int notify_fd; /* our NOTIFY_SOCKET: start waits for READY=1 */
@@ -30,10 +32,10 @@ struct tu_lessee {
 	int status; /* last exit status, -1 unknown */
 };
 
-static int write_conf(struct tu_lessee *d, const struct tu_lessee_opts *o)
+static int write_conf(struct tu_lessee *d, const char *extra)
 {
 	_cleanup_free_ char *text = NULL, *token_path = NULL;
-	const char *token = tu_lessor_token(o->lessor);
+	const char *token = tu_lessor_token(d->lessor);
 	int n;
 
 	if (asprintf(&token_path, "%s/token", d->dir) < 0)
@@ -49,9 +51,9 @@ static int write_conf(struct tu_lessee *d, const struct tu_lessee_opts *o)
 		     "spool_dir = %s/spool\nrun_dir = %s/run\n"
 		     "[status]\nlisten =\n"
 		     "[log]\nlevel = debug\nformat = logfmt\n%s\n",
-		     tu_lessor_url(o->lessor), token ? "token_file = " : "",
+		     tu_lessor_url(d->lessor), token ? "token_file = " : "",
 		     token ? token_path : "", token ? "\n" : "", d->dir, d->dir,
-		     o->conf ? o->conf : "");
+		     extra ? extra : "");
 	if (n < 0)
 		return -ENOMEM;
 	return write_file_atomic(d->conf_path, text, (size_t)n, 0644);
@@ -80,6 +82,7 @@ static void child_exec(const struct tu_lessee *d)
 
 	if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
 		_exit(126);
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test must not leave a daemon */
 	for (size_t i = 0; d->env[i]; i++)
 		putenv(d->env[i]);
 	setenv("NOTIFY_SOCKET", d->notify_path, 1);
@@ -155,7 +158,8 @@ int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
 		tu_lessee_free(d);
 		return -ENOMEM;
 	}
-	r = write_conf(d, o);
+	d->lessor = o->lessor;
+	r = write_conf(d, o->conf);
 	if (r >= 0)
 		r = notify_open(d);
 	if (r >= 0)
@@ -278,6 +282,44 @@ int tu_lessee_wait_log(const struct tu_lessee *d, const char *needle, usec_t tim
 		tu_sleep(20 * USEC_PER_MSEC);
 	} while (time_mono() < end);
 	return -ETIMEDOUT;
+}
+
+int tu_lessee_set_conf(struct tu_lessee *d, const char *conf)
+{
+	return write_conf(d, conf);
+}
+
+int tu_lessee_status_port(const struct tu_lessee *d)
+{
+	_cleanup_free_ char *log = NULL;
+	const char *p;
+
+	if (tu_lessee_wait_log(d, "status endpoint on port ", 10 * USEC_PER_SEC) < 0 ||
+	    !(log = tu_lessee_log(d)) || !(p = strstr(log, "status endpoint on port ")))
+		return -ENOENT;
+	return atoi(p + strlen("status endpoint on port "));
+}
+
+char *tu_lessee_status_get(const struct tu_lessee *d, const char *path, long *ret_status)
+{
+	int port = tu_lessee_status_port(d);
+	char base[64];
+	lessor_client *c = NULL;
+	struct lessor_response resp = {0};
+	char *body = NULL;
+
+	if (port <= 0)
+		return NULL;
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+	if (lessor_client_new(base, NULL, &c) >= 0 &&
+	    lessor_client_request(c, "GET", path, NULL, NULL, 0, &resp) >= 0) {
+		body = resp.body ? resp.body : strdup("");
+		resp.body = NULL;
+		*ret_status = resp.status;
+	}
+	lessor_response_done(&resp);
+	lessor_client_free(c);
+	return body;
 }
 
 char *tu_lessor_run_log(const struct tu_lessor *l, const char *id, size_t *ret_len)

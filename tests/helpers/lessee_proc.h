@@ -51,6 +51,13 @@ char *tu_lessee_log(const struct tu_lessee *d);
 /* Wait until the log contains needle: 0 or -ETIMEDOUT. */
 int tu_lessee_wait_log(const struct tu_lessee *d, const char *needle, usec_t timeout);
 
+/* Replace the caller's part of the configuration (for SIGHUP reload tests). */
+int tu_lessee_set_conf(struct tu_lessee *d, const char *conf);
+/* The status endpoint's port, from the daemon's log (status.listen = 127.0.0.1:0). */
+int tu_lessee_status_port(const struct tu_lessee *d);
+/* GET a path of the status endpoint: the body (free it), NULL on transport failure. */
+char *tu_lessee_status_get(const struct tu_lessee *d, const char *path, long *ret_status);
+
 /* GET /v1/runs/{id}/log from the lessor: the raw bytes (free them). */
 char *tu_lessor_run_log(const struct tu_lessor *l, const char *id, size_t *ret_len);
 /* Is this pid still a live (non-zombie) process? */

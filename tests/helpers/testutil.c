@@ -6,10 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 
@@ -115,12 +120,41 @@ void tu_sleep(usec_t u)
 		;
 }
 
+/* Servers and daemons a failed test left behind were re-parented to us (a
+ * subreaper): kill and reap them, so nothing outlives the test binary. */
+static void reap_leftovers(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		char path[300], *stat = NULL, *p;
+		int pid = atoi(de->d_name), ppid = 0;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+		if (read_file_capped(path, 4096, &stat, NULL) < 0)
+			continue;
+		p = strrchr(stat, ')');
+		if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
+			kill(pid, SIGKILL);
+		free(stat);
+	}
+	if (d)
+		closedir(d);
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
 int tu_run(Suite *s)
 {
 	SRunner *sr = srunner_create(s);
 	int failed;
 
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	srunner_run_all(sr, CK_NORMAL);
+	reap_leftovers();
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

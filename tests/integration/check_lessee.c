@@ -12,6 +12,7 @@
 
 #include "lessee_proc.h"
 #include "lessor_proc.h"
+#include "promparse.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -83,19 +84,23 @@ static void start_lessor(char *const *args)
 			 0);
 }
 
-static void start_lessee(const char *extra)
+/* The workflows every test has, then the test's own settings. */
+static char *conf_text(const char *extra)
 {
-	_cleanup_free_ char *aux = tu_aux_bin(""), *conf = NULL;
+	_cleanup_free_ char *aux = tu_aux_bin("");
+	char *conf, *all;
 
 	aux[strlen(aux) - 1] = '\0'; /* the directory */
 	ck_assert_int_ge(asprintf(&conf, base_workflows, scripts, aux), 0);
-	if (extra) {
-		char *c2;
+	ck_assert_int_ge(asprintf(&all, "%s%s", conf, extra ? extra : ""), 0);
+	free(conf);
+	return all;
+}
 
-		ck_assert_int_ge(asprintf(&c2, "%s%s", conf, extra), 0);
-		free(conf);
-		conf = c2;
-	}
+static void start_lessee(const char *extra)
+{
+	_cleanup_free_ char *conf = conf_text(extra);
+
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 			 0);
 }
@@ -625,6 +630,151 @@ START_TEST(test_slow_api_does_not_block)
 }
 END_TEST
 
+START_TEST(test_reload)
+{
+	_cleanup_free_ char *a = NULL, *b = NULL, *conf = NULL, *extra = NULL, *la = NULL,
+			    *lb = NULL;
+
+	write_script("v1.sh", "echo version-one");
+	write_script("v2.sh", "echo version-two");
+	D = tu_lessee_free(D);
+	ck_assert_int_ge(asprintf(&extra, "[workflow.version]\ncommand = %s/v1.sh\n", scripts), 0);
+	start_lessee(extra);
+	a = enqueue("version", NULL);
+	wait_status(a, "succeeded", 20 * SEC);
+	free(extra);
+	ck_assert_int_ge(asprintf(&extra,
+				  "[workflow.version]\ncommand = %s/v2.sh\n"
+				  "[worker]\nconcurrency = 6\nid = renamed\n",
+				  scripts),
+			 0);
+	conf = conf_text(extra);
+	ck_assert_int_eq(tu_lessee_set_conf(D, conf), 0);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency: 4 -> 6", 10 * SEC), 0);
+	/* worker.id needs a restart: said, not applied */
+	ck_assert_int_eq(tu_lessee_wait_log(D, "(needs a restart, not applied)", 5 * SEC), 0);
+	b = enqueue("version", NULL);
+	wait_status(b, "succeeded", 20 * SEC);
+	la = run_log(a);
+	lb = run_log(b);
+	ck_assert_str_eq(la, "version-one\n");
+	ck_assert_str_eq(lb, "version-two\n");
+}
+END_TEST
+
+START_TEST(test_auth_refused)
+{
+	_cleanup_free_ char *extra = NULL, *bad = NULL, *body = NULL, *log = NULL;
+	long status = 0;
+	int lines = 0;
+
+	D = tu_lessee_free(D);
+	ck_assert_int_ge(asprintf(&bad, "%s/wrong-token", scripts), 0);
+	ck_assert_int_eq(write_file_atomic(bad, "not-the-token", 13, 0600), 0);
+	ck_assert_int_ge(asprintf(&extra, "[api]\ntoken_file = %s\n[status]\nlisten = 127.0.0.1:0\n",
+				  bad), 0);
+	start_lessee(extra);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "API refuses our credentials (HTTP 401)", 10 * SEC), 0);
+	body = tu_lessee_status_get(D, "/readyz", &status);
+	ck_assert_ptr_nonnull(body);
+	ck_assert_int_eq(status, 503);
+	ck_assert_msg(strstr(body, "credentials"), "readyz said: %s", body);
+	tu_sleep(2 * SEC);
+	log = tu_lessee_log(D);
+	for (const char *p = log; (p = strstr(p, "refuses our credentials")); p++)
+		lines++;
+	ck_assert_int_eq(lines, 1); /* one line per change of state, not per attempt */
+}
+END_TEST
+
+START_TEST(test_retry_after_honoured)
+{
+	_cleanup_free_ char *id = NULL, *log = NULL;
+	char *const args[] = {"--enable-faults", NULL};
+	usec_t t0;
+	int lines = 0;
+
+	teardown();
+	setup_scripts();
+	start_lessor(args);
+	start_lessee(NULL);
+	cJSON_Delete(admin("POST", "/v1/admin/faults",
+			   "{\"endpoint\":\"complete\",\"status\":503,\"count\":2,"
+			   "\"retry_after_s\":1}",
+			   200));
+	t0 = time_mono();
+	id = enqueue("ok", "\"input\":1");
+	wait_status(id, "succeeded", 30 * SEC);
+	/* two refusals, each asking for a second: the result lands after both */
+	ck_assert_uint_ge(time_mono() - t0, 2 * SEC);
+	log = tu_lessee_log(D);
+	for (const char *p = log; (p = strstr(p, "report failed (HTTP 503), retrying")); p++)
+		lines++;
+	ck_assert_int_eq(lines, 2);
+}
+END_TEST
+
+static prom_doc_t *scrape(void)
+{
+	_cleanup_free_ char *text = NULL, *err = NULL;
+	long status = 0;
+	prom_doc_t *doc = NULL;
+
+	text = tu_lessee_status_get(D, "/metrics", &status);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_int_eq(status, 200);
+	ck_assert_msg(prom_parse(text, strlen(text), &doc, &err) == 0, "metrics: %s", err);
+	return doc;
+}
+
+START_TEST(test_metrics_count_exactly)
+{
+	static const char *const wfs[] = {"ok", "ok", "fail", "crash", "missing"};
+	char *ids[5];
+	prom_doc_t *doc;
+	_cleanup_free_ char *body = NULL;
+	long status = 0;
+
+	D = tu_lessee_free(D);
+	start_lessee("[status]\nlisten = 127.0.0.1:0\n");
+	for (int i = 0; i < 5; i++)
+		ids[i] = enqueue(wfs[i], "\"max_attempts\":1");
+	for (int i = 0; i < 5; i++) {
+		wait_status(ids[i], i < 2 ? "succeeded" : "failed", 20 * SEC);
+		free(ids[i]);
+	}
+	tu_sleep(300 * USEC_PER_MSEC); /* the last report's bookkeeping */
+	doc = scrape();
+#define V(...) prom_value(doc, __VA_ARGS__, NULL)
+	ck_assert_double_eq(V("lessee_runs_started_total", "workflow", "ok"), 2);
+	ck_assert_double_eq(V("lessee_runs_started_total", "workflow", "missing"), 1);
+	ck_assert_double_eq(V("lessee_runs_finished_total", "workflow", "ok", "outcome", "succeeded"), 2);
+	ck_assert_double_eq(V("lessee_runs_finished_total", "workflow", "fail", "outcome", "failed"), 1);
+	ck_assert_double_eq(V("lessee_runs_finished_total", "workflow", "crash", "outcome", "crash"), 1);
+	ck_assert_double_eq(
+		V("lessee_runs_finished_total", "workflow", "missing", "outcome", "spawn_error"), 1);
+	ck_assert_double_eq(prom_sum(doc, "lessee_runs_finished_total", NULL), 5);
+	ck_assert_double_eq(V("lessee_run_duration_seconds_count", "workflow", "ok"), 2);
+	ck_assert_double_eq(V("lessee_runs_in_flight"), 0);
+	ck_assert_double_eq(V("lessee_slots"), 4);
+	ck_assert_double_eq(V("lessee_leases_lost_total"), 0);
+	ck_assert_double_eq(V("lessee_draining"), 0);
+	ck_assert_double_eq(V("lessee_io_backend", "backend", tu_backend()), 1);
+	ck_assert_double_eq(prom_sum(doc, "lessee_api_requests_total", "endpoint", "complete",
+				     "code", "200", NULL), 5);
+	ck_assert(prom_sum(doc, "lessee_claims_total", "result", "runs", NULL) >= 1);
+#undef V
+	prom_free(doc);
+	body = tu_lessee_status_get(D, "/readyz", &status);
+	ck_assert_int_eq(status, 200);
+	free(body);
+	body = tu_lessee_status_get(D, "/status", &status);
+	ck_assert_int_eq(status, 200);
+	ck_assert_ptr_nonnull(strstr(body, "\"runs_done\":5"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lessee");
@@ -645,6 +795,10 @@ int main(void)
 	tcase_add_test(tc, test_spool_delivered_after_restart);
 	tcase_add_test(tc, test_log_byte_exact);
 	tcase_add_test(tc, test_slow_api_does_not_block);
+	tcase_add_test(tc, test_reload);
+	tcase_add_test(tc, test_auth_refused);
+	tcase_add_test(tc, test_retry_after_honoured);
+	tcase_add_test(tc, test_metrics_count_exactly);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
