@@ -862,14 +862,15 @@ static char *read_src(const char *rel)
 	return text;
 }
 
-/* The value of "#name = value" in [section] of the example, or NULL. */
-static char *example_value(const char *example, const char *section, const char *name)
+/* Where "\n<prefix><name> =" stands in [section] of the example, past the "=". */
+static const char *example_find(const char *example, const char *section, const char *prefix,
+				const char *name)
 {
 	_cleanup_free_ char *head = NULL, *line = NULL;
 	const char *sec, *end, *at;
 
 	ck_assert_int_ge(asprintf(&head, "\n[%s]\n", section), 0);
-	ck_assert_int_ge(asprintf(&line, "\n#%s =", name), 0);
+	ck_assert_int_ge(asprintf(&line, "\n%s%s =", prefix, name), 0);
 	sec = strstr(example, head);
 	if (!sec)
 		return NULL;
@@ -877,7 +878,19 @@ static char *example_value(const char *example, const char *section, const char 
 	at = strstr(sec, line);
 	if (!at || (end && at > end))
 		return NULL;
-	at += strlen(line);
+	return at + strlen(line);
+}
+
+/* The value of "#name = value" in [section] of the example, or of "name =
+ * value" for a key the example sets (it must then be what loads), or NULL. */
+static char *example_value(const char *example, const char *section, const char *name)
+{
+	const char *at = example_find(example, section, "#", name);
+
+	if (!at)
+		at = example_find(example, section, "", name);
+	if (!at)
+		return NULL;
 	at += strspn(at, " ");
 	return strndup(at, strcspn(at, "\n"));
 }
