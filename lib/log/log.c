@@ -105,14 +105,9 @@ void log_set_worker_id(const char *id)
 	snprintf(L.worker_id, sizeof(L.worker_id), "%s", id ? id : "");
 }
 
-static void logfmt_value(struct buf *b, const char *v)
+/* A quoted string; control bytes as \u00XX in JSON, \xXX in logfmt. */
+static void quoted(struct buf *b, const char *v, bool json)
 {
-	bool quote = !*v || strpbrk(v, " =\"\t\n\\") != NULL;
-
-	if (!quote) {
-		buf_appends(b, v);
-		return;
-	}
 	buf_append(b, "\"", 1);
 	for (const char *p = v; *p; p++) {
 		if (*p == '"' || *p == '\\')
@@ -120,40 +115,30 @@ static void logfmt_value(struct buf *b, const char *v)
 		else if (*p == '\n')
 			buf_appends(b, "\\n");
 		else if ((unsigned char)*p < 0x20)
-			buf_printf(b, "\\x%02x", (unsigned char)*p);
+			buf_printf(b, json ? "\\u%04x" : "\\x%02x", (unsigned char)*p);
 		else
 			buf_append(b, p, 1);
 	}
 	buf_append(b, "\"", 1);
 }
 
-static void json_value(struct buf *b, const char *v)
+static bool needs_quotes(const char *v)
 {
-	buf_append(b, "\"", 1);
-	for (const char *p = v; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			buf_printf(b, "\\%c", *p);
-		else if (*p == '\n')
-			buf_appends(b, "\\n");
-		else if ((unsigned char)*p < 0x20)
-			buf_printf(b, "\\u%04x", (unsigned char)*p);
-		else
-			buf_append(b, p, 1);
-	}
-	buf_append(b, "\"", 1);
+	for (const char *p = v; *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == '=' || *p == '"' || *p == '\\')
+			return true;
+	return false;
 }
 
 static void field(struct buf *b, bool json, const char *key, const char *val)
 {
 	if (!val || !*val)
 		return;
-	if (json) {
-		buf_printf(b, ",\"%s\":", key);
-		json_value(b, val);
-	} else {
-		buf_printf(b, " %s=", key);
-		logfmt_value(b, val);
-	}
+	buf_printf(b, json ? ",\"%s\":" : " %s=", key);
+	if (json || needs_quotes(val))
+		quoted(b, val, json);
+	else
+		buf_appends(b, val); /* logfmt leaves plain words bare */
 }
 
 static void emit_text(int prio, const struct log_fields *f, const char *msg)

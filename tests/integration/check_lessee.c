@@ -212,6 +212,17 @@ static bool wait_dead(pid_t pid, usec_t timeout)
 	return true;
 }
 
+/* How many times the daemon's log says this so far. */
+static int log_count(const char *needle)
+{
+	_cleanup_free_ char *log = tu_lessee_log(D);
+	int n = 0;
+
+	for (const char *p = log; p && (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
 static cJSON *admin(const char *method, const char *path, const char *body, long want)
 {
 	long status = 0;
@@ -665,9 +676,8 @@ END_TEST
 
 START_TEST(test_auth_refused)
 {
-	_cleanup_free_ char *extra = NULL, *bad = NULL, *body = NULL, *log = NULL;
+	_cleanup_free_ char *extra = NULL, *bad = NULL, *body = NULL;
 	long status = 0;
-	int lines = 0;
 
 	D = tu_lessee_free(D);
 	ck_assert_int_ge(asprintf(&bad, "%s/wrong-token", scripts), 0);
@@ -681,19 +691,16 @@ START_TEST(test_auth_refused)
 	ck_assert_int_eq(status, 503);
 	ck_assert_msg(strstr(body, "credentials"), "readyz said: %s", body);
 	tu_sleep(2 * SEC);
-	log = tu_lessee_log(D);
-	for (const char *p = log; (p = strstr(p, "refuses our credentials")); p++)
-		lines++;
-	ck_assert_int_eq(lines, 1); /* one line per change of state, not per attempt */
+	/* one line per change of state, not per attempt */
+	ck_assert_int_eq(log_count("refuses our credentials"), 1);
 }
 END_TEST
 
 START_TEST(test_retry_after_honoured)
 {
-	_cleanup_free_ char *id = NULL, *log = NULL;
+	_cleanup_free_ char *id = NULL;
 	char *const args[] = {"--enable-faults", NULL};
 	usec_t t0;
-	int lines = 0;
 
 	teardown();
 	setup_scripts();
@@ -708,10 +715,7 @@ START_TEST(test_retry_after_honoured)
 	wait_status(id, "succeeded", 30 * SEC);
 	/* two refusals, each asking for a second: the result lands after both */
 	ck_assert_uint_ge(time_mono() - t0, 2 * SEC);
-	log = tu_lessee_log(D);
-	for (const char *p = log; (p = strstr(p, "report failed (HTTP 503), retrying")); p++)
-		lines++;
-	ck_assert_int_eq(lines, 2);
+	ck_assert_int_eq(log_count("report failed (HTTP 503), retrying"), 2);
 }
 END_TEST
 
