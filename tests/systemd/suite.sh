@@ -1,0 +1,339 @@
+#!/bin/sh
+# make check-systemd, inside the container: PID 1 is systemd and this runs as
+# lessee-test.service.  Each case drives the shipped lessee.service (installed
+# by `make install`, changed only by the drop-ins below) through systemctl and
+# checks one promise lessee makes to systemd; docs/systemd.md says which.
+# Results: TAP in /results/results.tap, the journal in /results/journal.txt.
+# The container's exit status (systemctl exit) is 0 when every case passed.
+set -u
+
+R=/results
+TAP=$R/results.tap
+T=/opt/lessee-test
+STAGE=/opt/lessee-stage
+U=lessee.service
+UNITS=/usr/local/lib/systemd/system
+RUNTIME_DROPINS=/run/systemd/system/$U.d
+export LESSOR_URL=http://127.0.0.1:8080 LESSOR_TOKEN_FILE=/etc/lessor/api-token
+export SYSTEMD_PAGER='' SYSTEMD_COLORS=0 PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+
+date +%s.%N >$R/t_start
+
+# ---- helpers
+
+WHY=$R/.why
+fail() { # MESSAGE: the reason of the current case; returns 1 for `|| fail ... || return`
+	printf '%s\n' "$*" >>"$WHY"
+	return 1
+}
+note() { printf 'note: %s\n' "$*" >>"$WHY"; }
+
+prop() { systemctl show -p "$1" --value "${2:-$U}"; }
+is_prop() { [ "$(prop "$1")" = "$2" ]; }
+
+wait_until() { # SECONDS COMMAND...: poll every 0.1 s until COMMAND succeeds
+	_ticks=$(($1 * 10))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		_ticks=$((_ticks - 1))
+		[ "$_ticks" -gt 0 ] || return 1
+		sleep 0.1
+	done
+}
+
+# lessee's own journal lines (MESSAGE only) of one invocation of the unit
+journal_of() { journalctl -q --no-pager -o cat _SYSTEMD_INVOCATION_ID="$1"; }
+journal_of_has() { journal_of "$1" | grep -Eq "$2"; }
+# systemd's structured messages about one invocation, e.g. UNIT_RESULT=watchdog
+manager_said() { journalctl -q --no-pager -o cat INVOCATION_ID="$1" "$2" | grep -q .; }
+
+start_unit() { timeout 30 systemctl start "$U"; }
+stop_unit() { timeout 70 systemctl stop "$U"; }
+ensure_running() {
+	systemctl is-active -q "$U" || start_unit || fail "cannot start $U: $(prop Result)"
+}
+dropin() { # NAME CONTENT: a runtime drop-in for one case ("" removes it)
+	mkdir -p "$RUNTIME_DROPINS"
+	if [ -n "$2" ]; then printf '%s\n' "$2" >"$RUNTIME_DROPINS/$1.conf"; else rm -f "$RUNTIME_DROPINS/$1.conf"; fi
+	systemctl daemon-reload
+}
+
+usec() { systemd-analyze timespan "$1" | awk 'NR == 2 { print $2 }'; } # its line "μs: N"
+UNIT_SUCCESS=7ad2d189f7e94e70a38c781354912448 # systemd's "Deactivated successfully"
+
+status_text() { prop StatusText; }
+status_matches() { status_text | grep -Eq "$1"; }
+status_done() { status_text | sed -n 's/^[0-9]*\/[0-9]* runs, \([0-9]*\) done.*/\1/p'; }
+
+metric() { # NAME{LABELS}: its value from lessee's status endpoint
+	curl -sf --max-time 5 http://127.0.0.1:9464/metrics | awk -v m="$1" '$1 == m { print $2 }'
+}
+metric_is() { [ "$(metric "$1")" = "$2" ]; }
+metric_at_least() { v=$(metric "$1") && [ -n "$v" ] && [ "${v%.*}" -ge "$2" ]; }
+
+enqueue() { # SECONDS COUNT: COUNT runs of the sleep workflow; prints their ids
+	_i=0
+	while [ "$_i" -lt "$2" ]; do
+		lessor enqueue --workflow sleep --input "$1" || return 1
+		_i=$((_i + 1))
+	done
+}
+run_field() { lessor show "$1" | sed -n "s/^$2: *//p"; }
+runs_are() { # STATUS ID...
+	_s=$1
+	shift
+	for _id; do [ "$(run_field "$_id" status)" = "$_s" ] || return 1; done
+}
+runs_summary() { for _id; do printf '%s=%s ' "$_id" "$(run_field "$_id" status)"; done; }
+
+n=0
+failed=0
+check() { # NAME FUNCTION: one case, one TAP line
+	n=$((n + 1))
+	: >"$WHY"
+	t0=$(date +%s.%N)
+	if "$2"; then res=ok; else res="not ok"; fi
+	secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+	echo "$res $n - $1 (${secs}s)" | tee -a "$TAP"
+	if [ "$res" != ok ]; then
+		failed=$((failed + 1))
+		[ -s "$WHY" ] || echo "(no reason recorded)" >>"$WHY"
+		{
+			echo "systemctl status $U:"
+			systemctl status "$U" --no-pager -n 0 2>&1
+			echo "journal of $U during the case:"
+			journalctl -q --no-pager -o short-monotonic -u "$U" --since "@${t0%.*}" | tail -n 25
+		} >>"$WHY"
+	fi
+	sed 's/^/# /' "$WHY" | tee -a "$TAP"
+}
+
+# ---- the cases
+
+# Every shipped unit passes systemd-analyze verify without a word: it exits 0
+# on warnings, so any output is a failure.  (No man pages are installed, so
+# their check is off.)
+case_verify() {
+	for u in lessee.service lessee@.service lessor.service; do
+		out=$(systemd-analyze verify --man=no "$UNITS/$u" 2>&1) && [ -z "$out" ] ||
+			fail "systemd-analyze verify $u: $out" || return
+	done
+}
+
+case_security() {
+	out=$(systemd-analyze security --offline=yes --threshold=20 --no-pager "$UNITS/$U" 2>&1) ||
+		fail "exposure above 2.0: $(echo "$out" | tail -n 1)" || return
+	note "$(echo "$out" | sed -n 's/.*Overall exposure level for \(.*\)/\1/p')"
+}
+
+# The shipped sysusers and tmpfiles files were applied at boot; the
+# configuration is the shipped lessee.conf plus a test drop-in; lessor runs as
+# its shipped unit; the API token is a credential of both units.
+case_setup() {
+	getent passwd lessee | grep -q '^lessee:x:[0-9]*:[0-9]*:[^:]*:/var/lib/lessee:' ||
+		fail "systemd-sysusers did not create the lessee user: $(getent passwd lessee)" || return
+	perm=$(stat -c '%a %U:%G' /etc/lessee 2>&1)
+	[ "$perm" = "755 root:root" ] || fail "systemd-tmpfiles: /etc/lessee is '$perm'" || return
+	install -m 0644 "$STAGE/etc/lessee/lessee.conf" /etc/lessee/lessee.conf &&
+		install -D -m 0644 "$T/test-lessee.conf" /etc/lessee/lessee.conf.d/50-test.conf &&
+		install -D -m 0644 "$T/test-timings.conf" "/etc/systemd/system/$U.d/50-test.conf" ||
+		fail "cannot install the test configuration" || return
+	token=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+	(
+		umask 077
+		mkdir -p /etc/lessor
+		echo "$token" >/etc/lessee/api-token
+		echo "$token" >/etc/lessor/api-token
+	)
+	out=$(lessee --check-config 2>&1) || fail "lessee --check-config: $out" || return
+	systemctl daemon-reload
+	timeout 30 systemctl start lessor.service ||
+		fail "lessor.service: $(systemctl status lessor.service --no-pager 2>&1 | tail -n 5)" || return
+	wait_until 10 lessor stats || fail "lessor does not answer on $LESSOR_URL" || return
+}
+
+# Type=notify: `systemctl start` returns once lessee sent READY=1, which it
+# does from its running loop; the unit is then active and the daemon answers
+# at once.  (A failure before READY makes start fail: see the exit-78 case.)
+case_start() {
+	systemctl stop "$U"
+	start_unit || fail "systemctl start failed: Result=$(prop Result)" || return
+	st="$(prop ActiveState)/$(prop SubState)"
+	[ "$st" = active/running ] || fail "right after start: $st" || return
+	json=$(lessee status --json 2>&1) || fail "lessee status right after start: $json" || return
+	echo "$json" | grep -Eq '"phase":[[:space:]]*"running"' || fail "not running: $json" || return
+	journal_of_has "$(prop InvocationID)" '^event loop: ' || fail "no 'event loop:' line in the journal"
+}
+
+# STATUS= from the loop every second is what systemctl status shows: runs in
+# flight out of the slots, and the runs done.
+case_status() {
+	ensure_running || return
+	wait_until 5 status_matches '^0/4 runs, [0-9]+ done$' ||
+		fail "idle StatusText: '$(status_text)'" || return
+	done0=$(status_done)
+	ids=$(enqueue 3 2) || fail "lessor enqueue failed" || return
+	wait_until 10 status_matches '^2/4 runs, [0-9]+ done$' ||
+		fail "StatusText never showed the 2 runs: '$(status_text)'" || return
+	wait_until 20 runs_are succeeded $ids || fail "runs: $(runs_summary $ids)" || return
+	wait_until 5 status_matches "^0/4 runs, $((done0 + 2)) done\$" ||
+		fail "StatusText after the runs: '$(status_text)' (was $done0 done)"
+}
+
+# The token reaches lessee only as the credential api-token
+# (LoadCredential=): the configuration names no token file, and the lessee
+# user cannot read /etc/lessee/api-token.  lessor requires it, so claims
+# succeed; a wrong credential makes them denied.
+case_credential() {
+	ensure_running || return
+	lessee --check-config 2>/dev/null | grep -q '^token_file = *$' ||
+		fail "the effective configuration sets token_file" || return
+	! runuser -u lessee -- cat /etc/lessee/api-token >/dev/null 2>&1 ||
+		fail "the lessee user can read /etc/lessee/api-token" || return
+	cmp -s "/run/credentials/$U/api-token" /etc/lessee/api-token ||
+		fail "no credential /run/credentials/$U/api-token" || return
+	! journal_of_has "$(prop InvocationID)" 'no API token' || fail "lessee says it has no token" || return
+	metric_at_least 'lessee_claims_total{result="runs"}' 1 ||
+		fail "no successful claim: $(metric 'lessee_claims_total{result="runs"}')" || return
+	[ -z "$(metric 'lessee_claims_total{result="denied"}')" ] || fail "claims were denied" || return
+	# Control: a wrong credential is refused by lessor.
+	good=$(cat /etc/lessee/api-token)
+	echo "wrong$good" >/etc/lessee/api-token
+	systemctl restart "$U" || fail "restart with the wrong credential failed" || return
+	id=$(enqueue 1 1) || fail "lessor enqueue failed" || return
+	wait_until 10 metric_at_least 'lessee_claims_total{result="denied"}' 1 ||
+		fail "a wrong credential was not denied" || return
+	runs_are pending "$id" || fail "run with a wrong credential: $(runs_summary "$id")" || return
+	echo "$good" >/etc/lessee/api-token
+	systemctl restart "$U" || fail "restart with the right credential failed" || return
+	wait_until 15 runs_are succeeded "$id" || fail "run after the fix: $(runs_summary "$id")"
+}
+
+# systemctl stop with runs in flight: lessee gets SIGTERM alone (KillMode=mixed),
+# says "draining" in STATUS=, lets the runs finish (a SIGTERM would fail them),
+# reports them, and exits 0 before TimeoutStopSec.  The unit is unloaded once
+# inactive, so its result is read from the journal.
+case_drain() {
+	ensure_running || return
+	inv=$(prop InvocationID)
+	ids=$(enqueue 4 3) || fail "lessor enqueue failed" || return
+	wait_until 10 runs_are running $ids || fail "runs: $(runs_summary $ids)" || return
+	wait_until 5 status_matches '^3/4 runs' || fail "StatusText: '$(status_text)'" || return
+	systemctl stop --no-block "$U"
+	wait_until 5 status_matches '^3/4 runs, [0-9]+ done, draining$' ||
+		fail "StatusText while stopping: '$(status_text)'" || return
+	is_prop ActiveState deactivating || fail "while draining: $(prop ActiveState)" || return
+	wait_until 60 is_prop ActiveState inactive || fail "still $(prop ActiveState) after 60 s" || return
+	manager_said "$inv" MESSAGE_ID=$UNIT_SUCCESS && ! manager_said "$inv" UNIT_RESULT ||
+		fail "systemd: $(journalctl -q -o cat INVOCATION_ID="$inv")" || return
+	journal_of_has "$inv" '^drain done after' || fail "lessee did not finish its drain" || return
+	runs_are succeeded $ids || fail "runs after the stop: $(runs_summary $ids)" || return
+	for id in $ids; do
+		out=$(run_field "$id" output)
+		echo "$out" | grep -q '"slept": *4' || fail "run $id output: $out" || return
+		! lessor log "$id" | grep -q 'got SIGTERM' || fail "run $id got SIGTERM" || return
+	done
+}
+
+# The shipped values: systemd's stop timeout must outlast the drain lessee is
+# configured for plus kill_grace, or a stop ends in SIGKILL for the daemon and
+# its runs, with nothing released.
+case_stop_timeout() {
+	tss=$(sed -n 's/^TimeoutStopSec=//p' "$UNITS/$U")
+	eff=$(lessee --check-config --config "$STAGE/etc/lessee/lessee.conf" \
+		--set api.url=http://127.0.0.1 2>&1) || fail "shipped lessee.conf: $eff" || return
+	drain=$(echo "$eff" | sed -n 's/^drain_timeout = //p')
+	grace=$(echo "$eff" | sed -n 's/^kill_grace = //p')
+	note "TimeoutStopSec=$tss, drain_timeout = $drain, kill_grace = $grace"
+	[ "$drain" != infinity ] || fail "drain_timeout is infinity: stop ends in SIGKILL" || return
+	[ $(($(usec "$drain") + $(usec "$grace"))) -lt "$(usec "$tss")" ] ||
+		fail "drain_timeout + kill_grace >= TimeoutStopSec"
+}
+
+# WATCHDOG=1 comes from a loop timer: while the loop turns the watchdog is fed;
+# once the loop is wedged (SIGUSR2 with LESSEE_TEST_HOOKS=1) systemd kills it
+# (Result=watchdog) and Restart=on-failure starts a new one.
+case_watchdog() {
+	dropin 60-test-hooks '[Service]
+Environment=LESSEE_TEST_HOOKS=1'
+	systemctl stop "$U"
+	start_unit || fail "start failed" || return
+	wd=$(prop WatchdogUSec)
+	[ "$wd" = 3s ] || fail "WatchdogUSec=$wd, the test drop-in sets 3s" || return
+	pid=$(prop MainPID)
+	inv=$(prop InvocationID)
+	sleep 4 # longer than WatchdogSec
+	[ "$(prop MainPID)" = "$pid" ] && is_prop SubState running ||
+		fail "a healthy lessee was not left running ($(prop SubState), pid $(prop MainPID))" || return
+	systemctl kill -s SIGUSR2 --kill-whom=main "$U"
+	wait_until 10 journal_of_has "$inv" 'stalling the event loop' || fail "the test hook did not run" || return
+	wait_until 10 manager_said "$inv" UNIT_RESULT=watchdog || fail "no Result=watchdog" || return
+	wait_until 10 is_prop NRestarts 1 || fail "NRestarts=$(prop NRestarts)" || return
+	wait_until 10 is_prop SubState running || fail "after the restart: $(prop SubState)" || return
+	[ "$(prop MainPID)" != "$pid" ] && ! kill -0 "$pid" 2>/dev/null ||
+		fail "pid $pid is still the main process" || return
+	dropin 60-test-hooks ''
+	stop_unit
+}
+
+# A configuration error is exit 78 before READY: start fails, and
+# RestartPreventExitStatus=78 keeps Restart=on-failure from looping.
+case_config() {
+	systemctl stop "$U"
+	systemctl reset-failed "$U" 2>/dev/null
+	printf '[worker]\nconcurrency = 0\n' >/etc/lessee/lessee.conf.d/90-bad.conf
+	started=no
+	start_unit 2>/dev/null && started=yes
+	inv=$(prop InvocationID)
+	res="$(prop Result) $(prop ExecMainStatus)"
+	rm -f /etc/lessee/lessee.conf.d/90-bad.conf
+	[ $started = no ] || fail "systemctl start succeeded with a bad configuration" || return
+	[ "$res" = "exit-code 78" ] || fail "Result, ExecMainStatus: $res" || return
+	sleep 3 # RestartSec=1s: a restart would have come by now
+	st="$(prop ActiveState) NRestarts=$(prop NRestarts)"
+	[ "$st" = "failed NRestarts=0" ] || fail "after 3 s: $st" || return
+	journal_of_has "$inv" 'worker\.concurrency: 0 is out of range' ||
+		fail "the error is not in the journal: $(journal_of "$inv")" || return
+	systemctl reset-failed "$U"
+}
+
+# SystemCallFilter= without io_uring: lessee says it runs on epoll and still
+# works.  Control: the same unit without the filter runs on io_uring.
+case_io_uring() {
+	systemctl stop "$U"
+	start_unit || fail "start without the filter failed" || return
+	wait_until 5 journal_of_has "$(prop InvocationID)" '^event loop: io_uring$' ||
+		fail "control, no filter: $(journal_of "$(prop InvocationID)" | grep 'event loop')" || return
+	dropin 60-no-io_uring '[Service]
+SystemCallFilter=~io_uring_setup io_uring_enter io_uring_register'
+	systemctl restart "$U" || fail "start with the filter failed" || return
+	inv=$(prop InvocationID)
+	wait_until 5 journal_of_has "$inv" '^event loop: epoll \(io_uring unavailable: ' ||
+		fail "journal: $(journal_of "$inv" | grep 'event loop')" || return
+	note "$(journal_of "$inv" | grep '^event loop')"
+	metric_is 'lessee_io_backend{backend="epoll"}' 1 || fail "metrics: $(metric 'lessee_io_backend{backend="epoll"}')" || return
+	ids=$(enqueue 1 2) || fail "lessor enqueue failed" || return
+	wait_until 15 runs_are succeeded $ids || fail "runs on epoll: $(runs_summary $ids)" || return
+	stop_unit && is_prop Result success || fail "stop on epoll: $(prop Result)" || return
+	dropin 60-no-io_uring ''
+}
+
+echo "1..$(grep -c '^check ' "$0")" >"$TAP"
+check "systemd-analyze verify: every shipped unit, no output" case_verify
+check "systemd-analyze security --offline=yes --threshold=20 lessee.service" case_security
+check "setup: sysusers + tmpfiles applied, lessor.service serving" case_setup
+check "start waits for READY=1: active, answering" case_start
+check "STATUS= in systemctl show: runs in flight, runs done" case_status
+check "token from \$CREDENTIALS_DIRECTORY (a wrong one is denied)" case_credential
+check "stop with runs in flight: drains, runs succeed and are reported, clean exit" case_drain
+check "shipped TimeoutStopSec= outlasts drain_timeout + kill_grace" case_stop_timeout
+check "stalled loop: watchdog kills it (Result=watchdog), restarted" case_watchdog
+check "bad configuration: exit 78, start fails, not restarted" case_config
+check "SystemCallFilter=~io_uring_*: logs epoll, runs complete" case_io_uring
+
+journalctl -b --no-pager -o short-monotonic >$R/journal.txt 2>&1
+date +%s.%N >$R/t_end
+rc=0
+[ "$failed" -eq 0 ] || rc=1
+systemctl --no-block exit "$rc"
+exit "$rc"
