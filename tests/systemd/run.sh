@@ -146,7 +146,7 @@ awk '
 	/^1\.\./ { plan = substr($0, 4) }
 	/^ok / { sub(/^ok [0-9]+ - /, ""); printf "PASS  %s\n", $0; n++; failing = 0 }
 	/^not ok / { sub(/^not ok [0-9]+ - /, ""); printf "FAIL  %s\n", $0; n++; bad++; failing = 1 }
-	/^#/ { if (failing) printf "      %s\n", substr($0, 3) }
+	/^#/ { if (failing || /^# note: /) printf "      %s\n", substr($0, 3) }
 	END {
 		if (plan == "" || n != plan + 0) { printf "FAIL  only %d of %d cases ran\n", n, plan; bad++ }
 		exit (bad > 0)
