@@ -17,7 +17,7 @@ top=$(cd "$here/../.." && pwd)
 BUILD=${BUILD:-build/default}
 STAGE=${STAGE:?STAGE must name a make install DESTDIR (use make check-systemd)}
 cache=${LESSEE_ROOTFS_CACHE:-/var/cache/lessee-test-rootfs}
-out=$top/$BUILD/check-systemd
+case "$BUILD" in /*) out=$BUILD/check-systemd ;; *) out=$top/$BUILD/check-systemd ;; esac
 suite=bookworm
 # lessee's and lessor's runtime libraries, systemd itself, and the tools the
 # cases use (procps: /bin/kill of ExecReload=; curl: the status endpoint).
@@ -153,11 +153,12 @@ awk '
 	}' "$tap" || bad=1
 
 # Figures: boot = nspawn start to the first case; cases; shutdown.
-first=$(cat "$out/results/t_start" 2>/dev/null || echo "$start")
-last=$(cat "$out/results/t_end" 2>/dev/null || echo "$end")
-awk -v s="$start" -v f="$first" -v l="$last" -v e="$end" 'BEGIN {
-	printf "check-systemd: boot %.2f s, cases %.1f s, shutdown %.2f s, total %.1f s\n",
-		f - s, l - f, e - l, e - s }'
+if [ -s "$out/results/t_start" ] && [ -s "$out/results/t_end" ]; then
+	awk -v s="$start" -v f="$(cat "$out/results/t_start")" -v l="$(cat "$out/results/t_end")" \
+		-v e="$end" 'BEGIN {
+		printf "check-systemd: boot %.2f s, cases %.1f s, shutdown %.2f s, total %.1f s\n",
+			f - s, l - f, e - l, e - s }'
+fi
 if [ "$rc" -ne 0 ] || [ "$bad" -ne 0 ]; then
 	echo "check-systemd: FAILED (container exit status $rc); console $out/console.log," \
 		"journal $out/results/journal.txt" >&2
