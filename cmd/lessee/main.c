@@ -43,6 +43,8 @@ struct daemon {
 	heartbeat_t *heartbeat;
 	struct opts *opts;
 	ev_timer_t *status_timer;
+	metric_t *m_orphans;
+	uint64_t orphans_seen; /* ev_orphans_reaped() when last looked at */
 	int exit_code;
 };
 
@@ -188,9 +190,24 @@ static void update_status(struct daemon *d)
 		      i.spool_pending ? ", results spooled" : "");
 }
 
+/* The loop counts the orphans it reaps; the metric and the log follow it
+ * (at each status tick and at each scrape). */
+static void sync_orphans(struct daemon *d)
+{
+	uint64_t n = ev_orphans_reaped(d->ev);
+
+	if (n == d->orphans_seen)
+		return;
+	metric_add(d->m_orphans, (double)(n - d->orphans_seen));
+	log_debug("reaped %llu orphaned processes (%llu in all)",
+		  (unsigned long long)(n - d->orphans_seen), (unsigned long long)n);
+	d->orphans_seen = n;
+}
+
 static void on_status_timer(ev_timer_t *t, void *userdata)
 {
 	update_status(userdata);
+	sync_orphans(userdata);
 	ev_timer_arm(t, USEC_PER_SEC);
 }
 
@@ -258,6 +275,7 @@ static int obs_metrics(struct buf *out, void *userdata)
 {
 	struct daemon *d = userdata;
 
+	sync_orphans(d);
 	return metrics_render(worker_metrics(d->worker), out);
 }
 
@@ -346,6 +364,32 @@ static int add_signals(struct daemon *d)
 	return r;
 }
 
+/* What a run leaves behind (a daemonized grandchild, a double fork) is
+ * re-parented to us rather than to init: as PID 1 of a container by the
+ * kernel, elsewhere because we ask to be a subreaper.  Either way we reap it,
+ * so that no zombie accumulates where no init would. */
+static int setup_reaping(struct daemon *d)
+{
+	bool pid1 = getpid() == 1;
+	int r;
+
+	d->m_orphans = metrics_counter(worker_metrics(d->worker), "lessee_orphans_reaped_total",
+				       "Orphaned processes left by runs and reaped by lessee", NULL);
+	if (!d->m_orphans)
+		return -ENOMEM;
+	metric_add(d->m_orphans, 0);
+	if (!pid1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
+		log_warning("cannot become a child subreaper: %m; orphans of runs go to init, "
+			    "ignoring");
+		return 0;
+	}
+	r = ev_set_reap_orphans(d->ev, true);
+	if (r < 0)
+		return r;
+	log_info("reaping orphaned processes (%s)", pid1 ? "running as PID 1" : "child subreaper");
+	return 0;
+}
+
 static int run_daemon(struct opts *o, struct conf *conf)
 {
 	struct daemon d = {.opts = o, .exit_code = EXIT_FAILURE};
@@ -362,10 +406,9 @@ static int run_daemon(struct opts *o, struct conf *conf)
 			   ev_backend_reason(d.ev));
 	else
 		log_info("event loop: %s", ev_backend(d.ev));
-	/* Orphans of runs are re-parented to us, not to init: reap them (containers). */
-	if (getpid() == 1 || prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
-		ev_set_reap_orphans(d.ev, true);
 	r = worker_new(d.ev, conf, on_worker_exit, &d, &d.worker);
+	if (r >= 0)
+		r = setup_reaping(&d);
 	if (r >= 0)
 		r = notify_new(d.ev, &d.notify);
 	if (r >= 0 && (r = obs_start(&d, worker_conf(d.worker))) < 0)

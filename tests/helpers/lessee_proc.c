@@ -9,7 +9,9 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@ struct tu_lessee {
 	char *log_path;
 	char **argv;
 	char **env;
+	bool pid_namespace;
 	pid_t pid;
 	int status; /* last exit status, -1 unknown */
 };
@@ -59,19 +62,31 @@ static int write_conf(struct tu_lessee *d, const char *extra)
 	return write_file_atomic(d->conf_path, text, (size_t)n, 0644);
 }
 
-static int build_argv(struct tu_lessee *d, const struct tu_lessee_opts *o)
+static int append_strv(char ***v, char *const *words)
 {
-	char **wrap = tu_wrap_argv();
 	int r = 0;
 
-	d->argv = wrap ? wrap : calloc(1, sizeof(char *));
+	for (size_t i = 0; r >= 0 && words && words[i]; i++)
+		r = strv_extend(v, words[i]);
+	return r;
+}
+
+/* [opts.wrap | $LESSEE_DAEMON_WRAP] [$LESSEE_WRAP] lessee --config FILE [opts.args] */
+static int build_argv(struct tu_lessee *d, const struct tu_lessee_opts *o)
+{
+	_cleanup_(strv_freep) char **env_wrap = o->wrap ? NULL : tu_env_argv("LESSEE_DAEMON_WRAP");
+	_cleanup_(strv_freep) char **valgrind = tu_wrap_argv();
+	int r = 0;
+
+	d->argv = calloc(1, sizeof(char *));
 	if (!d->argv)
 		return -ENOMEM;
+	r = append_strv(&d->argv, o->wrap ? o->wrap : env_wrap);
+	r = r < 0 ? r : append_strv(&d->argv, valgrind);
 	r = r < 0 ? r : strv_extend(&d->argv, tu_lessee_bin());
 	r = r < 0 ? r : strv_extend(&d->argv, "--config");
 	r = r < 0 ? r : strv_extend(&d->argv, d->conf_path);
-	for (size_t i = 0; r >= 0 && o->args && o->args[i]; i++)
-		r = strv_extend(&d->argv, o->args[i]);
+	r = r < 0 ? r : append_strv(&d->argv, o->args);
 	d->env = strv_copy(o->env ? o->env : (char *const[]){NULL});
 	return r < 0 ? r : d->env ? 0 : -ENOMEM;
 }
@@ -94,20 +109,34 @@ static int notify_open(struct tu_lessee *d)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 
-	if (asprintf(&d->notify_path, "%s/notify", d->dir) < 0)
+	if (!d->notify_path && asprintf(&d->notify_path, "%s/notify", d->dir) < 0) {
+		d->notify_path = NULL;
 		return -ENOMEM;
+	}
 	if (strlen(d->notify_path) >= sizeof(a.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(a.sun_path, d->notify_path);
+	(void)unlink(d->notify_path);
 	d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (d->notify_fd < 0 || bind(d->notify_fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 		return -errno;
 	return 0;
 }
 
+/* Nobody reads the socket after READY=1.  Were it left open, the daemon's
+ * STATUS= updates (one per finished run) would fill its queue
+ * (net.unix.max_dgram_qlen, 10 datagrams) and the next sd_notify would block
+ * the daemon's loop in sendmsg.  Closed and unlinked, they fail at once. */
+static void notify_close(struct tu_lessee *d)
+{
+	d->notify_fd = safe_close(d->notify_fd);
+	if (d->notify_path)
+		(void)unlink(d->notify_path);
+}
+
 /* Until the daemon says READY=1 (or dies): signals sent before that could
  * find it without its handlers. */
-static int wait_ready(struct tu_lessee *d, usec_t timeout)
+static int wait_ready_msg(struct tu_lessee *d, usec_t timeout)
 {
 	usec_t end = time_mono() + tu_timeout(timeout);
 	char msg[4096];
@@ -127,15 +156,55 @@ static int wait_ready(struct tu_lessee *d, usec_t timeout)
 	return -ETIMEDOUT;
 }
 
+static int wait_ready(struct tu_lessee *d, usec_t timeout)
+{
+	int r = wait_ready_msg(d, timeout);
+
+	notify_close(d);
+	return r;
+}
+
+/* fork(), or a fork into a new PID namespace where the child is PID 1.  The raw
+ * system call, not glibc's clone(): no separate stack (the child runs on a copy
+ * of ours, as after fork) and valgrind treats it as a fork. */
+static pid_t fork_maybe_newpid(bool newpid)
+{
+	if (!newpid)
+		return fork();
+	return (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_NEWPID | SIGCHLD), NULL, NULL, NULL,
+			      0UL);
+}
+
+bool tu_pid_namespace_available(void)
+{
+	pid_t pid = fork_maybe_newpid(true);
+	int st;
+
+	if (pid < 0)
+		return false;
+	if (pid == 0)
+		_exit(getpid() == 1 ? 0 : 1);
+	return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 int tu_lessee_restart(struct tu_lessee *d)
 {
 	pid_t pid;
+	int r;
 
 	if (d->pid > 0)
 		return -EBUSY;
-	pid = fork();
-	if (pid < 0)
-		return -errno;
+	r = notify_open(d);
+	if (r < 0) {
+		notify_close(d);
+		return r;
+	}
+	pid = fork_maybe_newpid(d->pid_namespace);
+	if (pid < 0) {
+		r = -errno;
+		notify_close(d);
+		return r;
+	}
 	if (pid == 0)
 		child_exec(d);
 	d->pid = pid;
@@ -152,6 +221,7 @@ int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
 		return -ENOMEM;
 	d->pid = -1;
 	d->notify_fd = -1;
+	d->pid_namespace = o->pid_namespace;
 	d->dir = tu_tmpdir("lessee");
 	if (!d->dir || asprintf(&d->conf_path, "%s/lessee.conf", d->dir) < 0 ||
 	    asprintf(&d->log_path, "%s/lessee.log", d->dir) < 0) {
@@ -160,8 +230,6 @@ int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
 	}
 	d->lessor = o->lessor;
 	r = write_conf(d, o->conf);
-	if (r >= 0)
-		r = notify_open(d);
 	if (r >= 0)
 		r = build_argv(d, o);
 	if (r >= 0)

@@ -28,6 +28,14 @@ struct tu_lessee_opts {
 	const char *conf;      /* appended to the generated configuration */
 	char *const *args;     /* extra command-line arguments, NULL-terminated */
 	char *const *env;      /* extra environment "NAME=value", NULL-terminated */
+	/* Command prefix for the daemon, NULL-terminated, placed before $LESSEE_WRAP
+	 * (so valgrind runs inside it): {"seccomp_wrap", "--errno", "EPERM", "--",
+	 * NULL}.  NULL: the words of $LESSEE_DAEMON_WRAP, if set. */
+	char *const *wrap;
+	/* Start the daemon as PID 1 of a new PID namespace (clone(CLONE_NEWPID),
+	 * needs CAP_SYS_ADMIN); it stays our child: tu_lessee_pid() is its pid
+	 * here, signals and waits work as usual. */
+	bool pid_namespace;
 };
 
 /* Returns once the daemon sent READY=1 on the NOTIFY_SOCKET we give it. */
@@ -62,3 +70,6 @@ char *tu_lessee_status_get(const struct tu_lessee *d, const char *path, long *re
 char *tu_lessor_run_log(const struct tu_lessor *l, const char *id, size_t *ret_len);
 /* Is this pid still a live (non-zombie) process? */
 bool tu_pid_alive(pid_t pid);
+/* Can this process start one in a new PID namespace?  false when the kernel
+ * or our privileges do not allow it (then skip). */
+bool tu_pid_namespace_available(void);

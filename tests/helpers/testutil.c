@@ -101,7 +101,12 @@ char *tu_aux_bin(const char *name)
 
 char **tu_wrap_argv(void)
 {
-	const char *w = getenv("LESSEE_WRAP");
+	return tu_env_argv("LESSEE_WRAP");
+}
+
+char **tu_env_argv(const char *name)
+{
+	const char *w = getenv(name);
 	char **v = NULL;
 
 	if (!w || !*w)
