@@ -30,6 +30,7 @@ struct opts {
 	bool check_config;
 	bool status_cmd; /* `lessee status` */
 	bool json;
+	bool healthz; /* `lessee status --healthz` */
 	struct conf_override overrides[64];
 	size_t n_overrides;
 	char *owned[64];
@@ -52,10 +53,11 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: lessee [OPTIONS]\n"
-		"       lessee status [--json] [-c FILE]\n"
+		"       lessee status [--json|--healthz] [-c FILE]\n"
 		"Claim runs from an orchestration API under leases and execute them.\n"
 		"`lessee status` asks the running daemon (its [status] listen address) what it\n"
-		"is doing and prints it as tables, or the raw JSON with --json.\n\n"
+		"is doing and prints it as tables, or the raw JSON with --json; --healthz only\n"
+		"asks whether it is alive (/healthz), for container health checks.\n\n"
 		"  -c, --config FILE        configuration file (default %s, plus FILE.d/*.conf)\n"
 		"      --check-config       validate, print the effective configuration, exit\n"
 		"      --set SECTION.KEY=V  override one setting (repeatable)\n"
@@ -89,7 +91,7 @@ static int add_override(struct opts *o, const char *origin, const char *key, con
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_CHECK = 256, O_SET, O_URL, O_CONC, O_ID, O_TAGS, O_LEVEL, O_FORMAT, O_VERSION,
-	       O_JSON };
+	       O_JSON, O_HEALTHZ };
 	static const struct option longopts[] = {
 		{"config", required_argument, NULL, 'c'},
 		{"check-config", no_argument, NULL, O_CHECK},
@@ -103,6 +105,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, O_VERSION},
 		{"json", no_argument, NULL, O_JSON},
+		{"healthz", no_argument, NULL, O_HEALTHZ},
 		{0},
 	};
 	static const struct {
@@ -130,6 +133,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_JSON:
 			o->json = true;
 			continue;
+		case O_HEALTHZ:
+			o->healthz = true;
+			continue;
 		case 'h':
 			usage(stdout);
 			exit(EXIT_SUCCESS);
@@ -152,8 +158,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "lessee: unexpected argument '%s'\n", argv[optind]);
 		return -EINVAL;
 	}
-	if (o->json && !o->status_cmd) {
-		fprintf(stderr, "lessee: --json goes with the status command\n");
+	if ((o->json || o->healthz) && !o->status_cmd) {
+		fprintf(stderr, "lessee: --%s goes with the status command\n",
+			o->json ? "json" : "healthz");
+		return -EINVAL;
+	}
+	if (o->json && o->healthz) {
+		fprintf(stderr, "lessee: --json and --healthz exclude each other\n");
 		return -EINVAL;
 	}
 	return 0;
@@ -336,8 +347,8 @@ static int obs_start(struct daemon *d, const struct conf *c)
 	return 0;
 }
 
-/* `lessee status [--json]`: exit 0, or 1 when the daemon cannot tell us. */
-static int run_status_cli(const struct conf *c, bool json)
+/* `lessee status [--json|--healthz]`: exit 0, or 1 when the daemon cannot tell us. */
+static int run_status_cli(const struct conf *c, const struct opts *o)
 {
 	_cleanup_free_ char *base = NULL;
 
@@ -348,7 +359,9 @@ static int run_status_cli(const struct conf *c, bool json)
 	if (status_cli_base_url((const struct sockaddr *)&c->status.listen_addr,
 				c->status.listen_addr_len, &base) < 0)
 		return EXIT_FAILURE;
-	return status_cli_run(base, json, stdout, stderr) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	if (o->healthz)
+		return status_cli_healthz(base, stdout, stderr) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return status_cli_run(base, o->json, stdout, stderr) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 static int add_signals(struct daemon *d)
@@ -481,7 +494,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (o.status_cmd) {
-		r = run_status_cli(conf, o.json);
+		r = run_status_cli(conf, &o);
 		conf_free(conf);
 		goto out;
 	}

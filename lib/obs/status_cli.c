@@ -342,33 +342,61 @@ static void first_line(const char *body, char *out)
 	cell_set(out, line);
 }
 
+/* GET <base_url><path>: 0 with f->body on 200; otherwise what went wrong is
+ * on err and the result is the transport error or -EPROTO. */
+static int get(const char *base_url, const char *path, struct fetch *f, char **url, FILE *err)
+{
+	cell_t line;
+	int r;
+
+	if (asprintf(url, "%s%s", base_url, path) < 0) {
+		*url = NULL;
+		return -ENOMEM;
+	}
+	r = fetch(*url, f);
+	if (r < 0)
+		fprintf(err, "lessee status: cannot reach the daemon at %s: %s\n", *url,
+		        f->message);
+	else if (f->status != 200) {
+		first_line(f->body, line);
+		fprintf(err, "lessee status: %s answered HTTP %ld: %s\n", *url, f->status, line);
+		r = -EPROTO;
+	}
+	return r;
+}
+
 int status_cli_run(const char *base_url, bool json, FILE *out, FILE *err)
 {
 	_cleanup_free_ char *url = NULL;
 	struct fetch f = {0};
-	cell_t line;
-	int r;
+	int r = get(base_url, "/status", &f, &url, err);
 
-	if (asprintf(&url, "%s/status", base_url) < 0)
-		return -ENOMEM;
-	r = fetch(url, &f);
-	if (r < 0)
-		fprintf(err, "lessee status: cannot reach the daemon at %s: %s\n", url, f.message);
-	else if (f.status != 200) {
-		first_line(f.body, line);
-		fprintf(err, "lessee status: %s answered HTTP %ld: %s\n", url, f.status, line);
-		r = -EPROTO;
-	} else if (json) {
+	if (r >= 0 && json) {
 		cJSON *j = cJSON_ParseWithLength(f.body, f.body_len);
 
 		r = cJSON_IsObject(j) ? 0 : -EBADMSG;
 		cJSON_Delete(j);
 		if (r >= 0)
 			fprintf(out, "%s\n", f.body);
-	} else
+	} else if (r >= 0)
 		r = status_cli_print(f.body, f.body_len, out);
 	if (r == -EBADMSG)
 		fprintf(err, "lessee status: %s did not answer with a status document\n", url);
+	free(f.body);
+	return r;
+}
+
+int status_cli_healthz(const char *base_url, FILE *out, FILE *err)
+{
+	_cleanup_free_ char *url = NULL;
+	struct fetch f = {0};
+	cell_t line;
+	int r = get(base_url, "/healthz", &f, &url, err);
+
+	if (r >= 0) {
+		first_line(f.body, line);
+		fprintf(out, "%s\n", line);
+	}
 	free(f.body);
 	return r;
 }

@@ -20,6 +20,11 @@ int status_cli_base_url(const struct sockaddr *addr, socklen_t len, char **ret);
  * -EBADMSG when the answer is not a status document. */
 int status_cli_run(const char *base_url, bool json, FILE *out, FILE *err);
 
+/* `lessee status --healthz`: GET <base_url>/healthz (the liveness probe) and
+ * print the first line of its answer ("ok").  For health checks that can only
+ * run a command (Docker's HEALTHCHECK).  0 on 200, else as status_cli_run. */
+int status_cli_healthz(const char *base_url, FILE *out, FILE *err);
+
 /* The tables for a /status document (what status_cli_run prints).  Every
  * string from the document is printed with control characters replaced and
  * cut to a sane width: it may come from the API.  0 or -EBADMSG. */

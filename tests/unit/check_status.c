@@ -1109,10 +1109,12 @@ START_TEST(test_cli_base_url)
 END_TEST
 
 /* `lessee status` in a thread against the server on the test's loop. */
+enum cli_mode { CLI_TABLE, CLI_JSON, CLI_HEALTHZ };
+
 struct cli_job {
 	pthread_t thread;
 	char *url;
-	bool json;
+	enum cli_mode mode;
 	struct capture out, err;
 	int r;
 	atomic_bool done;
@@ -1122,7 +1124,10 @@ static void *cli_main(void *p)
 {
 	struct cli_job *j = p;
 
-	j->r = status_cli_run(j->url, j->json, j->out.f, j->err.f);
+	if (j->mode == CLI_HEALTHZ)
+		j->r = status_cli_healthz(j->url, j->out.f, j->err.f);
+	else
+		j->r = status_cli_run(j->url, j->mode == CLI_JSON, j->out.f, j->err.f);
 	atomic_store(&j->done, true);
 	return NULL;
 }
@@ -1132,11 +1137,11 @@ static bool cli_done(void *p)
 	return atomic_load(&((struct cli_job *)p)->done);
 }
 
-static int cli_run(struct fx *f, bool json, struct cli_job *j)
+static int cli_run(struct fx *f, enum cli_mode mode, struct cli_job *j)
 {
 	struct sockaddr_in sa = loopback(status_port(f->st));
 
-	*j = (struct cli_job){.json = json};
+	*j = (struct cli_job){.mode = mode};
 	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &j->url), 0);
 	capture_open(&j->out);
 	capture_open(&j->err);
@@ -1166,22 +1171,22 @@ START_TEST(test_cli_against_server)
 
 	fx_start(&f, NULL);
 	snprintf(f.status_doc, sizeof(f.status_doc), "%s", sample_doc);
-	ck_assert_int_eq(cli_run(&f, false, &j), 0);
+	ck_assert_int_eq(cli_run(&f, CLI_TABLE, &j), 0);
 	ck_assert_str_eq(j.out.text, sample_table);
 	ck_assert_uint_eq(j.err.len, 0);
 	cli_done_free(&j);
-	ck_assert_int_eq(cli_run(&f, true, &j), 0);
+	ck_assert_int_eq(cli_run(&f, CLI_JSON, &j), 0);
 	ck_assert_uint_eq(j.out.len, strlen(sample_doc) + 1);
 	ck_assert_mem_eq(j.out.text, sample_doc, strlen(sample_doc));
 	cli_done_free(&j);
 	f.fail_render = true;
-	ck_assert_int_eq(cli_run(&f, false, &j), -EPROTO);
+	ck_assert_int_eq(cli_run(&f, CLI_TABLE, &j), -EPROTO);
 	ck_assert_ptr_nonnull(strstr(j.err.text, "answered HTTP 500: cannot render"));
 	ck_assert_uint_eq(j.out.len, 0);
 	cli_done_free(&j);
 	f.fail_render = false;
 	snprintf(f.status_doc, sizeof(f.status_doc), "not json");
-	ck_assert_int_eq(cli_run(&f, true, &j), -EBADMSG);
+	ck_assert_int_eq(cli_run(&f, CLI_JSON, &j), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(j.err.text, "did not answer with a status document"));
 	cli_done_free(&j);
 	/* nobody listening any more: unreachable */
@@ -1195,6 +1200,45 @@ START_TEST(test_cli_against_server)
 	capture_close(&err);
 	ck_assert_int_eq(r, -ECONNREFUSED);
 	ck_assert_ptr_nonnull(strstr(err.text, "cannot reach the daemon at http://127.0.0.1:"));
+	ck_assert_uint_eq(out.len, 0);
+	free(out.text);
+	free(err.text);
+	free(url);
+}
+END_TEST
+
+/* `lessee status --healthz`, Docker's HEALTHCHECK: the liveness answer, or 1. */
+START_TEST(test_cli_healthz)
+{
+	struct sockaddr_in sa;
+	struct capture out, err;
+	struct cli_job j;
+	struct fx f;
+	char *url;
+	int r;
+
+	fx_start(&f, NULL);
+	f.fail_render = true; /* /status would fail: /healthz is not /status */
+	ck_assert_int_eq(cli_run(&f, CLI_HEALTHZ, &j), 0);
+	ck_assert_str_eq(j.out.text, "ok\n");
+	ck_assert_uint_eq(j.err.len, 0);
+	cli_done_free(&j);
+	f.healthy = false;
+	ck_assert_int_eq(cli_run(&f, CLI_HEALTHZ, &j), -EPROTO);
+	ck_assert_ptr_nonnull(strstr(j.err.text, "/healthz answered HTTP 503: worker wedged"));
+	ck_assert_uint_eq(j.out.len, 0);
+	cli_done_free(&j);
+	sa = loopback(status_port(f.st));
+	fx_stop(&f);
+	ck_assert_int_eq(status_cli_base_url((struct sockaddr *)&sa, sizeof(sa), &url), 0);
+	capture_open(&out);
+	capture_open(&err);
+	r = status_cli_healthz(url, out.f, err.f);
+	capture_close(&out);
+	capture_close(&err);
+	ck_assert_int_eq(r, -ECONNREFUSED);
+	ck_assert_ptr_nonnull(strstr(err.text, "cannot reach the daemon at http://127.0.0.1:"));
+	ck_assert_ptr_nonnull(strstr(err.text, "/healthz"));
 	ck_assert_uint_eq(out.len, 0);
 	free(out.text);
 	free(err.text);
@@ -1229,6 +1273,7 @@ static Suite *status_suite(void)
 	tcase_add_test(tl, test_cli_hostile_strings);
 	tcase_add_test(tl, test_cli_base_url);
 	tcase_add_test(tl, test_cli_against_server);
+	tcase_add_test(tl, test_cli_healthz);
 	tcase_set_timeout(tl, 120);
 	tcase_set_timeout(tc, 120);
 	tcase_set_timeout(th, 120);
