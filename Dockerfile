@@ -1,0 +1,61 @@
+# lessee in a container (docs/containers.md).
+#
+#   docker build -t lessee .
+#   docker run -d --name lessee --stop-timeout 3600 \
+#       -e LESSEE_API_URL=https://orchestrator.example.com \
+#       -e LESSEE_API_TOKEN_FILE=/run/secrets/lessee/token \
+#       -v /srv/lessee/token:/run/secrets/lessee/token:ro \
+#       -v /srv/lessee/lessee.conf:/etc/lessee/lessee.conf:ro \
+#       lessee
+#
+# lessee runs as PID 1: it reaps every orphan its runs leave (no --init
+# needed), drains on SIGTERM and falls back to epoll where the runtime's
+# seccomp profile forbids io_uring (Docker's default does).  The token file
+# must not be readable by others (chmod 0640, group 10001 or owner 10001).
+
+ARG DEBIAN_IMAGE=debian:bookworm-slim
+
+# ---- build: the same steps as on a Debian 12 host ------------------------------
+FROM ${DEBIAN_IMAGE} AS build
+WORKDIR /src
+COPY . .
+# scripts/deps.sh holds the one list of build packages; as root it installs them.
+RUN apt-get update \
+    && scripts/deps.sh build \
+    && make -j"$(nproc)" \
+    && rm -rf /var/lib/apt/lists/*
+
+# ---- runtime: the shared libraries lessee links, nothing else --------------------
+FROM ${DEBIAN_IMAGE}
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        libcurl4 liburing2 libcjson1 libsystemd0 libmicrohttpd12 ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+# A fixed numeric uid/gid, so that Kubernetes' runAsNonRoot can verify it and a
+# token file can be given to this group.  spool_dir and run_dir are the
+# defaults (/var/lib/lessee/spool, /run/lessee); mount volumes there for a
+# read-only root file system.
+RUN groupadd --system --gid 10001 lessee \
+    && useradd --system --uid 10001 --gid lessee --home-dir /var/lib/lessee \
+        --shell /usr/sbin/nologin lessee \
+    && install -d -o lessee -g lessee -m 0750 /var/lib/lessee /var/lib/lessee/spool \
+    && install -d -o lessee -g lessee -m 0711 /run/lessee
+COPY --from=build /src/build/default/lessee /usr/local/bin/lessee
+COPY conf/lessee.conf /etc/lessee/lessee.conf
+# The status endpoint must be reachable from outside the container's network
+# namespace (probes, Prometheus).  It has no authentication: publish it only
+# to what should see it.
+ENV LESSEE_STATUS_LISTEN=0.0.0.0:9464
+EXPOSE 9464
+WORKDIR /var/lib/lessee
+USER 10001:10001
+# SIGTERM drains: no new claims, the runs in flight finish and are reported
+# (worker.drain_timeout bounds it).  Give `docker stop` a timeout above
+# drain_timeout, or it SIGKILLs the runs after 10 s.
+STOPSIGNAL SIGTERM
+# The daemon's own client asks its /healthz (found from the same configuration
+# and environment): no curl in the image.  Answered by the event loop itself,
+# so it fails when the loop is wedged; an API outage does not make it fail.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=15s --retries=3 \
+    CMD ["/usr/local/bin/lessee", "status", "--healthz"]
+ENTRYPOINT ["/usr/local/bin/lessee"]

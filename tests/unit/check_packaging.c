@@ -1,0 +1,765 @@
+/* What ships besides the binaries, checked against the code it describes:
+ *  - docs/man/lessee.8 and lessee.conf.5 render with man(1) without a warning,
+ *    lessee(8) names every option `lessee --help` prints, lessee.conf(5) every
+ *    key of lib/conf's key table;
+ *  - the Dockerfile (no Docker engine here: it is parsed, not built): two
+ *    stages on debian:bookworm-slim, the runtime stage installs a package for
+ *    every shared library the built lessee needs (readelf + dpkg), no -dev
+ *    package, a non-root numeric user, the status port exposed and the image's
+ *    configuration (conf/lessee.conf plus the Dockerfile's ENV) valid and
+ *    listening there, STOPSIGNAL SIGTERM, a HEALTHCHECK on `lessee status
+ *    --healthz`, ENTRYPOINT the copied binary;
+ *  - docs/kubernetes.yaml (libyaml): its ConfigMap is a valid lessee.conf
+ *    (conf_load) listening on all addresses, the probes hit /healthz and
+ *    /readyz on that port, the grace period exceeds drain_timeout +
+ *    kill_grace, the token is a Secret file others cannot read, the spool and
+ *    run directories are writable mounts under a read-only root, non-root. */
+#include <cJSON.h>
+#include <check.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "conf/conf-int.h"
+#include "conf/conf.h"
+#include "testutil.h"
+#include "util/buf.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+#define SEC USEC_PER_SEC
+#define MAX_TEXT (4u << 20)
+
+extern char **environ;
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static char *src_path(const char *rel)
+{
+	const char *top = getenv("LESSEE_SRCDIR");
+	char *p;
+
+	ck_assert_int_ge(asprintf(&p, "%s/%s", top && *top ? top : ".", rel), 0);
+	return p;
+}
+
+static char *read_src(const char *rel)
+{
+	_cleanup_free_ char *path = src_path(rel);
+	char *text = NULL;
+
+	ck_assert_msg(read_file_capped(path, MAX_TEXT, &text, NULL) >= 0, "cannot read %s", path);
+	return text;
+}
+
+struct output {
+	char *out, *err;
+	int status; /* exit status, or 128 + signal */
+};
+
+static void output_done(struct output *o)
+{
+	free(o->out);
+	free(o->err);
+}
+
+/* Run argv (PATH searched) with env in front of ours (getenv takes the
+ * first); both streams captured. */
+static void run(char *const *argv, char *const *env, struct output *ret)
+{
+	_cleanup_(strv_freep) char **envp = strv_copy(env ? env : (char *const[]){NULL});
+	int out[2], err[2], st;
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+
+	ck_assert_ptr_nonnull(envp);
+	for (size_t i = 0; environ[i]; i++)
+		ck_assert_int_ge(strv_extend(&envp, environ[i]), 0);
+	ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+	posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
+	ck_assert_msg(posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp) == 0, "cannot run %s",
+		      argv[0]);
+	posix_spawn_file_actions_destroy(&fa);
+	close(out[1]);
+	close(err[1]);
+	/* stderr stays far below a pipe's 64 KiB while we read stdout to its end */
+	ck_assert_int_ge(read_fd_capped(out[0], MAX_TEXT, &ret->out, NULL), 0);
+	ck_assert_int_ge(read_fd_capped(err[0], MAX_TEXT, &ret->err, NULL), 0);
+	close(out[0]);
+	close(err[0]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ret->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- man pages ------------------------------------------------------------------ */
+
+/* The page as man(1) shows it in an 80-column ASCII terminal; no warning. */
+static char *render(const char *rel)
+{
+	_cleanup_free_ char *path = src_path(rel);
+	char *const argv[] = {"man", "--warnings", "-P", "cat", "-l", path, NULL};
+	char *const env[] = {"LC_ALL=C", "MANWIDTH=80", "MANROFFSEQ=", NULL};
+	struct output o = {0};
+	char *page;
+
+	run(argv, env, &o);
+	ck_assert_msg(o.status == 0 && !*o.err, "man -l %s: exit %d:\n%s", rel, o.status, o.err);
+	page = TAKE_PTR(o.out);
+	output_done(&o);
+	ck_assert_msg(strstr(page, "NAME") && strlen(page) > 1000, "%s rendered as: %s", rel, page);
+	return page;
+}
+
+START_TEST(test_man_lessee)
+{
+	_cleanup_free_ char *page = render("docs/man/lessee.8");
+	_cleanup_free_ char *bin = strdup(tu_lessee_bin());
+	char *const argv[] = {bin, "--help", NULL};
+	struct output o = {0};
+	static const char *const sections[] = {"SYNOPSIS", "OPTIONS", "LESSEE STATUS", "SIGNALS",
+					       "EXIT STATUS", "ENVIRONMENT", "FILES", "SEE ALSO",
+					       "THE RUN'S ENVIRONMENT"};
+	int options = 0;
+
+	for (size_t i = 0; i < ELEMENTSOF(sections); i++)
+		ck_assert_msg(strstr(page, sections[i]), "lessee(8) has no %s", sections[i]);
+	run(argv, NULL, &o);
+	ck_assert_int_eq(o.status, 0);
+	for (const char *p = o.out; (p = strstr(p, "--")); options++) {
+		size_t n = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+		char opt[64];
+
+		snprintf(opt, sizeof(opt), "%.*s", (int)MIN(n, sizeof(opt) - 1), p);
+		ck_assert_msg(n > 2 && strstr(page, opt), "lessee(8) does not describe %s", opt);
+		p += n;
+	}
+	ck_assert_int_ge(options, 12); /* the parsing found them */
+	output_done(&o);
+	for (const char *const *v = (const char *const[]){"LESSEE_RUN_ID", "LESSEE_WORKFLOW",
+		     "LESSEE_ATTEMPT", "LESSEE_WORKER_ID", "LESSEE_INPUT_FILE", "LESSEE_RESULT_FILE",
+		     "LESSEE_DEADLINE_MS", "LESSEE_IO_BACKEND", NULL};
+	     *v; v++)
+		ck_assert_msg(strstr(page, *v), "lessee(8) does not mention %s", *v);
+}
+END_TEST
+
+/* A key's entry starts a line: 7 blanks, the name, " (". */
+static void assert_key(const char *page, const char *section, const char *name)
+{
+	char needle[128];
+
+	snprintf(needle, sizeof(needle), "\n       %s (", name);
+	ck_assert_msg(strstr(page, needle), "lessee.conf(5) does not describe %s.%s", section, name);
+}
+
+START_TEST(test_man_conf)
+{
+	_cleanup_free_ char *page = render("docs/man/lessee.conf.5");
+
+	for (const char *const *s = (const char *const[]){"\n[api]", "\n[worker]", "\n[status]",
+							   "\n[log]", "\n[workflow.NAME]", NULL};
+	     *s; s++)
+		ck_assert_msg(strstr(page, *s), "lessee.conf(5) has no section %s", *s + 1);
+	for (size_t i = 0; i < conf_n_keys; i++) {
+		assert_key(page, conf_keys[i].section, conf_keys[i].name);
+		if (conf_keys[i].def && *conf_keys[i].def) {
+			char def[64];
+
+			snprintf(def, sizeof(def), "default %s)", conf_keys[i].def);
+			ck_assert_msg(strstr(page, def), "lessee.conf(5): %s.%s: no '%s'",
+				      conf_keys[i].section, conf_keys[i].name, def);
+		}
+	}
+	for (size_t i = 0; i < conf_n_wf_keys; i++)
+		assert_key(page, "workflow", conf_wf_keys[i].name);
+}
+END_TEST
+
+/* ---- the Dockerfile ---------------------------------------------------------------- */
+
+struct instr {
+	char *cmd;  /* upper case */
+	char *args; /* continuation lines joined */
+};
+
+struct stage {
+	char *image, *name;
+	struct instr *in;
+	size_t n;
+};
+
+struct dockerfile {
+	char **args; /* ARG NAME=default before the first FROM: "NAME=default" */
+	struct stage st[8];
+	size_t n;
+};
+
+static char *expand_args(const struct dockerfile *df, const char *s)
+{
+	for (size_t i = 0; df->args && df->args[i]; i++) {
+		const char *eq = strchr(df->args[i], '=');
+		char ref[128];
+
+		snprintf(ref, sizeof(ref), "${%.*s}", (int)(eq - df->args[i]), df->args[i]);
+		if (streq(s, ref))
+			return strdup(eq + 1);
+	}
+	return strdup(s);
+}
+
+static void df_add(struct dockerfile *df, char *line)
+{
+	char *sp = line + strcspn(line, " \t"), *args = sp + strspn(sp, " \t");
+	struct stage *s;
+
+	*sp = '\0';
+	for (char *c = line; *c; c++)
+		*c = (char)toupper((unsigned char)*c);
+	if (streq(line, "ARG") && df->n == 0) {
+		ck_assert_int_ge(strv_extend(&df->args, args), 0);
+		return;
+	}
+	if (streq(line, "FROM")) {
+		char image[256] = "", as[16] = "", name[64] = "";
+
+		ck_assert_uint_lt(df->n, ELEMENTSOF(df->st));
+		s = &df->st[df->n++];
+		ck_assert_int_ge(sscanf(args, "%255s %15s %63s", image, as, name), 1);
+		s->image = expand_args(df, image);
+		s->name = *name && strcasecmp(as, "AS") == 0 ? strdup(name) : NULL;
+		return;
+	}
+	ck_assert_msg(df->n > 0, "Dockerfile: %s before FROM", line);
+	s = &df->st[df->n - 1];
+	s->in = realloc(s->in, (s->n + 1) * sizeof(*s->in));
+	ck_assert_ptr_nonnull(s->in);
+	s->in[s->n++] = (struct instr){.cmd = strdup(line), .args = strdup(args)};
+}
+
+static void df_parse(struct dockerfile *df)
+{
+	_cleanup_free_ char *text = read_src("Dockerfile");
+	struct buf line = {0};
+	char *save = NULL;
+
+	*df = (struct dockerfile){0};
+	for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		size_t n = strlen(l);
+		char *t = l + strspn(l, " \t");
+
+		if (*t == '#' || (!*t && line.len == 0))
+			continue;
+		while (n > 0 && (l[n - 1] == ' ' || l[n - 1] == '\t'))
+			l[--n] = '\0';
+		if (n > 0 && l[n - 1] == '\\') {
+			l[n - 1] = ' ';
+			ck_assert_int_ge(buf_appends(&line, line.len ? t : l), 0);
+			continue;
+		}
+		ck_assert_int_ge(buf_appends(&line, line.len ? t : l), 0);
+		df_add(df, line.data);
+		buf_reset(&line);
+	}
+	buf_done(&line);
+	ck_assert_msg(line.len == 0, "Dockerfile ends inside a continuation");
+}
+
+static void df_free(struct dockerfile *df)
+{
+	for (size_t i = 0; i < df->n; i++) {
+		for (size_t j = 0; j < df->st[i].n; j++) {
+			free(df->st[i].in[j].cmd);
+			free(df->st[i].in[j].args);
+		}
+		free(df->st[i].in);
+		free(df->st[i].image);
+		free(df->st[i].name);
+	}
+	strv_free(df->args);
+}
+
+/* The only instruction cmd of a stage (asserted). */
+static const char *one(const struct stage *s, const char *cmd)
+{
+	const char *found = NULL;
+
+	for (size_t i = 0; i < s->n; i++)
+		if (streq(s->in[i].cmd, cmd)) {
+			ck_assert_msg(!found, "Dockerfile: %s twice in a stage", cmd);
+			found = s->in[i].args;
+		}
+	ck_assert_msg(found, "Dockerfile: no %s in the runtime stage", cmd);
+	return found;
+}
+
+static bool stage_has(const struct stage *s, const char *cmd, const char *needle)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (streq(s->in[i].cmd, cmd) && strstr(s->in[i].args, needle))
+			return true;
+	return false;
+}
+
+/* The packages after "apt-get install" in the stage's RUN lines. */
+static char **apt_installs(const struct stage *s)
+{
+	char **pkgs = NULL;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const char *p = streq(s->in[i].cmd, "RUN") ? strstr(s->in[i].args, "apt-get install")
+							  : NULL;
+		_cleanup_(strv_freep) char **words = NULL;
+
+		if (!p)
+			continue;
+		ck_assert_int_ge(strv_split(p + strlen("apt-get install"), " \t", &words), 0);
+		for (size_t w = 0; words[w] && !streq(words[w], "&&"); w++)
+			if (words[w][0] != '-')
+				ck_assert_int_ge(strv_extend(&pkgs, words[w]), 0);
+	}
+	ck_assert_msg(pkgs, "the runtime stage installs no package");
+	return pkgs;
+}
+
+/* dpkg -S: the package that owns path, or NULL. */
+static char *dpkg_owner(const char *path)
+{
+	_cleanup_free_ char *p = strdup(path);
+	struct output o = {0};
+	char *pkg = NULL;
+
+	run((char *const[]){"dpkg", "-S", p, NULL}, NULL, &o);
+	if (o.status == 0)
+		pkg = strndup(o.out, strcspn(o.out, ":"));
+	output_done(&o);
+	return pkg;
+}
+
+/* The Debian package that holds the library the binary loads as soname.
+ * With merged /usr, dpkg knows some files by /lib/..., others by /usr/lib/...:
+ * ask for the real file under both names. */
+static char *package_of(const char *bin, const char *soname)
+{
+	_cleanup_free_ char *b = strdup(bin);
+	char *const ldd[] = {"ldd", b, NULL};
+	struct output o = {0};
+	char path[PATH_MAX], real[PATH_MAX], *pkg;
+	const char *p;
+
+	run(ldd, NULL, &o);
+	p = strstr(o.out, soname);
+	ck_assert_msg(p && sscanf(p + strlen(soname), " => %4095s", path) == 1, "ldd: no %s",
+		      soname);
+	output_done(&o);
+	ck_assert_ptr_nonnull(realpath(path, real));
+	pkg = dpkg_owner(real);
+	if (!pkg && strncmp(real, "/usr/", 5) == 0)
+		pkg = dpkg_owner(real + 4);
+	ck_assert_msg(pkg, "dpkg knows no package holding %s", real);
+	return pkg;
+}
+
+/* readelf -d: the libraries lessee links directly. */
+static char **needed_libs(const char *bin)
+{
+	_cleanup_free_ char *b = strdup(bin);
+	char *const argv[] = {"readelf", "-d", b, NULL};
+	struct output o = {0};
+	char **libs = NULL;
+
+	run(argv, NULL, &o);
+	ck_assert_int_eq(o.status, 0);
+	for (const char *p = o.out; (p = strstr(p, "Shared library: [")); p++) {
+		p += strlen("Shared library: [");
+		ck_assert_int_ge(strv_push(&libs, strndup(p, strcspn(p, "]"))), 0);
+	}
+	output_done(&o);
+	ck_assert_ptr_nonnull(libs);
+	return libs;
+}
+
+START_TEST(test_dockerfile_runtime_libraries)
+{
+	struct dockerfile df;
+	_cleanup_(strv_freep) char **pkgs = NULL, **libs = needed_libs(tu_lessee_bin());
+
+	df_parse(&df);
+	pkgs = apt_installs(&df.st[df.n - 1]);
+	for (size_t i = 0; pkgs[i]; i++)
+		ck_assert_msg(!strstr(pkgs[i], "-dev"), "runtime stage installs %s", pkgs[i]);
+	ck_assert(strv_contains(pkgs, "ca-certificates")); /* https:// APIs */
+	for (size_t i = 0; libs[i]; i++) {
+		_cleanup_free_ char *pkg = NULL;
+
+		/* the sanitizer runtimes of `make SANITIZE=...` are not shipped */
+		if (strncmp(libs[i], "libasan", 7) == 0 || strncmp(libs[i], "libubsan", 8) == 0)
+			continue;
+		pkg = package_of(tu_lessee_bin(), libs[i]);
+		ck_assert_msg(streq(pkg, "libc6") || strv_contains(pkgs, pkg),
+			      "lessee needs %s (package %s): not installed in the runtime stage",
+			      libs[i], pkg);
+	}
+	df_free(&df);
+}
+END_TEST
+
+/* "A=1 B=2" or "A 1" (ENV's two forms) into environ-style strings. */
+static void env_instr(const char *args, char ***env)
+{
+	_cleanup_(strv_freep) char **words = NULL;
+
+	ck_assert_int_ge(strv_split(args, " \t", &words), 0);
+	if (words[0] && !strchr(words[0], '=') && words[1]) {
+		char *kv;
+
+		ck_assert_int_ge(asprintf(&kv, "%s=%s", words[0], words[1]), 0);
+		ck_assert_int_ge(strv_push(env, kv), 0);
+		return;
+	}
+	for (size_t i = 0; words[i]; i++)
+		ck_assert_int_ge(strv_extend(env, words[i]), 0);
+}
+
+/* The configuration the image starts with: conf/lessee.conf at the default
+ * path, the Dockerfile's ENV, plus the API URL a user must give. */
+static struct conf *image_conf(const struct stage *s)
+{
+	_cleanup_(strv_freep) char **env = NULL;
+	_cleanup_free_ char *path = src_path("conf/lessee.conf"), *err = NULL;
+	struct conf *c = NULL;
+
+	ck_assert_msg(stage_has(s, "COPY", "conf/lessee.conf /etc/lessee/lessee.conf"),
+		      "the image does not ship conf/lessee.conf as /etc/lessee/lessee.conf");
+	for (size_t i = 0; i < s->n; i++)
+		if (streq(s->in[i].cmd, "ENV"))
+			env_instr(s->in[i].args, &env);
+	ck_assert_int_ge(strv_extend(&env, "LESSEE_API_URL=https://orchestrator.example.com"), 0);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err) == 0,
+		      "the image's configuration: %s", err ? err : "?");
+	return c;
+}
+
+static int listen_port(const struct conf *c)
+{
+	const char *colon = strrchr(c->status.listen, ':');
+
+	ck_assert_ptr_nonnull(colon);
+	return atoi(colon + 1);
+}
+
+START_TEST(test_dockerfile)
+{
+	struct dockerfile df;
+	const struct stage *build, *rt;
+	struct conf *c;
+	cJSON *entry, *health;
+	const char *user, *hc, *copy;
+	char from[128], dest[256];
+
+	df_parse(&df);
+	ck_assert_uint_ge(df.n, 2);
+	for (size_t i = 0; i < df.n; i++)
+		ck_assert_msg(streq(df.st[i].image, "debian:bookworm-slim"), "stage %zu FROM %s", i,
+			      df.st[i].image);
+	build = &df.st[0];
+	rt = &df.st[df.n - 1];
+	ck_assert_ptr_nonnull(build->name);
+	ck_assert_msg(stage_has(build, "RUN", "make"), "the build stage does not run make");
+	/* the binary comes from the build stage */
+	copy = NULL;
+	for (size_t i = 0; i < rt->n; i++)
+		if (streq(rt->in[i].cmd, "COPY") && strstr(rt->in[i].args, "/lessee "))
+			copy = rt->in[i].args;
+	ck_assert_ptr_nonnull(copy);
+	ck_assert_int_eq(sscanf(copy, "--from=%127s %*s %255s", from, dest), 2);
+	ck_assert_str_eq(from, build->name);
+	/* not root, with a numeric uid (runAsNonRoot can check it) */
+	user = one(rt, "USER");
+	ck_assert_msg(isdigit((unsigned char)user[0]) && atoi(user) > 0, "USER %s", user);
+	ck_assert_str_eq(one(rt, "STOPSIGNAL"), "SIGTERM");
+	/* the image's own configuration is valid and listens where EXPOSE says */
+	c = image_conf(rt);
+	ck_assert_msg(strncmp(c->status.listen, "0.0.0.0:", 8) == 0, "listen = %s", c->status.listen);
+	ck_assert_int_eq(atoi(one(rt, "EXPOSE")), listen_port(c));
+	ck_assert_msg(stage_has(rt, "RUN", c->worker.spool_dir) &&
+			      stage_has(rt, "RUN", c->worker.run_dir),
+		      "the image does not create %s and %s", c->worker.spool_dir, c->worker.run_dir);
+	conf_free(c);
+	/* exec forms: the copied binary; the health check asks /healthz */
+	entry = cJSON_Parse(one(rt, "ENTRYPOINT"));
+	ck_assert_msg(cJSON_IsArray(entry), "ENTRYPOINT is not an exec form");
+	ck_assert_str_eq(cJSON_GetArrayItem(entry, 0)->valuestring, dest);
+	hc = strstr(one(rt, "HEALTHCHECK"), "CMD ");
+	ck_assert_ptr_nonnull(hc);
+	health = cJSON_Parse(hc + 4);
+	ck_assert_msg(cJSON_IsArray(health) && cJSON_GetArraySize(health) == 3, "HEALTHCHECK %s", hc);
+	ck_assert_str_eq(cJSON_GetArrayItem(health, 0)->valuestring, dest);
+	ck_assert_str_eq(cJSON_GetArrayItem(health, 1)->valuestring, "status");
+	ck_assert_str_eq(cJSON_GetArrayItem(health, 2)->valuestring, "--healthz");
+	cJSON_Delete(entry);
+	cJSON_Delete(health);
+	df_free(&df);
+}
+END_TEST
+
+/* ---- docs/kubernetes.yaml ------------------------------------------------------------ */
+
+/* A YAML node as JSON; scalars stay strings. */
+static cJSON *yaml_json(yaml_document_t *doc, yaml_node_t *n, int depth)
+{
+	cJSON *j = NULL;
+
+	ck_assert_msg(n && depth < 64, "YAML too deep or broken");
+	switch (n->type) {
+	case YAML_SCALAR_NODE:
+		return cJSON_CreateString((const char *)n->data.scalar.value);
+	case YAML_SEQUENCE_NODE:
+		j = cJSON_CreateArray();
+		for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top;
+		     i++)
+			cJSON_AddItemToArray(j, yaml_json(doc, yaml_document_get_node(doc, *i),
+							  depth + 1));
+		return j;
+	case YAML_MAPPING_NODE:
+		j = cJSON_CreateObject();
+		for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+		     p++) {
+			yaml_node_t *k = yaml_document_get_node(doc, p->key);
+
+			ck_assert(k && k->type == YAML_SCALAR_NODE);
+			cJSON_AddItemToObject(j, (const char *)k->data.scalar.value,
+					      yaml_json(doc, yaml_document_get_node(doc, p->value),
+							depth + 1));
+		}
+		return j;
+	default:
+		ck_abort_msg("empty YAML node");
+	}
+	return NULL;
+}
+
+/* Every document of the file, in order. */
+static cJSON *yaml_load(const char *rel)
+{
+	_cleanup_free_ char *text = read_src(rel);
+	yaml_parser_t parser;
+	cJSON *docs = cJSON_CreateArray();
+
+	ck_assert(yaml_parser_initialize(&parser));
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+	for (;;) {
+		yaml_document_t doc;
+		yaml_node_t *root;
+
+		ck_assert_msg(yaml_parser_load(&parser, &doc), "%s: line %zu: %s", rel,
+			      parser.problem_mark.line + 1, parser.problem ? parser.problem : "?");
+		root = yaml_document_get_root_node(&doc);
+		if (root)
+			cJSON_AddItemToArray(docs, yaml_json(&doc, root, 0));
+		yaml_document_delete(&doc);
+		if (!root)
+			break;
+	}
+	yaml_parser_delete(&parser);
+	return docs;
+}
+
+/* o["a"]["b"]...: NULL when any step is missing. */
+static cJSON *at(cJSON *o, const char *path)
+{
+	_cleanup_(strv_freep) char **steps = NULL;
+	cJSON *j = o;
+
+	ck_assert_int_ge(strv_split(path, ".", &steps), 0);
+	for (size_t i = 0; j && steps[i]; i++)
+		j = cJSON_GetObjectItemCaseSensitive(j, steps[i]);
+	return j;
+}
+
+static const char *str_at(cJSON *o, const char *path)
+{
+	cJSON *j = at(o, path);
+
+	ck_assert_msg(cJSON_IsString(j), "kubernetes.yaml: no %s", path);
+	return j->valuestring;
+}
+
+/* The element of array whose field key equals value. */
+static cJSON *named(cJSON *array, const char *key, const char *value)
+{
+	cJSON *it;
+
+	cJSON_ArrayForEach(it, array)
+	{
+		cJSON *k = cJSON_GetObjectItemCaseSensitive(it, key);
+
+		if (cJSON_IsString(k) && streq(k->valuestring, value))
+			return it;
+	}
+	ck_abort_msg("kubernetes.yaml: no %s = %s", key, value);
+	return NULL;
+}
+
+static bool under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+/* The container's volumeMount holding path; asserted. */
+static cJSON *mount_of(cJSON *container, const char *path)
+{
+	cJSON *m, *best = NULL;
+
+	cJSON_ArrayForEach(m, at(container, "volumeMounts"))
+	if (under(path, str_at(m, "mountPath")) &&
+	    (!best || strlen(str_at(m, "mountPath")) > strlen(str_at(best, "mountPath"))))
+		best = m;
+	ck_assert_msg(best, "kubernetes.yaml: nothing is mounted at %s", path);
+	return best;
+}
+
+/* "token_file = X" as written in the ConfigMap's text. */
+static char *conf_text_value(const char *text, const char *key)
+{
+	for (const char *p = text; (p = strstr(p, key)); p++) {
+		const char *v = p + strlen(key);
+
+		if ((p == text || p[-1] == '\n') && *(v += strspn(v, " \t")) == '=') {
+			v += 1 + strspn(v + 1, " \t");
+			return strndup(v, strcspn(v, "\n"));
+		}
+	}
+	ck_abort_msg("the ConfigMap's lessee.conf sets no %s", key);
+	return NULL;
+}
+
+/* The ConfigMap's lessee.conf, loaded as the pod would (the token file
+ * exists only in the pod: unset here, checked separately). */
+static struct conf *configmap_conf(const char *text)
+{
+	_cleanup_free_ char *dir = tu_tmpdir("k8s"), *path = NULL, *err = NULL;
+	char *const env[] = {"LESSEE_WORKER_ID=lessee-7d9f8b6c5d-x2k4p", NULL};
+	const struct conf_override unset_token = {.origin = "test", .setting = "api.token_file="};
+	struct conf *c = NULL;
+
+	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
+	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0644), 0);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env,
+						      .overrides = &unset_token, .n_overrides = 1},
+				&c, &err) == 0,
+		      "the ConfigMap's lessee.conf: %s", err ? err : "?");
+	rm_rf(dir);
+	return c;
+}
+
+static void check_probe(cJSON *container, const char *probe, const char *want_path, int port)
+{
+	cJSON *get = at(container, probe);
+	const char *p = str_at(get, "httpGet.port");
+	cJSON *named_port = NULL;
+
+	ck_assert_str_eq(str_at(get, "httpGet.path"), want_path);
+	if (!isdigit((unsigned char)*p)) {
+		named_port = named(at(container, "ports"), "name", p);
+		p = str_at(named_port, "containerPort");
+	}
+	ck_assert_msg(atoi(p) == port, "%s probes port %s, lessee listens on %d", probe, p, port);
+}
+
+START_TEST(test_kubernetes)
+{
+	cJSON *docs = yaml_load("docs/kubernetes.yaml");
+	cJSON *cm = named(docs, "kind", "ConfigMap"), *dep = named(docs, "kind", "Deployment");
+	cJSON *pod = at(dep, "spec.template.spec"), *ctr, *args, *vol, *m;
+	cJSON *data = at(cm, "data"), *file = cJSON_GetObjectItemCaseSensitive(data, "lessee.conf");
+	const char *conf_path = "/etc/lessee/lessee.conf";
+	_cleanup_free_ char *token = NULL, *conf_dir = NULL;
+	struct dockerfile df;
+	struct conf *c;
+	long grace, mode;
+
+	ck_assert_msg(cJSON_IsString(file), "the ConfigMap has no lessee.conf");
+	token = conf_text_value(file->valuestring, "token_file");
+	c = configmap_conf(file->valuestring);
+	ctr = named(at(pod, "containers"), "name", "lessee");
+
+	/* listening on the pod's addresses, probed there on the right paths */
+	ck_assert_msg(strncmp(c->status.listen, "0.0.0.0:", 8) == 0, "listen = %s", c->status.listen);
+	check_probe(ctr, "livenessProbe", "/healthz", listen_port(c));
+	check_probe(ctr, "readinessProbe", "/readyz", listen_port(c));
+
+	/* SIGTERM drains before the kubelet's SIGKILL */
+	ck_assert(c->worker.drain_timeout != USEC_INFINITY);
+	grace = strtol(str_at(pod, "terminationGracePeriodSeconds"), NULL, 10);
+	ck_assert_msg((usec_t)grace * SEC > c->worker.drain_timeout + c->worker.kill_grace,
+		      "terminationGracePeriodSeconds %ld <= drain_timeout + kill_grace", grace);
+
+	/* the configuration file is the ConfigMap */
+	args = at(ctr, "args");
+	for (int i = 0; i + 1 < cJSON_GetArraySize(args); i++)
+		if (streq(cJSON_GetArrayItem(args, i)->valuestring, "--config"))
+			conf_path = cJSON_GetArrayItem(args, i + 1)->valuestring;
+	m = mount_of(ctr, conf_path);
+	vol = named(at(pod, "volumes"), "name", str_at(m, "name"));
+	ck_assert_str_eq(str_at(vol, "configMap.name"), str_at(cm, "metadata.name"));
+	ck_assert_int_ge(asprintf(&conf_dir, "%s/lessee.conf", str_at(m, "mountPath")), 0);
+	ck_assert_str_eq(conf_dir, conf_path);
+
+	/* the token: a file from a Secret, not readable by others */
+	m = mount_of(ctr, token);
+	vol = named(at(pod, "volumes"), "name", str_at(m, "name"));
+	ck_assert_ptr_nonnull(at(vol, "secret.secretName"));
+	mode = strtol(str_at(vol, "secret.defaultMode"), NULL, 0); /* 0440: octal */
+	ck_assert_msg((mode & 07) == 0 && (mode & 0040), "defaultMode %lo", (unsigned long)mode);
+	ck_assert_ptr_nonnull(at(pod, "securityContext.fsGroup"));
+
+	/* not root, nothing writable but the volumes lessee writes to */
+	ck_assert_str_eq(str_at(pod, "securityContext.runAsNonRoot"), "true");
+	df_parse(&df);
+	ck_assert_int_eq(atoi(str_at(pod, "securityContext.runAsUser")),
+			 atoi(one(&df.st[df.n - 1], "USER")));
+	df_free(&df);
+	ck_assert_str_eq(str_at(ctr, "securityContext.allowPrivilegeEscalation"), "false");
+	ck_assert_str_eq(str_at(ctr, "securityContext.readOnlyRootFilesystem"), "true");
+	for (const char *const *d = (const char *const[]){c->worker.spool_dir, c->worker.run_dir, NULL};
+	     *d; d++) {
+		m = mount_of(ctr, *d);
+		ck_assert_msg(!cJSON_IsString(at(m, "readOnly")) || streq(str_at(m, "readOnly"), "false"),
+			      "%s is on a read-only mount", *d);
+	}
+	conf_free(c);
+	cJSON_Delete(docs);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("packaging");
+	TCase *tm = tcase_create("man");
+	TCase *td = tcase_create("deploy");
+
+	tcase_add_test(tm, test_man_lessee);
+	tcase_add_test(tm, test_man_conf);
+	tcase_add_test(td, test_dockerfile);
+	tcase_add_test(td, test_dockerfile_runtime_libraries);
+	tcase_add_test(td, test_kubernetes);
+	tcase_set_timeout(tm, 60);
+	tcase_set_timeout(td, 60);
+	suite_add_tcase(s, tm);
+	suite_add_tcase(s, td);
+	return tu_run(s);
+}
