@@ -175,16 +175,30 @@ static pid_t fork_maybe_newpid(bool newpid)
 			      0UL);
 }
 
+/* The child answers through a pipe, not its exit status: under valgrind a
+ * forked child's exit status may be valgrind's (--error-exitcode). */
 bool tu_pid_namespace_available(void)
 {
-	pid_t pid = fork_maybe_newpid(true);
-	int st;
+	int p[2];
+	pid_t pid;
+	char c = 0;
 
-	if (pid < 0)
+	if (pipe2(p, O_CLOEXEC) < 0)
 		return false;
-	if (pid == 0)
-		_exit(getpid() == 1 ? 0 : 1);
-	return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	pid = fork_maybe_newpid(true);
+	if (pid == 0) {
+		if (getpid() == 1)
+			(void)!write(p[1], "1", 1);
+		_exit(0);
+	}
+	close(p[1]);
+	if (pid > 0) {
+		while (read(p[0], &c, 1) < 0 && errno == EINTR)
+			;
+		(void)waitpid(pid, NULL, 0);
+	}
+	close(p[0]);
+	return c == '1';
 }
 
 int tu_lessee_restart(struct tu_lessee *d)
