@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "lessee_proc.h"
-#include "lessor/client.h"
 #include "lessor_proc.h"
 #include "promparse.h"
 #include "testutil.h"
@@ -145,36 +144,18 @@ static void assert_nothing_left(pid_t daemon, bool own_ns)
 
 /* ---- the daemon's own count ------------------------------------------------ */
 
-static int status_port(void)
+static double orphans_reaped(void)
 {
-	static const char needle[] = "status endpoint on port ";
-	_cleanup_free_ char *log = NULL;
-	const char *p;
-
-	ck_assert_int_eq(tu_lessee_wait_log(D, needle, 10 * SEC), 0);
-	log = tu_lessee_log(D);
-	p = strstr(log, needle);
-	ck_assert_ptr_nonnull(p);
-	return atoi(p + strlen(needle));
-}
-
-static double orphans_reaped(int port)
-{
-	_cleanup_free_ char *url = NULL;
-	lessor_client *c = NULL;
-	struct lessor_response resp = {0};
+	long status = 0;
+	_cleanup_free_ char *text = tu_lessee_status_get(D, "/metrics", &status);
 	prom_doc_t *doc = NULL;
 	double v;
 
-	ck_assert_int_ge(asprintf(&url, "http://127.0.0.1:%d", port), 0);
-	ck_assert_int_eq(lessor_client_new(url, NULL, &c), 0);
-	ck_assert_int_eq(lessor_client_request(c, "GET", "/metrics", NULL, NULL, 0, &resp), 0);
-	ck_assert_int_eq(resp.status, 200);
-	ck_assert_int_eq(prom_parse(resp.body, resp.len, &doc, NULL), 0);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_int_eq(status, 200);
+	ck_assert_int_eq(prom_parse(text, strlen(text), &doc, NULL), 0);
 	v = prom_value(doc, "lessee_orphans_reaped_total", NULL);
 	prom_free(doc);
-	lessor_response_done(&resp);
-	lessor_client_free(c);
 	return v;
 }
 
@@ -186,7 +167,6 @@ static void run_many(bool pid_namespace)
 	_cleanup_free_ char *log = NULL;
 	pid_t daemon;
 	double reaped;
-	int port;
 
 	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "zombie-t0ken",
 								   .sync_normal = true},
@@ -197,7 +177,7 @@ static void run_many(bool pid_namespace)
 					 &D),
 			 0);
 	daemon = tu_lessee_pid(D);
-	port = status_port();
+	ck_assert_int_gt(tu_lessee_status_port(D), 0);
 	log = tu_lessee_log(D);
 	ck_assert_ptr_nonnull(strstr(log, pid_namespace ? "reaping orphaned processes (running as PID 1)"
 							 : "reaping orphaned processes (child subreaper)"));
@@ -217,7 +197,7 @@ static void run_many(bool pid_namespace)
 	}
 
 	assert_nothing_left(daemon, pid_namespace);
-	reaped = orphans_reaped(port);
+	reaped = orphans_reaped();
 	ck_assert_msg(reaped >= RUNS * ORPHANS_PER_RUN, "the daemon reaped %.0f orphans, expected %d",
 		      reaped, RUNS * ORPHANS_PER_RUN);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
