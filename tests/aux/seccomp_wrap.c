@@ -28,18 +28,19 @@
 #define MAX_SYSCALLS 8
 
 static const char *const io_uring_syscalls[] = {"io_uring_setup", "io_uring_enter",
-						 "io_uring_register"};
+                                                "io_uring_register"};
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: seccomp_wrap --errno EPERM|ENOSYS [--syscall NAME]... -- PROG [ARGS...]\n"
-		   "Run PROG with io_uring_setup, io_uring_enter and io_uring_register failing\n"
-		   "with that errno (a seccomp filter; everything else allowed), and without\n"
-		   "LESSEE_IO_BACKEND in its environment.\n\n"
-		   "  --errno E      EPERM or ENOSYS (required)\n"
-		   "  --syscall NAME only this io_uring system call (repeatable; default all three)\n"
-		   "  -h, --help     this text\n"
-		   "      --version  version\n");
+	fprintf(f,
+	        "Usage: seccomp_wrap --errno EPERM|ENOSYS [--syscall NAME]... -- PROG [ARGS...]\n"
+	        "Run PROG with io_uring_setup, io_uring_enter and io_uring_register failing\n"
+	        "with that errno (a seccomp filter; everything else allowed), and without\n"
+	        "LESSEE_IO_BACKEND in its environment.\n\n"
+	        "  --errno E      EPERM or ENOSYS (required)\n"
+	        "  --syscall NAME only this io_uring system call (repeatable; default all three)\n"
+	        "  -h, --help     this text\n"
+	        "      --version  version\n");
 }
 
 static int parse_errno(const char *s)
@@ -71,8 +72,9 @@ static int install_filter(int err, const char *const *names, size_t n)
 	for (size_t i = 0; r >= 0 && i < n; i++) {
 		int nr = seccomp_syscall_resolve_name(names[i]);
 
-		r = nr == __NR_SCMP_ERROR ? -ENOSYS
-					  : seccomp_rule_add(ctx, SCMP_ACT_ERRNO((unsigned)err), nr, 0);
+		r = nr == __NR_SCMP_ERROR
+		        ? -ENOSYS
+		        : seccomp_rule_add(ctx, SCMP_ACT_ERRNO((unsigned)err), nr, 0);
 	}
 	if (r >= 0)
 		r = seccomp_load(ctx);
@@ -84,11 +86,11 @@ int main(int argc, char **argv)
 {
 	enum { O_ERRNO = 256, O_SYSCALL, O_VERSION };
 	static const struct option longopts[] = {
-		{"errno", required_argument, NULL, O_ERRNO},
-		{"syscall", required_argument, NULL, O_SYSCALL},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, O_VERSION},
-		{0},
+	    {"errno", required_argument, NULL, O_ERRNO},
+	    {"syscall", required_argument, NULL, O_SYSCALL},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, O_VERSION},
+	    {0},
 	};
 	const char *names[MAX_SYSCALLS];
 	size_t n = 0;
@@ -100,15 +102,18 @@ int main(int argc, char **argv)
 		case O_ERRNO:
 			err = parse_errno(optarg);
 			if (err < 0) {
-				fprintf(stderr, "seccomp_wrap: --errno: '%s' is not EPERM or ENOSYS\n",
-					optarg);
+				fprintf(stderr,
+				        "seccomp_wrap: --errno: '%s' is not EPERM or ENOSYS\n",
+				        optarg);
 				return EXIT_USAGE;
 			}
 			break;
 		case O_SYSCALL:
 			if (!is_io_uring_syscall(optarg) || n >= MAX_SYSCALLS) {
-				fprintf(stderr, "seccomp_wrap: --syscall: '%s' is not an io_uring "
-						"system call\n", optarg);
+				fprintf(stderr,
+				        "seccomp_wrap: --syscall: '%s' is not an io_uring "
+				        "system call\n",
+				        optarg);
 				return EXIT_USAGE;
 			}
 			names[n++] = optarg;

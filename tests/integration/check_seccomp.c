@@ -24,29 +24,28 @@
 #define SEC USEC_PER_SEC
 
 struct variant {
-	char *err;           /* seccomp_wrap --errno */
-	char *syscall;       /* seccomp_wrap --syscall, NULL = every io_uring call */
-	const char *log;     /* what the daemon must say */
+	char *err;       /* seccomp_wrap --errno */
+	char *syscall;   /* seccomp_wrap --syscall, NULL = every io_uring call */
+	const char *log; /* what the daemon must say */
 };
 
 static const struct variant variants[] = {
-	{"EPERM", NULL,
-	 "event loop: epoll (io_uring unavailable: io_uring_queue_init: Operation not permitted)"},
-	{"ENOSYS", NULL,
-	 "event loop: epoll (io_uring unavailable: io_uring_queue_init: Function not implemented)"},
-	{"EPERM", "io_uring_enter",
-	 "event loop: epoll (io_uring unavailable: io_uring_enter: Operation not permitted)"},
+    {"EPERM", NULL,
+     "event loop: epoll (io_uring unavailable: io_uring_queue_init: Operation not permitted)"},
+    {"ENOSYS", NULL,
+     "event loop: epoll (io_uring unavailable: io_uring_queue_init: Function not implemented)"},
+    {"EPERM", "io_uring_enter",
+     "event loop: epoll (io_uring unavailable: io_uring_enter: Operation not permitted)"},
 };
 
 /* Workflows as shell one-liners: no script files to manage. */
-static const char workflows[] =
-	"[workflow.ok]\n"
-	"command = /bin/sh -c 'read -r line; echo \"got $line\"; "
-	"echo \"{\\\"answer\\\":42}\" > \"$LESSEE_RESULT_FILE\"'\n"
-	"[workflow.fail]\n"
-	"command = /bin/sh -c 'echo failing >&2; exit 3'\n"
-	"[workflow.slow]\n"
-	"command = /bin/sh -c 'echo started; sleep 1; echo finished'\n";
+static const char workflows[] = "[workflow.ok]\n"
+                                "command = /bin/sh -c 'read -r line; echo \"got $line\"; "
+                                "echo \"{\\\"answer\\\":42}\" > \"$LESSEE_RESULT_FILE\"'\n"
+                                "[workflow.fail]\n"
+                                "command = /bin/sh -c 'echo failing >&2; exit 3'\n"
+                                "[workflow.slow]\n"
+                                "command = /bin/sh -c 'echo started; sleep 1; echo finished'\n";
 
 static struct tu_lessor *L;
 static struct tu_lessee *D;
@@ -54,16 +53,16 @@ static struct tu_lessee *D;
 static void start(const struct variant *v)
 {
 	_cleanup_free_ char *wrap_bin = tu_aux_bin("seccomp_wrap");
-	char *wrap[] = {wrap_bin, "--errno", v->err, "--syscall", v->syscall, "--",
-			NULL};
+	char *wrap[] = {wrap_bin, "--errno", v->err, "--syscall", v->syscall, "--", NULL};
 
 	if (!v->syscall) /* drop "--syscall NAME" */
 		memmove(&wrap[3], &wrap[5], 2 * sizeof(char *));
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "seccomp-t0ken"}, &L), 0);
-	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = workflows,
-								  .wrap = wrap},
-					 &D),
-			 0);
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "seccomp-t0ken"}, &L),
+	                 0);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = workflows, .wrap = wrap},
+	                    &D),
+	    0);
 }
 
 static void teardown(void)
@@ -98,7 +97,7 @@ static char *enqueue(const char *body)
 static cJSON *finished(const char *id, const char *status)
 {
 	ck_assert_msg(tu_lessor_wait_status(L, id, status, 20 * SEC) == 0,
-		      "run %s did not reach status %s", id, status);
+	              "run %s did not reach status %s", id, status);
 	return tu_lessor_get_run(L, id);
 }
 
@@ -121,7 +120,7 @@ START_TEST(test_fallback_and_runs)
 	/* logged before READY=1, which tu_lessee_start waited for */
 	daemon_log = tu_lessee_log(D);
 	ck_assert_msg(daemon_log && strstr(daemon_log, v->log), "no '%s' in the log:\n%s", v->log,
-		      daemon_log ? daemon_log : "(none)");
+	              daemon_log ? daemon_log : "(none)");
 
 	ok = enqueue("{\"workflow\":\"ok\",\"input\":{\"n\":1}}");
 	fail = enqueue("{\"workflow\":\"fail\",\"max_attempts\":1}");
@@ -203,12 +202,12 @@ START_TEST(test_wrapper_options)
 	ck_assert_int_eq(run_wrapper((char *[]){"--errno", "EPERM", "--", "/bin/false", NULL}), 1);
 	ck_assert_int_eq(run_wrapper((char *[]){"--errno", "EACCES", "--", "/bin/true", NULL}), 2);
 	ck_assert_int_eq(run_wrapper((char *[]){"--errno", "EPERM", "--syscall", "openat", "--",
-						"/bin/true", NULL}),
-			 2);
+	                                        "/bin/true", NULL}),
+	                 2);
 	ck_assert_int_eq(run_wrapper((char *[]){"--", "/bin/true", NULL}), 2);
 	ck_assert_int_eq(run_wrapper((char *[]){"--errno", "ENOSYS", NULL}), 2);
 	ck_assert_int_eq(run_wrapper((char *[]){"--errno", "EPERM", "--", "/nonexistent", NULL}),
-			 127);
+	                 127);
 }
 END_TEST
 

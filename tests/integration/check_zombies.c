@@ -35,15 +35,14 @@
 #define RUNS 200
 #define ORPHANS_PER_RUN 3
 
-static const char conf[] =
-	"[worker]\nconcurrency = 16\n"
-	"[status]\nlisten = 127.0.0.1:0\n"
-	"[workflow.orphans]\n"
-	"command = /bin/sh -c '"
-	"sleep 30 & "
-	"(sleep 0.15 </dev/null >/dev/null 2>&1 &); "
-	"(setsid sleep 0.5 </dev/null >/dev/null 2>&1 &); "
-	"sleep 0.3; echo done'\n";
+static const char conf[] = "[worker]\nconcurrency = 16\n"
+                           "[status]\nlisten = 127.0.0.1:0\n"
+                           "[workflow.orphans]\n"
+                           "command = /bin/sh -c '"
+                           "sleep 30 & "
+                           "(sleep 0.15 </dev/null >/dev/null 2>&1 &); "
+                           "(setsid sleep 0.5 </dev/null >/dev/null 2>&1 &); "
+                           "sleep 0.3; echo done'\n";
 
 static struct tu_lessor *L;
 static struct tu_lessee *D;
@@ -136,9 +135,9 @@ static void assert_nothing_left(pid_t daemon, bool own_ns)
 		tu_sleep(50 * USEC_PER_MSEC);
 	}
 	ck_assert_msg(c.zombies == 0, "%d zombies left:%.*s", c.zombies, (int)c.list.len,
-		      c.list.data);
+	              c.list.data);
 	ck_assert_msg(c.others == 0, "%d processes left:%.*s", c.others, (int)c.list.len,
-		      c.list.data);
+	              c.list.data);
 	buf_done(&c.list);
 }
 
@@ -168,19 +167,21 @@ static void run_many(bool pid_namespace)
 	pid_t daemon;
 	double reaped;
 
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "zombie-t0ken",
-								   .sync_normal = true},
-					 &L),
-			 0);
-	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf,
-								  .pid_namespace = pid_namespace},
-					 &D),
-			 0);
+	ck_assert_int_eq(
+	    tu_lessor_start(&(struct tu_lessor_opts){.token = "zombie-t0ken", .sync_normal = true},
+	                    &L),
+	    0);
+	ck_assert_int_eq(
+	    tu_lessee_start(
+	        &(struct tu_lessee_opts){.lessor = L, .conf = conf, .pid_namespace = pid_namespace},
+	        &D),
+	    0);
 	daemon = tu_lessee_pid(D);
 	ck_assert_int_gt(tu_lessee_status_port(D), 0);
 	log = tu_lessee_log(D);
-	ck_assert_ptr_nonnull(strstr(log, pid_namespace ? "reaping orphaned processes (running as PID 1)"
-							 : "reaping orphaned processes (child subreaper)"));
+	ck_assert_ptr_nonnull(strstr(log, pid_namespace
+	                                      ? "reaping orphaned processes (running as PID 1)"
+	                                      : "reaping orphaned processes (child subreaper)"));
 
 	for (int i = 0; i < RUNS; i++)
 		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"orphans\",\"max_attempts\":1}");
@@ -198,8 +199,9 @@ static void run_many(bool pid_namespace)
 
 	assert_nothing_left(daemon, pid_namespace);
 	reaped = orphans_reaped();
-	ck_assert_msg(reaped >= RUNS * ORPHANS_PER_RUN, "the daemon reaped %.0f orphans, expected %d",
-		      reaped, RUNS * ORPHANS_PER_RUN);
+	ck_assert_msg(reaped >= RUNS * ORPHANS_PER_RUN,
+	              "the daemon reaped %.0f orphans, expected %d", reaped,
+	              RUNS * ORPHANS_PER_RUN);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
 }
@@ -231,8 +233,9 @@ int main(void)
 	if (tu_run(s) != 0)
 		return EXIT_FAILURE;
 	if (!pid_ns) {
-		fprintf(stderr, "check_zombies: no PID namespace for us here (CAP_SYS_ADMIN needed): "
-				"the PID 1 case was skipped\n");
+		fprintf(stderr,
+		        "check_zombies: no PID namespace for us here (CAP_SYS_ADMIN needed): "
+		        "the PID 1 case was skipped\n");
 		return 77;
 	}
 	return EXIT_SUCCESS;

@@ -90,7 +90,7 @@ static void run(char *const *argv, char *const *env, struct output *ret)
 	posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
 	posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
 	ck_assert_msg(posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp) == 0, "cannot run %s",
-		      argv[0]);
+	              argv[0]);
 	posix_spawn_file_actions_destroy(&fa);
 	close(out[1]);
 	close(err[1]);
@@ -128,9 +128,9 @@ START_TEST(test_man_lessee)
 	_cleanup_free_ char *bin = strdup(tu_lessee_bin());
 	char *const argv[] = {bin, "--help", NULL};
 	struct output o = {0};
-	static const char *const sections[] = {"SYNOPSIS", "OPTIONS", "LESSEE STATUS", "SIGNALS",
-					       "EXIT STATUS", "ENVIRONMENT", "FILES", "SEE ALSO",
-					       "THE RUN'S ENVIRONMENT"};
+	static const char *const sections[] = {"SYNOPSIS", "OPTIONS",     "LESSEE STATUS",
+	                                       "SIGNALS",  "EXIT STATUS", "ENVIRONMENT",
+	                                       "FILES",    "SEE ALSO",    "THE RUN'S ENVIRONMENT"};
 	int options = 0;
 
 	for (size_t i = 0; i < ELEMENTSOF(sections); i++)
@@ -147,9 +147,11 @@ START_TEST(test_man_lessee)
 	}
 	ck_assert_int_ge(options, 12); /* the parsing found them */
 	output_done(&o);
-	for (const char *const *v = (const char *const[]){"LESSEE_RUN_ID", "LESSEE_WORKFLOW",
-		     "LESSEE_ATTEMPT", "LESSEE_WORKER_ID", "LESSEE_INPUT_FILE", "LESSEE_RESULT_FILE",
-		     "LESSEE_DEADLINE_MS", "LESSEE_IO_BACKEND", NULL};
+	for (const char *const *v =
+	         (const char *const[]){"LESSEE_RUN_ID", "LESSEE_WORKFLOW", "LESSEE_ATTEMPT",
+	                               "LESSEE_WORKER_ID", "LESSEE_INPUT_FILE",
+	                               "LESSEE_RESULT_FILE", "LESSEE_DEADLINE_MS",
+	                               "LESSEE_IO_BACKEND", NULL};
 	     *v; v++)
 		ck_assert_msg(strstr(page, *v), "lessee(8) does not mention %s", *v);
 }
@@ -161,7 +163,8 @@ static void assert_key(const char *page, const char *section, const char *name)
 	char needle[128];
 
 	snprintf(needle, sizeof(needle), "\n       %s (", name);
-	ck_assert_msg(strstr(page, needle), "lessee.conf(5) does not describe %s.%s", section, name);
+	ck_assert_msg(strstr(page, needle), "lessee.conf(5) does not describe %s.%s", section,
+	              name);
 }
 
 START_TEST(test_man_conf)
@@ -169,7 +172,7 @@ START_TEST(test_man_conf)
 	_cleanup_free_ char *page = render("docs/man/lessee.conf.5");
 
 	for (const char *const *s = (const char *const[]){"\n[api]", "\n[worker]", "\n[status]",
-							   "\n[log]", "\n[workflow.NAME]", NULL};
+	                                                  "\n[log]", "\n[workflow.NAME]", NULL};
 	     *s; s++)
 		ck_assert_msg(strstr(page, *s), "lessee.conf(5) has no section %s", *s + 1);
 	for (size_t i = 0; i < conf_n_keys; i++) {
@@ -179,7 +182,7 @@ START_TEST(test_man_conf)
 
 			snprintf(def, sizeof(def), "default %s)", conf_keys[i].def);
 			ck_assert_msg(strstr(page, def), "lessee.conf(5): %s.%s: no '%s'",
-				      conf_keys[i].section, conf_keys[i].name, def);
+			              conf_keys[i].section, conf_keys[i].name, def);
 		}
 	}
 	for (size_t i = 0; i < conf_n_wf_keys; i++)
@@ -318,8 +321,8 @@ static char **apt_installs(const struct stage *s)
 	char **pkgs = NULL;
 
 	for (size_t i = 0; i < s->n; i++) {
-		const char *p = streq(s->in[i].cmd, "RUN") ? strstr(s->in[i].args, "apt-get install")
-							  : NULL;
+		const char *p =
+		    streq(s->in[i].cmd, "RUN") ? strstr(s->in[i].args, "apt-get install") : NULL;
 		_cleanup_(strv_freep) char **words = NULL;
 
 		if (!p)
@@ -361,7 +364,7 @@ static char *package_of(const char *bin, const char *soname)
 	run(ldd, NULL, &o);
 	p = strstr(o.out, soname);
 	ck_assert_msg(p && sscanf(p + strlen(soname), " => %4095s", path) == 1, "ldd: no %s",
-		      soname);
+	              soname);
 	output_done(&o);
 	ck_assert_ptr_nonnull(realpath(path, real));
 	pkg = dpkg_owner(real);
@@ -408,8 +411,8 @@ START_TEST(test_dockerfile_runtime_libraries)
 			continue;
 		pkg = package_of(tu_lessee_bin(), libs[i]);
 		ck_assert_msg(streq(pkg, "libc6") || strv_contains(pkgs, pkg),
-			      "lessee needs %s (package %s): not installed in the runtime stage",
-			      libs[i], pkg);
+		              "lessee needs %s (package %s): not installed in the runtime stage",
+		              libs[i], pkg);
 	}
 	df_free(&df);
 }
@@ -441,13 +444,13 @@ static struct conf *image_conf(const struct stage *s)
 	struct conf *c = NULL;
 
 	ck_assert_msg(stage_has(s, "COPY", "conf/lessee.conf /etc/lessee/lessee.conf"),
-		      "the image does not ship conf/lessee.conf as /etc/lessee/lessee.conf");
+	              "the image does not ship conf/lessee.conf as /etc/lessee/lessee.conf");
 	for (size_t i = 0; i < s->n; i++)
 		if (streq(s->in[i].cmd, "ENV"))
 			env_instr(s->in[i].args, &env);
 	ck_assert_int_ge(strv_extend(&env, "LESSEE_API_URL=https://orchestrator.example.com"), 0);
 	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err) == 0,
-		      "the image's configuration: %s", err ? err : "?");
+	              "the image's configuration: %s", err ? err : "?");
 	return c;
 }
 
@@ -472,7 +475,7 @@ START_TEST(test_dockerfile)
 	ck_assert_uint_ge(df.n, 2);
 	for (size_t i = 0; i < df.n; i++)
 		ck_assert_msg(streq(df.st[i].image, "debian:bookworm-slim"), "stage %zu FROM %s", i,
-			      df.st[i].image);
+		              df.st[i].image);
 	build = &df.st[0];
 	rt = &df.st[df.n - 1];
 	ck_assert_ptr_nonnull(build->name);
@@ -491,11 +494,12 @@ START_TEST(test_dockerfile)
 	ck_assert_str_eq(one(rt, "STOPSIGNAL"), "SIGTERM");
 	/* the image's own configuration is valid and listens where EXPOSE says */
 	c = image_conf(rt);
-	ck_assert_msg(strncmp(c->status.listen, "0.0.0.0:", 8) == 0, "listen = %s", c->status.listen);
+	ck_assert_msg(strncmp(c->status.listen, "0.0.0.0:", 8) == 0, "listen = %s",
+	              c->status.listen);
 	ck_assert_int_eq(atoi(one(rt, "EXPOSE")), listen_port(c));
-	ck_assert_msg(stage_has(rt, "RUN", c->worker.spool_dir) &&
-			      stage_has(rt, "RUN", c->worker.run_dir),
-		      "the image does not create %s and %s", c->worker.spool_dir, c->worker.run_dir);
+	ck_assert_msg(
+	    stage_has(rt, "RUN", c->worker.spool_dir) && stage_has(rt, "RUN", c->worker.run_dir),
+	    "the image does not create %s and %s", c->worker.spool_dir, c->worker.run_dir);
 	conf_free(c);
 	/* exec forms: the copied binary; the health check asks /healthz */
 	entry = cJSON_Parse(one(rt, "ENTRYPOINT"));
@@ -504,7 +508,8 @@ START_TEST(test_dockerfile)
 	hc = strstr(one(rt, "HEALTHCHECK"), "CMD ");
 	ck_assert_ptr_nonnull(hc);
 	health = cJSON_Parse(hc + 4);
-	ck_assert_msg(cJSON_IsArray(health) && cJSON_GetArraySize(health) == 3, "HEALTHCHECK %s", hc);
+	ck_assert_msg(cJSON_IsArray(health) && cJSON_GetArraySize(health) == 3, "HEALTHCHECK %s",
+	              hc);
 	ck_assert_str_eq(cJSON_GetArrayItem(health, 0)->valuestring, dest);
 	ck_assert_str_eq(cJSON_GetArrayItem(health, 1)->valuestring, "status");
 	ck_assert_str_eq(cJSON_GetArrayItem(health, 2)->valuestring, "--healthz");
@@ -527,21 +532,21 @@ static cJSON *yaml_json(yaml_document_t *doc, yaml_node_t *n, int depth)
 		return cJSON_CreateString((const char *)n->data.scalar.value);
 	case YAML_SEQUENCE_NODE:
 		j = cJSON_CreateArray();
-		for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top;
-		     i++)
-			cJSON_AddItemToArray(j, yaml_json(doc, yaml_document_get_node(doc, *i),
-							  depth + 1));
+		for (yaml_node_item_t *i = n->data.sequence.items.start;
+		     i < n->data.sequence.items.top; i++)
+			cJSON_AddItemToArray(
+			    j, yaml_json(doc, yaml_document_get_node(doc, *i), depth + 1));
 		return j;
 	case YAML_MAPPING_NODE:
 		j = cJSON_CreateObject();
-		for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
-		     p++) {
+		for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
+		     p < n->data.mapping.pairs.top; p++) {
 			yaml_node_t *k = yaml_document_get_node(doc, p->key);
 
 			ck_assert(k && k->type == YAML_SCALAR_NODE);
-			cJSON_AddItemToObject(j, (const char *)k->data.scalar.value,
-					      yaml_json(doc, yaml_document_get_node(doc, p->value),
-							depth + 1));
+			cJSON_AddItemToObject(
+			    j, (const char *)k->data.scalar.value,
+			    yaml_json(doc, yaml_document_get_node(doc, p->value), depth + 1));
 		}
 		return j;
 	default:
@@ -564,7 +569,7 @@ static cJSON *yaml_load(const char *rel)
 		yaml_node_t *root;
 
 		ck_assert_msg(yaml_parser_load(&parser, &doc), "%s: line %zu: %s", rel,
-			      parser.problem_mark.line + 1, parser.problem ? parser.problem : "?");
+		              parser.problem_mark.line + 1, parser.problem ? parser.problem : "?");
 		root = yaml_document_get_root_node(&doc);
 		if (root)
 			cJSON_AddItemToArray(docs, yaml_json(&doc, root, 0));
@@ -624,10 +629,11 @@ static cJSON *mount_of(cJSON *container, const char *path)
 {
 	cJSON *m, *best = NULL;
 
-	cJSON_ArrayForEach(m, at(container, "volumeMounts"))
-	if (under(path, str_at(m, "mountPath")) &&
-	    (!best || strlen(str_at(m, "mountPath")) > strlen(str_at(best, "mountPath"))))
-		best = m;
+	cJSON_ArrayForEach(
+	    m, at(container, "volumeMounts")) if (under(path, str_at(m, "mountPath")) &&
+	                                          (!best || strlen(str_at(m, "mountPath")) >
+	                                                        strlen(str_at(best, "mountPath"))))
+	    best = m;
 	ck_assert_msg(best, "kubernetes.yaml: nothing is mounted at %s", path);
 	return best;
 }
@@ -658,10 +664,12 @@ static struct conf *configmap_conf(const char *text)
 
 	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0644), 0);
-	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env,
-						      .overrides = &unset_token, .n_overrides = 1},
-				&c, &err) == 0,
-		      "the ConfigMap's lessee.conf: %s", err ? err : "?");
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path,
+	                                              .env = env,
+	                                              .overrides = &unset_token,
+	                                              .n_overrides = 1},
+	                        &c, &err) == 0,
+	              "the ConfigMap's lessee.conf: %s", err ? err : "?");
 	rm_rf(dir);
 	return c;
 }
@@ -698,7 +706,8 @@ START_TEST(test_kubernetes)
 	ctr = named(at(pod, "containers"), "name", "lessee");
 
 	/* listening on the pod's addresses, probed there on the right paths */
-	ck_assert_msg(strncmp(c->status.listen, "0.0.0.0:", 8) == 0, "listen = %s", c->status.listen);
+	ck_assert_msg(strncmp(c->status.listen, "0.0.0.0:", 8) == 0, "listen = %s",
+	              c->status.listen);
 	check_probe(ctr, "livenessProbe", "/healthz", listen_port(c));
 	check_probe(ctr, "readinessProbe", "/readyz", listen_port(c));
 
@@ -706,7 +715,7 @@ START_TEST(test_kubernetes)
 	ck_assert(c->worker.drain_timeout != USEC_INFINITY);
 	grace = strtol(str_at(pod, "terminationGracePeriodSeconds"), NULL, 10);
 	ck_assert_msg((usec_t)grace * SEC > c->worker.drain_timeout + c->worker.kill_grace,
-		      "terminationGracePeriodSeconds %ld <= drain_timeout + kill_grace", grace);
+	              "terminationGracePeriodSeconds %ld <= drain_timeout + kill_grace", grace);
 
 	/* the configuration file is the ConfigMap */
 	args = at(ctr, "args");
@@ -731,15 +740,17 @@ START_TEST(test_kubernetes)
 	ck_assert_str_eq(str_at(pod, "securityContext.runAsNonRoot"), "true");
 	df_parse(&df);
 	ck_assert_int_eq(atoi(str_at(pod, "securityContext.runAsUser")),
-			 atoi(one(&df.st[df.n - 1], "USER")));
+	                 atoi(one(&df.st[df.n - 1], "USER")));
 	df_free(&df);
 	ck_assert_str_eq(str_at(ctr, "securityContext.allowPrivilegeEscalation"), "false");
 	ck_assert_str_eq(str_at(ctr, "securityContext.readOnlyRootFilesystem"), "true");
-	for (const char *const *d = (const char *const[]){c->worker.spool_dir, c->worker.run_dir, NULL};
+	for (const char *const *d =
+	         (const char *const[]){c->worker.spool_dir, c->worker.run_dir, NULL};
 	     *d; d++) {
 		m = mount_of(ctr, *d);
-		ck_assert_msg(!cJSON_IsString(at(m, "readOnly")) || streq(str_at(m, "readOnly"), "false"),
-			      "%s is on a read-only mount", *d);
+		ck_assert_msg(!cJSON_IsString(at(m, "readOnly")) ||
+		                  streq(str_at(m, "readOnly"), "false"),
+		              "%s is on a read-only mount", *d);
 	}
 	conf_free(c);
 	cJSON_Delete(docs);
