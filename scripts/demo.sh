@@ -94,6 +94,7 @@ cat > "$tmp/lessee.conf" <<CONF
 [api]
 url = $url
 token_file = $tmp/token
+request_timeout = 10s
 
 [worker]
 id = demo-worker

@@ -496,8 +496,7 @@ static void on_complete(http_req_t *req, const struct http_response *resp, void 
 	r->req = NULL;
 	if (resp->status == 200) {
 		proto_complete_parse(resp->body, resp->body_len, status, sizeof(status));
-		struct log_fields f = run_fields(r, run_outcome_label(r));
-		log_emit(LOG_INFO, &f, "reported %s: the API says %s", run_outcome_label(r), status);
+		snprintf(r->note, sizeof(r->note), "the API says %s", status);
 		run_dispatch(r, RE_REPORTED);
 	} else if (resp->status == 409 || resp->status == 404) {
 		lease_lost(r, "completion answered 409/404");
@@ -626,7 +625,7 @@ static enum run_state act_start(struct run *r)
 	if (q >= 0)
 		q = spawn(r, &step);
 	if (q >= 0) {
-		run_log(r, LOG_INFO, "started pid %d", (int)exec_pid(r->proc));
+		snprintf(r->note, sizeof(r->note), "pid %d", (int)exec_pid(r->proc));
 		return RUN_RUNNING;
 	}
 	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
@@ -874,6 +873,18 @@ static void run_free(struct run *r)
 	free(r);
 }
 
+/* One info line per change of state, with the outcome once there is one. */
+static void log_transition(struct run *r, enum run_state before, enum run_event ev)
+{
+	bool known = r->state >= RUN_REPORTING && r->state != RUN_RELEASING && !r->lost &&
+		     r->body != NULL;
+	struct log_fields f = run_fields(r, known ? run_outcome_label(r) : NULL);
+
+	log_emit(LOG_INFO, &f, "%s -> %s (%s%s%s)", state_names[before], state_names[r->state],
+		 event_names[ev], r->note[0] ? ": " : "", r->note);
+	r->note[0] = '\0';
+}
+
 void run_dispatch(struct run *r, enum run_event ev)
 {
 	enum run_state before = r->state, after;
@@ -888,8 +899,7 @@ void run_dispatch(struct run *r, enum run_event ev)
 	if (after == before)
 		return;
 	r->state = after;
-	run_log(r, LOG_DEBUG, "%s -> %s (%s)", state_names[before], state_names[after],
-		event_names[ev]);
+	log_transition(r, before, ev);
 	if (after != RUN_DONE)
 		return;
 	run_record_outcome(r);

@@ -128,6 +128,7 @@ struct run {
 	struct proto_outcome outcome;
 	char *error, *output, *body;
 	char signame[24];
+	char note[96]; /* detail for the next state-change log line */
 };
 
 struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at);

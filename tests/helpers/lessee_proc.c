@@ -47,7 +47,7 @@ static int write_conf(struct tu_lessee *d, const char *extra)
 		return -EIO;
 	n = asprintf(&text,
 		     "[api]\nurl = %s\n%s%s%s"
-		     "request_timeout = 5s\n"
+		     "request_timeout = 4s\n"
 		     "[worker]\nid = test-worker\nconcurrency = 4\nlease_ttl = 6s\n"
 		     "lease_refresh = 1s\nlong_poll = 2s\npoll_interval = 200ms\n"
 		     "kill_grace = 1s\nfailure_cooldown = 2s\nfailure_cooldown_max = 8s\n"

@@ -200,6 +200,26 @@ case_status() {
 		fail "StatusText after the runs: '$(status_text)' (was $done0 done)"
 }
 
+# Under systemd lessee's stderr is the journal (JOURNAL_STREAM matches), so it
+# logs natively: entries about a run carry RUN_ID= WORKFLOW= ATTEMPT=
+# WORKER_ID= and, once it ends, OUTCOME=, with PRIORITY= from the level.  The
+# token never reaches the journal.
+case_journal() {
+	ensure_running || return
+	id=$(enqueue 1 1) || fail "lessor enqueue failed" || return
+	wait_until 15 runs_are succeeded "$id" || fail "run: $(runs_summary "$id")" || return
+	ent=$(journalctl -q --no-pager -o export RUN_ID="$id")
+	for f in WORKFLOW=sleep ATTEMPT=1 OUTCOME=succeeded PRIORITY=6 SYSLOG_IDENTIFIER=lessee; do
+		echo "$ent" | grep -qx "$f" || fail "the journal entries of $id lack $f" || return
+	done
+	echo "$ent" | grep -q '^WORKER_ID=.' || fail "no WORKER_ID= on $id's entries" || return
+	lines=$(journalctl -q --no-pager -o cat RUN_ID="$id" | wc -l)
+	[ "$lines" -ge 2 ] || fail "only $lines journal entries for run $id" || return
+	note "$lines entries with RUN_ID=$id"
+	! journalctl -q --no-pager -o export -u "$U" | grep -qF "$(cat /etc/lessee/api-token)" ||
+		fail "the API token is in the journal"
+}
+
 # The token reaches lessee only as the credential api-token
 # (LoadCredential=): the configuration names no token file, and the lessee
 # user cannot read /etc/lessee/api-token.  lessor requires it, so claims
@@ -357,6 +377,7 @@ check "systemd-analyze security --offline=yes --threshold=20 lessee.service" cas
 check "setup: sysusers + tmpfiles applied, lessor.service serving" case_setup
 check "start waits for READY=1: active, answering" case_start
 check "STATUS= in systemctl show: runs in flight, runs done" case_status
+check "journald: native entries with RUN_ID= WORKFLOW= ATTEMPT= WORKER_ID= OUTCOME=" case_journal
 check "token from \$CREDENTIALS_DIRECTORY (a wrong one is denied)" case_credential
 check "stop with runs in flight: drains, runs succeed and are reported, clean exit" case_drain
 check "shipped TimeoutStopSec= outlasts drain_timeout + kill_grace" case_stop_timeout
