@@ -306,6 +306,18 @@ START_TEST(test_child_environment)
 	ck_assert_msg(strstr(log, "{\"k\":\"v\"}\n"), "input file: %s", log);
 	ck_assert_msg(strstr(log, "notify=unset"), "log: %s", log);
 	ck_assert_msg(strstr(log, "/run/lessee-"), "cwd not the run directory: %s", log);
+	/* the fresh directory is gone once the run is reported */
+	{
+		char dir[512] = "";
+		const char *p = strstr(log, "cwd=");
+		usec_t end = time_mono() + tu_timeout(5 * SEC);
+
+		ck_assert_ptr_nonnull(p);
+		sscanf(p + 4, "%511s", dir);
+		while (access(dir, F_OK) == 0 && time_mono() < end)
+			tu_sleep(20 * USEC_PER_MSEC);
+		ck_assert_msg(access(dir, F_OK) < 0, "run directory %s left behind", dir);
+	}
 }
 END_TEST
 
