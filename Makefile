@@ -152,17 +152,21 @@ bench:
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
 		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(LESSEE) $(LESSOR) $(DESTDIR)$(BINDIR)/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/lessee/lessee.conf ] || \
 		install -m 0644 conf/lessee.conf $(DESTDIR)$(SYSCONFDIR)/lessee/lessee.conf
-	for f in systemd/*.service; do [ -e "$$f" ] && install -m 0644 "$$f" $(DESTDIR)$(UNITDIR)/; done; true
-	[ ! -e systemd/lessee.sysusers ] || { install -d $(DESTDIR)$(SYSUSERSDIR) && \
-		install -m 0644 systemd/lessee.sysusers $(DESTDIR)$(SYSUSERSDIR)/lessee.conf; }
-	[ ! -e systemd/lessee.tmpfiles ] || { install -d $(DESTDIR)$(TMPFILESDIR) && \
-		install -m 0644 systemd/lessee.tmpfiles $(DESTDIR)$(TMPFILESDIR)/lessee.conf; }
-	for f in docs/man/*.5; do [ -e "$$f" ] && install -m 0644 "$$f" $(DESTDIR)$(MANDIR)/man5/; done; true
-	for f in docs/man/*.8; do [ -e "$$f" ] && install -m 0644 "$$f" $(DESTDIR)$(MANDIR)/man8/; done; true
+	# the units name the installed paths, whatever PREFIX and SYSCONFDIR are
+	for f in systemd/*.service; do \
+		sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/lessee/|$(SYSCONFDIR)/lessee/|g' \
+			-e 's|/etc/lessor/|$(SYSCONFDIR)/lessor/|g' "$$f" \
+			>$(DESTDIR)$(UNITDIR)/$${f#systemd/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${f#systemd/}; \
+	done
+	install -m 0644 systemd/lessee.sysusers $(DESTDIR)$(SYSUSERSDIR)/lessee.conf
+	install -m 0644 systemd/lessee.tmpfiles $(DESTDIR)$(TMPFILESDIR)/lessee.conf
+	install -m 0644 docs/man/*.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 docs/man/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 format:
 	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c)
