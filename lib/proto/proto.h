@@ -18,17 +18,17 @@
 #define PROTO_TTL_MAX 3600
 #define PROTO_WAIT_MAX 60
 
-bool proto_valid_id(const char *s);       /* run ids and workflow names */
+bool proto_valid_id(const char *s); /* run ids and workflow names */
 bool proto_valid_tag(const char *s);
 bool proto_valid_worker_id(const char *s);
 
 struct proto_claim_req {
 	const char *claim_id;
 	const char *worker_id;
-	unsigned max_runs;          /* 1..256 */
-	unsigned lease_ttl_s;       /* 1..3600 */
-	unsigned wait_s;            /* 0..60 */
-	char *const *workflows;     /* NULL = omit (any); empty vector = none */
+	unsigned max_runs;      /* 1..256 */
+	unsigned lease_ttl_s;   /* 1..3600 */
+	unsigned wait_s;        /* 0..60 */
+	char *const *workflows; /* NULL = omit (any); empty vector = none */
 	char *const *tags;
 };
 
@@ -38,7 +38,7 @@ struct proto_run {
 	unsigned attempt;
 	char *token;
 	unsigned ttl_s;
-	char *input;       /* serialized JSON, "null" when absent */
+	char *input; /* the JSON text as the server sent it, "null" when absent */
 	size_t input_len;
 	unsigned timeout_s; /* 0 = not given */
 	/* Set when the run is unusable (bad field); id and token are still valid
@@ -54,10 +54,19 @@ struct proto_claim_resp {
 };
 
 int proto_claim_body(const struct proto_claim_req *rq, char **ret);
-/* -EBADMSG with *ret_error when the response as a whole is malformed.  Single
- * bad runs do not fail the parse: they come back with ->invalid set. */
-int proto_claim_parse(const char *body, size_t len, size_t max_input,
-		      struct proto_claim_resp *ret, char **ret_error);
+/* The largest claim answer worth reading for max_runs runs whose inputs are
+ * at most max_input bytes each: their inputs, PROTO_RUN_OVERHEAD per run for
+ * the rest of it, and PROTO_CLAIM_ENVELOPE.  SIZE_MAX when that overflows. */
+#define PROTO_RUN_OVERHEAD (16u << 10)
+#define PROTO_CLAIM_ENVELOPE (64u << 10)
+size_t proto_claim_max_response(unsigned max_runs, size_t max_input);
+/* -EBADMSG with *ret_error when the response as a whole is malformed (not
+ * strict JSON, nested deeper than 1000, "runs" missing, twice or over 256).
+ * Single bad runs do not fail the parse: they come back with ->invalid set.
+ * A run's input is the server's text of it, byte for byte, at most max_input
+ * bytes; nothing of it is copied or built before it is known to fit. */
+int proto_claim_parse(const char *body, size_t len, size_t max_input, struct proto_claim_resp *ret,
+                      char **ret_error);
 void proto_claim_resp_done(struct proto_claim_resp *r);
 void proto_run_done(struct proto_run *r);
 
@@ -81,12 +90,12 @@ struct proto_outcome {
 	enum proto_reason reason;
 	bool has_exit_code;
 	int exit_code;
-	const char *signal;  /* "SIGSEGV" or NULL */
+	const char *signal; /* "SIGSEGV" or NULL */
 	bool retryable;
-	const char *error;   /* NULL or text; truncated to 4 KiB */
+	const char *error; /* NULL or text; truncated to 4 KiB */
 	uint64_t duration_ms;
 	uint64_t log_length;
-	const char *output;  /* serialized JSON or NULL */
+	const char *output; /* serialized JSON or NULL */
 };
 
 int proto_complete_body(const char *token, const struct proto_outcome *o, char **ret);
@@ -101,7 +110,7 @@ enum proto_release_reason {
 };
 const char *proto_release_reason_name(enum proto_release_reason r);
 int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,
-		       char **ret);
+                       char **ret);
 
 /* {"length": N} of log appends (202 and 416). */
 int proto_log_length_parse(const char *body, size_t len, uint64_t *ret);
