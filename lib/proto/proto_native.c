@@ -346,7 +346,7 @@ static int scan_claim(const char *body, size_t len, struct claim_scan *cs)
 	int r;
 
 	if (json_iter_open(&it, body, end, '{', 1) < 0) {
-		cs->at = it.p;
+		cs->error = "claim response is not {\"runs\": [...]}";
 		return -EBADMSG;
 	}
 	while ((r = json_iter_next(&it, &key, &bad)) > 0) {

@@ -3,6 +3,7 @@
  * item 7).  The ordinary cases live in check_proto.c. */
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +351,59 @@ START_TEST(test_no_tree)
 }
 END_TEST
 
+/* Random byte edits of a valid answer: whatever they make, the parse ends in
+ * an answer or -EBADMSG, reads nothing outside the body (ASan/valgrind
+ * builds check that) and hands out inputs that are themselves one value. */
+START_TEST(test_mutations)
+{
+	static const char seed[] =
+	    "{\"runs\":[{\"id\":\"r-1\",\"workflow\":\"w\",\"attempt\":1,\"lease\":{\"token\":"
+	    "\"t\",\"ttl_s\":9},\"input\":{\"a\":[1,-2.5e3,true,null,\"\\u00e9\\n\xc3\xa9\"]},"
+	    "\"timeout_s\":60,\"tags\":[\"x\"]},7],\"queue_depth\":3}";
+	static const char alphabet[] = "{}[]\",:\\ 0-eE.tfnu\x80\xc3\xff";
+	uint64_t x = 0x9e3779b97f4a7c15u;
+	char buf[sizeof(seed) + 8];
+	unsigned ok = 0, refused = 0, invalid = 0;
+
+	for (int i = 0; i < 200000; i++) {
+		struct proto_claim_resp resp;
+		char *err = NULL;
+		size_t len = sizeof(seed) - 1;
+		int r;
+
+		memcpy(buf, seed, len);
+		for (int k = 0; k < 1 + i % 3; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			buf[x % len] = alphabet[(x >> 32) % (sizeof(alphabet) - 1)];
+		}
+		if (i % 7 == 0)
+			len = (size_t)(x >> 40) % len; /* truncated too */
+		r = proto_claim_parse(buf, len, 64, &resp, &err);
+		ck_assert_msg(r == 0 || r == -EBADMSG, "%d", r);
+		ck_assert(r == 0 || err);
+		free(err);
+		ok += r == 0;
+		refused += r < 0;
+		invalid += r == 0 && resp.n_runs > 0 && resp.runs[0].invalid;
+		for (size_t j = 0; r == 0 && j < resp.n_runs; j++)
+			if (resp.runs[j].input) {
+				struct proto_claim_resp again;
+				char body[256];
+
+				snprintf(body, sizeof(body), "{\"runs\":[],\"x\":%s}",
+				         resp.runs[j].input);
+				ck_assert_int_eq(parse(body, &again), 0);
+				proto_claim_resp_done(&again);
+			}
+		if (r == 0)
+			proto_claim_resp_done(&resp);
+	}
+	/* the edits reach every outcome */
+	ck_assert_msg(ok > 10000 && refused > 10000 && invalid > 1000,
+	              "ok %u refused %u invalid %u", ok, refused, invalid);
+}
+END_TEST
+
 START_TEST(test_max_response)
 {
 	size_t one = proto_claim_max_response(1, MIB);
@@ -378,6 +432,7 @@ int main(void)
 	tcase_add_test(tc, test_numbers);
 	tcase_add_test(tc, test_runs_count);
 	tcase_add_test(tc, test_no_tree);
+	tcase_add_test(tc, test_mutations);
 	tcase_add_test(tc, test_max_response);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
