@@ -248,6 +248,14 @@ static int key_index(const struct json_span *key, const char *const *names, size
 	return -1;
 }
 
+static int add_small(cJSON *o, const char *key, cJSON *v)
+{
+	if (v && cJSON_AddItemToObject(o, key, v))
+		return 0;
+	cJSON_Delete(v);
+	return -ENOMEM;
+}
+
 /* The members of one run we read, found without decoding the others; the
  * small ones decoded into *ret_item (NULL when the run is not an object). */
 static int scan_run(struct json_iter *runs, struct run_text *t, cJSON **ret_item)
@@ -278,9 +286,8 @@ static int scan_run(struct json_iter *runs, struct run_text *t, cJSON **ret_item
 		t->v[k] = val;
 		if (k == K_INPUT)
 			t->input_bad_utf8 = bad;
-		else if (!cJSON_AddItemToObject(*ret_item, run_keys[k],
-		                                k == K_LEASE ? lease_value(&val)
-		                                             : small_value(&val)))
+		else if (add_small(*ret_item, run_keys[k],
+		                   k == K_LEASE ? lease_value(&val) : small_value(&val)) < 0)
 			return -ENOMEM;
 	}
 	runs->p = it.p;
