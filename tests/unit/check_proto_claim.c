@@ -134,6 +134,25 @@ START_TEST(test_existing_cases)
 }
 END_TEST
 
+/* The cap counts the input's bytes as sent: at the cap is fine, one more not. */
+START_TEST(test_input_cap_edge)
+{
+	static const char body[] = "{\"runs\":[" RUN_HEAD ",\"input\": \"0123456789abcdef\" }]}";
+	struct proto_claim_resp resp;
+	char *err = NULL;
+
+	ck_assert_int_eq(proto_claim_parse(body, strlen(body), 18, &resp, &err), 0);
+	ck_assert_ptr_null(resp.runs[0].invalid);
+	ck_assert_str_eq(resp.runs[0].input, "\"0123456789abcdef\"");
+	proto_claim_resp_done(&resp);
+	ck_assert_int_eq(proto_claim_parse(body, strlen(body), 17, &resp, &err), 0);
+	ck_assert_str_eq(resp.runs[0].invalid, "input larger than the configured cap");
+	ck_assert(resp.runs[0].usable_for_reject);
+	ck_assert_str_eq(resp.runs[0].token, "t");
+	proto_claim_resp_done(&resp);
+}
+END_TEST
+
 START_TEST(test_strict_json)
 {
 	static const char *const bad[] = {
@@ -425,6 +444,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_existing_cases);
+	tcase_add_test(tc, test_input_cap_edge);
 	tcase_add_test(tc, test_strict_json);
 	tcase_add_test(tc, test_nesting);
 	tcase_add_test(tc, test_duplicate_keys);
