@@ -18,17 +18,17 @@
 #define PROTO_TTL_MAX 3600
 #define PROTO_WAIT_MAX 60
 
-bool proto_valid_id(const char *s); /* run ids and workflow names */
+bool proto_valid_id(const char *s);       /* run ids and workflow names */
 bool proto_valid_tag(const char *s);
 bool proto_valid_worker_id(const char *s);
 
 struct proto_claim_req {
 	const char *claim_id;
 	const char *worker_id;
-	unsigned max_runs;      /* 1..256 */
-	unsigned lease_ttl_s;   /* 1..3600 */
-	unsigned wait_s;        /* 0..60 */
-	char *const *workflows; /* NULL = omit (any); empty vector = none */
+	unsigned max_runs;          /* 1..256 */
+	unsigned lease_ttl_s;       /* 1..3600 */
+	unsigned wait_s;            /* 0..60 */
+	char *const *workflows;     /* NULL = omit (any); empty vector = none */
 	char *const *tags;
 };
 
@@ -38,7 +38,7 @@ struct proto_run {
 	unsigned attempt;
 	char *token;
 	unsigned ttl_s;
-	char *input; /* the JSON text as the server sent it, "null" when absent */
+	char *input;       /* JSON text as the server sent it, "null" when absent */
 	size_t input_len;
 	unsigned timeout_s; /* 0 = not given */
 	/* Set when the run is unusable (bad field); id and token are still valid
@@ -90,12 +90,12 @@ struct proto_outcome {
 	enum proto_reason reason;
 	bool has_exit_code;
 	int exit_code;
-	const char *signal; /* "SIGSEGV" or NULL */
+	const char *signal;  /* "SIGSEGV" or NULL */
 	bool retryable;
-	const char *error; /* NULL or text; truncated to 4 KiB */
+	const char *error;   /* NULL or text; truncated to 4 KiB */
 	uint64_t duration_ms;
 	uint64_t log_length;
-	const char *output; /* serialized JSON or NULL */
+	const char *output;  /* serialized JSON or NULL */
 };
 
 int proto_complete_body(const char *token, const struct proto_outcome *o, char **ret);
@@ -110,7 +110,7 @@ enum proto_release_reason {
 };
 const char *proto_release_reason_name(enum proto_release_reason r);
 int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,
-                       char **ret);
+		       char **ret);
 
 /* {"length": N} of log appends (202 and 416). */
 int proto_log_length_parse(const char *body, size_t len, uint64_t *ret);

@@ -134,7 +134,7 @@ static int parse_lease(const cJSON *item, struct proto_run *r)
 	if (!(r->token = strdup(token)))
 		return -ENOMEM;
 	if (!json_uint(cJSON_GetObjectItemCaseSensitive(lease, "ttl_s"), 1, PROTO_TTL_MAX,
-	               &r->ttl_s))
+		       &r->ttl_s))
 		return set_invalid(r, "lease.ttl_s missing or out of range");
 	return 0;
 }
@@ -466,9 +466,9 @@ int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *r
 
 static const char *const status_names[] = {"succeeded", "failed", "cancelled"};
 static const char *const reason_names[] = {"exit",        "timeout",   "crash",
-                                           "spawn_error", "cancelled", "rejected"};
+					   "spawn_error", "cancelled", "rejected"};
 static const char *const release_names[] = {"draining", "shutdown", "blocked_workflow",
-                                            "unsupported_workflow"};
+					    "unsupported_workflow"};
 
 const char *proto_status_name(enum proto_status s)
 {
@@ -518,9 +518,9 @@ int proto_complete_body(const char *token, const struct proto_outcome *oc, char 
 	     cJSON_AddStringToObject(o, "status", proto_status_name(oc->status)) &&
 	     cJSON_AddStringToObject(o, "reason", proto_reason_name(oc->reason)) &&
 	     (oc->has_exit_code ? cJSON_AddNumberToObject(o, "exit_code", oc->exit_code)
-	                        : cJSON_AddNullToObject(o, "exit_code")) &&
+				: cJSON_AddNullToObject(o, "exit_code")) &&
 	     (oc->signal ? cJSON_AddStringToObject(o, "signal", oc->signal)
-	                 : cJSON_AddNullToObject(o, "signal")) &&
+			 : cJSON_AddNullToObject(o, "signal")) &&
 	     cJSON_AddBoolToObject(o, "retryable", oc->retryable) &&
 	     cJSON_AddNumberToObject(o, "duration_ms", (double)oc->duration_ms) &&
 	     cJSON_AddNumberToObject(o, "log_length", (double)oc->log_length);
@@ -541,7 +541,7 @@ int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t 
 }
 
 int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,
-                       char **ret)
+		       char **ret)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
 
