@@ -45,7 +45,7 @@ struct test_httpd {
 	pid_t pid;
 	int port;
 	bool tls;
-	char *files_dir; /* NULL = no canned answers */
+	char *files_dir;  /* NULL = no canned answers */
 	char *cert, *key; /* PEM; MHD keeps pointers to them */
 	struct counters *n;
 	/* in the server process only */
