@@ -69,6 +69,7 @@ const struct conf_key conf_keys[] = {
     {"worker", "max_log_bytes", CONF_SIZE, C(worker.max_log_bytes), KIB, TIB, LIVE, "64M"},
     {"worker", "max_output_bytes", CONF_SIZE, C(worker.max_output_bytes), KIB, 64 * MIB, LIVE,
      "1M"},
+    {"worker", "max_input_bytes", CONF_SIZE, C(worker.max_input_bytes), KIB, 64 * MIB, LIVE, "4M"},
     {"worker", "spool_dir", CONF_PATH, C(worker.spool_dir), 0, 0, KEY_REQUIRED, NULL},
     {"worker", "run_dir", CONF_PATH, C(worker.run_dir), 0, 0, KEY_REQUIRED, NULL},
     {"status", "listen", CONF_LISTEN, C(status.listen), 0, 0, 0, "127.0.0.1:9464"},

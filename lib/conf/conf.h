@@ -46,6 +46,7 @@ struct conf_worker {
 	usec_t failure_cooldown_max;
 	uint64_t max_log_bytes;    /* per run, default of every workflow */
 	uint64_t max_output_bytes; /* the run's result file */
+	uint64_t max_input_bytes;  /* a run's input in a claim answer; caps the answer */
 	char *spool_dir;
 	char *run_dir;
 };

@@ -38,7 +38,7 @@ struct proto_run {
 	unsigned attempt;
 	char *token;
 	unsigned ttl_s;
-	char *input;       /* serialized JSON, "null" when absent */
+	char *input;       /* JSON text as the server sent it, "null" when absent */
 	size_t input_len;
 	unsigned timeout_s; /* 0 = not given */
 	/* Set when the run is unusable (bad field); id and token are still valid
@@ -54,10 +54,19 @@ struct proto_claim_resp {
 };
 
 int proto_claim_body(const struct proto_claim_req *rq, char **ret);
-/* -EBADMSG with *ret_error when the response as a whole is malformed.  Single
- * bad runs do not fail the parse: they come back with ->invalid set. */
-int proto_claim_parse(const char *body, size_t len, size_t max_input,
-		      struct proto_claim_resp *ret, char **ret_error);
+/* The largest claim answer worth reading for max_runs runs whose inputs are
+ * at most max_input bytes each: their inputs, PROTO_RUN_OVERHEAD per run for
+ * the rest of it, and PROTO_CLAIM_ENVELOPE.  SIZE_MAX when that overflows. */
+#define PROTO_RUN_OVERHEAD (16u << 10)
+#define PROTO_CLAIM_ENVELOPE (64u << 10)
+size_t proto_claim_max_response(unsigned max_runs, size_t max_input);
+/* -EBADMSG with *ret_error when the response as a whole is malformed (not
+ * strict JSON, nested deeper than 1000, "runs" missing, twice or over 256).
+ * Single bad runs do not fail the parse: they come back with ->invalid set.
+ * A run's input is the server's text of it, byte for byte, at most max_input
+ * bytes; nothing of it is copied or built before it is known to fit. */
+int proto_claim_parse(const char *body, size_t len, size_t max_input, struct proto_claim_resp *ret,
+                      char **ret_error);
 void proto_claim_resp_done(struct proto_claim_resp *r);
 void proto_run_done(struct proto_run *r);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/json_scan.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 
@@ -103,6 +104,19 @@ static const char *json_str(const cJSON *o, const char *key)
 	return cJSON_IsString(j) ? j->valuestring : NULL;
 }
 
+#define SMALL_VALUE_MAX (16u << 10)
+
+enum run_key { K_ID, K_WORKFLOW, K_ATTEMPT, K_LEASE, K_TIMEOUT, K_INPUT, K_N };
+static const char *const run_keys[K_N] = {"id",    "workflow",  "attempt",
+                                          "lease", "timeout_s", "input"};
+
+/* Where the members of one run we read are, in the answer's text. */
+struct run_text {
+	struct json_span v[K_N]; /* the first of each */
+	unsigned dups;           /* 1 << key: given more than once */
+	bool input_bad_utf8;
+};
+
 static int set_invalid(struct proto_run *r, const char *why)
 {
 	if (!r->invalid)
@@ -125,27 +139,33 @@ static int parse_lease(const cJSON *item, struct proto_run *r)
 	return 0;
 }
 
-static int parse_input(const cJSON *item, size_t max_input, struct proto_run *r)
+/* The run's input: the server's bytes, checked before anything is copied. */
+static int parse_input(const struct run_text *t, size_t max_input, struct proto_run *r)
 {
-	const cJSON *in = cJSON_GetObjectItemCaseSensitive(item, "input");
+	const struct json_span *in = &t->v[K_INPUT];
 
-	r->input = in ? cJSON_PrintUnformatted(in) : strdup("null");
+	if (in->p && in->len > max_input)
+		return set_invalid(r, "input larger than the configured cap");
+	if (t->input_bad_utf8)
+		return set_invalid(r, "input is not valid UTF-8");
+	r->input = in->p ? strndup(in->p, in->len) : strdup("null");
 	if (!r->input)
 		return -ENOMEM;
-	r->input_len = strlen(r->input);
-	if (r->input_len > max_input)
-		return set_invalid(r, "input larger than the configured cap");
+	r->input_len = in->p ? in->len : 4;
 	return 0;
 }
 
-static int parse_run(const cJSON *item, size_t max_input, struct proto_run *r)
+static int parse_run(const cJSON *item, const struct run_text *t, size_t max_input,
+                     struct proto_run *r)
 {
 	const char *id = json_str(item, "id"), *wf = json_str(item, "workflow");
-	const cJSON *t;
+	const cJSON *t_s;
 	int q;
 
 	if (!cJSON_IsObject(item))
 		return set_invalid(r, "run is not an object");
+	if (t->dups & (1u << K_ID | 1u << K_LEASE))
+		return set_invalid(r, "run has a duplicate \"id\" or \"lease\"");
 	if (!proto_valid_id(id))
 		return set_invalid(r, "run id missing or invalid");
 	if (!(r->id = strdup(id)))
@@ -154,53 +174,249 @@ static int parse_run(const cJSON *item, size_t max_input, struct proto_run *r)
 	if (q < 0 || r->invalid)
 		return q;
 	r->usable_for_reject = true;
+	if (t->dups)
+		return set_invalid(r, "run has a duplicate key");
 	if (!proto_valid_id(wf))
 		return set_invalid(r, "workflow missing or invalid");
 	if (!(r->workflow = strdup(wf)))
 		return -ENOMEM;
 	if (!json_uint(cJSON_GetObjectItemCaseSensitive(item, "attempt"), 1, 1e6, &r->attempt))
 		return set_invalid(r, "attempt missing or out of range");
-	t = cJSON_GetObjectItemCaseSensitive(item, "timeout_s");
-	if (t && !cJSON_IsNull(t) && !json_uint(t, 1, 365.0 * 86400, &r->timeout_s))
+	t_s = cJSON_GetObjectItemCaseSensitive(item, "timeout_s");
+	if (t_s && !cJSON_IsNull(t_s) && !json_uint(t_s, 1, 365.0 * 86400, &r->timeout_s))
 		return set_invalid(r, "timeout_s out of range");
-	return parse_input(item, max_input, r);
+	return parse_input(t, max_input, r);
 }
 
-int proto_claim_parse(const char *body, size_t len, size_t max_input,
-		      struct proto_claim_resp *ret, char **ret_error)
+/* A small value (an id, the lease object, a number) decoded by cJSON; one too
+ * big to be valid becomes `false`, which no check accepts. */
+static cJSON *small_value(const struct json_span *v)
 {
-	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
-	const cJSON *runs, *qd, *item;
-	size_t n = 0;
-	unsigned depth;
+	return v->len <= SMALL_VALUE_MAX ? cJSON_ParseWithLength(v->p, v->len)
+	                                 : cJSON_CreateFalse();
+}
 
-	*ret = (struct proto_claim_resp){.queue_depth = -1};
-	runs = cJSON_GetObjectItemCaseSensitive(root, "runs");
-	if (!cJSON_IsObject(root) || !cJSON_IsArray(runs)) {
-		*ret_error = strdup("claim response is not {\"runs\": [...]}");
+static const char *const lease_keys[] = {"token", "ttl_s"};
+
+static int key_index(const struct json_span *key, const char *const *names, size_t n);
+
+/* The lease object, `false` when it names its token or ttl_s twice. */
+static cJSON *lease_value(const struct json_span *v)
+{
+	struct json_iter it;
+	struct json_span key, val;
+	bool bad = false, seen[ELEMENTSOF(lease_keys)] = {false};
+	int r, k;
+
+	if (v->len > SMALL_VALUE_MAX || json_iter_open(&it, v->p, v->p + v->len, '{', 1) < 0)
+		return small_value(v);
+	while ((r = json_iter_next(&it, &key, &bad)) > 0 && json_iter_value(&it, &val, &bad) >= 0) {
+		k = key_index(&key, lease_keys, ELEMENTSOF(lease_keys));
+		if (k >= 0 && seen[k])
+			return cJSON_CreateFalse();
+		if (k >= 0)
+			seen[k] = true;
+	}
+	return small_value(v);
+}
+
+/* The member name as written (quotes included), decoded; NULL when it cannot
+ * be one we read. */
+static const char *key_name(const struct json_span *key, char *buf, size_t size)
+{
+	_cleanup_json_ cJSON *k = NULL;
+
+	if (key->len - 2 < size && !memchr(key->p, '\\', key->len)) {
+		memcpy(buf, key->p + 1, key->len - 2);
+		buf[key->len - 2] = '\0';
+		return buf;
+	}
+	if (key->len > 256 || !(k = cJSON_ParseWithLength(key->p, key->len)) ||
+	    !cJSON_IsString(k) || strlen(k->valuestring) >= size)
+		return NULL;
+	return strcpy(buf, k->valuestring);
+}
+
+static int key_index(const struct json_span *key, const char *const *names, size_t n)
+{
+	char buf[16];
+	const char *k = key_name(key, buf, sizeof(buf));
+
+	for (size_t i = 0; k && i < n; i++)
+		if (streq(k, names[i]))
+			return (int)i;
+	return -1;
+}
+
+static int add_small(cJSON *o, const char *key, cJSON *v)
+{
+	if (v && cJSON_AddItemToObject(o, key, v))
+		return 0;
+	cJSON_Delete(v);
+	return -ENOMEM;
+}
+
+/* The members of one run we read, found without decoding the others; the
+ * small ones decoded into *ret_item (NULL when the run is not an object). */
+static int scan_run(struct json_iter *runs, struct run_text *t, cJSON **ret_item)
+{
+	struct json_iter it;
+	struct json_span key, val;
+	bool bad = false;
+	int r, k;
+
+	*t = (struct run_text){0};
+	*ret_item = NULL;
+	if (json_iter_open(&it, runs->p, runs->end, '{', runs->depth + 1) < 0)
+		return json_iter_value(runs, &val, &bad);
+	if (!(*ret_item = cJSON_CreateObject()))
+		return -ENOMEM;
+	while ((r = json_iter_next(&it, &key, &bad)) > 0) {
+		bad = false;
+		k = key_index(&key, run_keys, K_N);
+		r = json_iter_value(&it, &val, &bad);
+		if (r < 0)
+			break;
+		if (k < 0)
+			continue;
+		if (t->v[k].p) {
+			t->dups |= 1u << k;
+			continue;
+		}
+		t->v[k] = val;
+		if (k == K_INPUT)
+			t->input_bad_utf8 = bad;
+		else if (add_small(*ret_item, run_keys[k],
+		                   k == K_LEASE ? lease_value(&val) : small_value(&val)) < 0)
+			return -ENOMEM;
+	}
+	runs->p = it.p;
+	return r;
+}
+
+struct claim_scan {
+	struct proto_claim_resp *ret;
+	size_t max_input;
+	bool have_runs;
+	const char *error; /* what is wrong, when more than the syntax */
+	const char *at;    /* where the scan stopped */
+};
+
+static int scan_runs(struct json_iter *top, struct claim_scan *cs)
+{
+	struct proto_claim_resp *ret = cs->ret;
+	struct json_iter it;
+	struct json_span none;
+	bool bad = false;
+	int r;
+
+	if (cs->have_runs) {
+		cs->error = "claim response has \"runs\" twice";
 		return -EBADMSG;
 	}
-	if (cJSON_GetArraySize(runs) > PROTO_MAX_RUNS) {
-		*ret_error = strdup("claim response has more runs than the protocol allows");
+	cs->have_runs = true;
+	if (json_iter_open(&it, top->p, top->end, '[', top->depth + 1) < 0) {
+		cs->error = "claim response is not {\"runs\": [...]}";
 		return -EBADMSG;
 	}
-	ret->runs = calloc((size_t)cJSON_GetArraySize(runs) + 1, sizeof(struct proto_run));
+	ret->runs = calloc(PROTO_MAX_RUNS + 1, sizeof(struct proto_run));
 	if (!ret->runs)
 		return -ENOMEM;
-	cJSON_ArrayForEach(item, runs)
-	{
-		int r = parse_run(item, max_input, &ret->runs[n++]);
+	while ((r = json_iter_next(&it, &none, &bad)) > 0) {
+		_cleanup_json_ cJSON *item = NULL;
+		struct run_text t;
 
-		ret->n_runs = n;
+		if (ret->n_runs == PROTO_MAX_RUNS) {
+			cs->error = "claim response has more runs than the protocol allows";
+			return -EBADMSG;
+		}
+		r = scan_run(&it, &t, &item);
 		if (r < 0) {
-			proto_claim_resp_done(ret);
+			top->p = it.p;
 			return r;
 		}
+		r = parse_run(item, &t, cs->max_input, &ret->runs[ret->n_runs++]);
+		if (r < 0)
+			return r;
 	}
-	qd = cJSON_GetObjectItemCaseSensitive(root, "queue_depth");
-	if (json_uint(qd, 0, 1e12, &depth))
-		ret->queue_depth = depth;
+	top->p = it.p;
+	return r;
+}
+
+static int scan_claim(const char *body, size_t len, struct claim_scan *cs)
+{
+	static const char *const top_keys[] = {"runs", "queue_depth"};
+	const char *end = body + len;
+	struct json_iter it;
+	struct json_span key, val;
+	bool bad = false, have_depth = false;
+	int r;
+
+	if (json_iter_open(&it, body, end, '{', 1) < 0) {
+		cs->error = "claim response is not {\"runs\": [...]}";
+		return -EBADMSG;
+	}
+	while ((r = json_iter_next(&it, &key, &bad)) > 0) {
+		int k = key_index(&key, top_keys, ELEMENTSOF(top_keys));
+
+		if (k == 0) {
+			r = scan_runs(&it, cs);
+		} else {
+			r = json_iter_value(&it, &val, &bad);
+			if (r >= 0 && k == 1 && !have_depth) {
+				_cleanup_json_ cJSON *qd = small_value(&val);
+				unsigned depth;
+
+				have_depth = true;
+				if (json_uint(qd, 0, 1e12, &depth))
+					cs->ret->queue_depth = depth;
+			}
+		}
+		if (r < 0)
+			break;
+	}
+	cs->at = it.p;
+	if (r < 0)
+		return r;
+	if (json_scan_ws(it.p, end) != end)
+		return -EBADMSG;
+	if (!cs->have_runs) {
+		cs->error = "claim response is not {\"runs\": [...]}";
+		return -EBADMSG;
+	}
 	return 0;
+}
+
+size_t proto_claim_max_response(unsigned max_runs, size_t max_input)
+{
+	size_t per_run = max_input + PROTO_RUN_OVERHEAD;
+
+	if (per_run < max_input ||
+	    (max_runs && per_run > (SIZE_MAX - PROTO_CLAIM_ENVELOPE) / max_runs))
+		return SIZE_MAX;
+	return per_run * max_runs + PROTO_CLAIM_ENVELOPE;
+}
+
+int proto_claim_parse(const char *body, size_t len, size_t max_input, struct proto_claim_resp *ret,
+                      char **ret_error)
+{
+	struct claim_scan cs = {.ret = ret, .max_input = max_input};
+	int r;
+
+	*ret = (struct proto_claim_resp){.queue_depth = -1};
+	r = scan_claim(body ? body : "", body ? len : 0, &cs);
+	if (r >= 0)
+		return 0;
+	proto_claim_resp_done(ret);
+	if (r == -EBADMSG) {
+		if (cs.error)
+			*ret_error = strdup(cs.error);
+		else if (asprintf(ret_error,
+		                  "claim response is not valid JSON (at byte %zu of %zu)",
+		                  cs.at ? (size_t)(cs.at - body) : 0, len) < 0)
+			*ret_error = NULL;
+	}
+	return r;
 }
 
 void proto_run_done(struct proto_run *r)

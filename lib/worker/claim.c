@@ -16,7 +16,12 @@
 #define AUTH_RETRY_BASE (30 * USEC_PER_SEC)
 #define AUTH_RETRY_CAP (5 * USEC_PER_MINUTE)
 #define IDLE_CAP (30 * USEC_PER_SEC)
-#define CLAIM_MAX_RESPONSE (64u << 20)
+
+/* The answer to a claim for max_runs runs: their inputs and a little more. */
+static size_t claim_max_response(const worker_t *w, unsigned max_runs)
+{
+	return proto_claim_max_response(max_runs, worker_cur_conf(w)->worker.max_input_bytes);
+}
 
 static unsigned free_slots(const worker_t *w)
 {
@@ -71,7 +76,8 @@ static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t se
 	char *err = NULL;
 	int q;
 
-	q = proto_claim_parse(resp->body, resp->body_len, CLAIM_MAX_RESPONSE, &cr, &err);
+	q = proto_claim_parse(resp->body, resp->body_len, worker_cur_conf(w)->worker.max_input_bytes,
+			      &cr, &err);
 	w->claim_id_used = false; /* answered: the next claim is a new one */
 	if (q < 0) {
 		metric_add(w->m_claims, 1, "invalid");
@@ -97,6 +103,20 @@ static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t se
 	proto_claim_resp_done(&cr);
 }
 
+/* An answer over the cap was cut off while it arrived: as unusable as an
+ * invalid one (asking again with the same claim_id would get it again). */
+static void on_claim_too_large(worker_t *w, const struct http_response *resp)
+{
+	w->claim_id_used = false;
+	metric_add(w->m_claims, 1, "too_large");
+	log_error("claim answer too large (%s; the cap is max_runs x (worker.max_input_bytes + "
+		  "%u) + %u bytes), not read; its runs, if any, return to the queue when their "
+		  "leases expire",
+		  resp->error_message, PROTO_RUN_OVERHEAD, PROTO_CLAIM_ENVELOPE);
+	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+					   w->claim_failures++, 0));
+}
+
 static void on_claim(http_req_t *req, const struct http_response *resp, void *userdata)
 {
 	worker_t *w = userdata;
@@ -105,6 +125,10 @@ static void on_claim(http_req_t *req, const struct http_response *resp, void *us
 	w->claim_req = NULL;
 	if (resp->status == 200) {
 		on_claim_ok(w, resp, w->claim_sent_at);
+		return;
+	}
+	if (resp->error == -EMSGSIZE) {
+		on_claim_too_large(w, resp);
 		return;
 	}
 	if (resp->status == 401 || resp->status == 403) {
@@ -164,7 +188,7 @@ void claim_kick(worker_t *w)
 	w->claim_sent_at = ev_now(w->ev);
 	w->claim_id_used = true;
 	if (api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
-		     CLAIM_MAX_RESPONSE, on_claim, w, &w->claim_req) < 0)
+		     claim_max_response(w, slots), on_claim, w, &w->claim_req) < 0)
 		goto fail;
 	strv_free(wfs);
 	return;

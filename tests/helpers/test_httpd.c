@@ -45,6 +45,7 @@ struct test_httpd {
 	pid_t pid;
 	int port;
 	bool tls;
+	char *files_dir;  /* NULL = no canned answers */
 	char *cert, *key; /* PEM; MHD keeps pointers to them */
 	struct counters *n;
 	/* in the server process only */
@@ -150,6 +151,54 @@ static enum MHD_Result route_bytes(struct MHD_Connection *c)
 	return queue(c, MHD_HTTP_OK, r);
 }
 
+static ssize_t file_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+	int *fd = cls;
+	ssize_t n = pread(*fd, out, max, (off_t)pos);
+
+	if (n == 0)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+static void file_free(void *cls)
+{
+	int *fd = cls;
+
+	safe_close(*fd);
+	free(fd);
+}
+
+/* A canned answer: files_dir/<path with '/' as '_'>, chunked. */
+static enum MHD_Result route_file(struct test_httpd *s, struct MHD_Connection *c, const char *url)
+{
+	_cleanup_free_ char *path = NULL;
+	struct MHD_Response *r;
+	int *fd;
+
+	if (!s->files_dir || !*url || asprintf(&path, "%s/%s", s->files_dir, url + 1) < 0)
+		return queue(c, MHD_HTTP_NOT_FOUND, text("not found\n"));
+	for (char *p = path + strlen(s->files_dir) + 1; *p; p++)
+		if (*p == '/')
+			*p = '_';
+	fd = malloc(sizeof(*fd));
+	if (!fd)
+		return MHD_NO;
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0) {
+		free(fd);
+		return queue(c, MHD_HTTP_NOT_FOUND, text("not found\n"));
+	}
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, file_read, fd,
+	                                      file_free);
+	if (!r) {
+		file_free(fd);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	return queue(c, MHD_HTTP_OK, r);
+}
+
 static enum MHD_Result route_sleep(struct test_httpd *s, struct MHD_Connection *c)
 {
 	struct pollfd p = {.fd = s->stop_fd, .events = POLLIN};
@@ -210,7 +259,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return route_sleep(s, c);
 	if (streq(url, "/status"))
 		return route_status(c);
-	return queue(c, MHD_HTTP_NOT_FOUND, text("not found\n"));
+	return route_file(s, c, url);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **req_cls,
@@ -291,6 +340,7 @@ static _Noreturn void serve(struct test_httpd *s, int lfd, pid_t parent)
 	safe_close(s->stop_fd);
 	free(s->cert);
 	free(s->key);
+	free(s->files_dir);
 	munmap(s->n, sizeof(*s->n));
 	free(s);
 	_exit(code);
@@ -339,6 +389,10 @@ int test_httpd_start(const struct test_httpd_opts *opts, struct test_httpd **ret
 	if (!s)
 		return -ENOMEM;
 	s->stop_fd = -1;
+	if (opts && opts->files_dir && !(s->files_dir = strdup(opts->files_dir))) {
+		free(s);
+		return -ENOMEM;
+	}
 	s->n = mmap(NULL, sizeof(*s->n), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	r = s->n == MAP_FAILED ? -errno : load_tls(s, opts);
 	if (s->n == MAP_FAILED)
@@ -374,6 +428,7 @@ struct test_httpd *test_httpd_stop(struct test_httpd *s)
 		munmap(s->n, sizeof(*s->n));
 	free(s->cert);
 	free(s->key);
+	free(s->files_dir);
 	free(s);
 	return NULL;
 }

@@ -10,6 +10,10 @@
  *   /status?code=C[&retry_after=S][&location=L]
  *                          status C, body "status C", Retry-After: S and
  *                          Location: L verbatim, X-Test-Status: C
+ *   any other path /a/b    with opts.files_dir set: 200 and the bytes of the file
+ *                          files_dir/a_b ('/' after the first one becomes '_'),
+ *                          read at each request (so a test may replace it),
+ *                          chunked (no Content-Length); 404 when it is missing
  * It counts TCP connections accepted and requests answered.
  *
  * test_tls_make: a throw-away CA and a server certificate for IP 127.0.0.1 made
@@ -24,6 +28,7 @@ struct test_httpd;
 struct test_httpd_opts {
 	const char *cert_file; /* PEM server certificate + key: serve HTTPS */
 	const char *key_file;
+	const char *files_dir; /* serve canned answers from here (see above) */
 };
 
 int test_httpd_start(const struct test_httpd_opts *opts, struct test_httpd **ret);
