@@ -55,8 +55,7 @@ int spool_entry_name(const char *run_id, const char *token, char *buf, size_t le
 	return 0;
 }
 
-static int entry_path(const char *dir, const char *name, const char *suffix, char *buf,
-		      size_t len)
+static int entry_path(const char *dir, const char *name, const char *suffix, char *buf, size_t len)
 {
 	if ((size_t)snprintf(buf, len, "%s/%s%s", dir, name, suffix) >= len)
 		return -ENAMETOOLONG;
@@ -78,7 +77,7 @@ static int write_tail(const char *path, const struct spool_tail *t)
 	_cleanup_free_ char *data = NULL;
 	char head[64 + LOGSHIP_MAYBE_MAX * 21];
 	int n = snprintf(head, sizeof(head), TAIL_HEADER "%" PRIu64 " %d %u", t->where.offset,
-			 t->where.synced, t->attempt);
+	                 t->where.synced, t->attempt);
 
 	if (t->len > SPOOL_TAIL_MAX)
 		return -EFBIG;
@@ -94,7 +93,7 @@ static int write_tail(const char *path, const struct spool_tail *t)
 }
 
 int spool_write(const char *dir, const char *name, const char *complete_body, size_t max_body,
-		const struct spool_tail *tail)
+                const struct spool_tail *tail)
 {
 	char path[PATH_MAX];
 	size_t len = strlen(complete_body);

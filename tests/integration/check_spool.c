@@ -64,23 +64,23 @@ static void setup(void)
 	ck_assert_ptr_nonnull(scripts);
 	/* each execution counts itself; waits for the gate; says which it was */
 	write_script("gated.sh", "n=$(cat $S/count 2>/dev/null || echo 0); n=$((n+1))\n"
-				 "echo $n > $S/count\n"
-				 "while [ ! -e $S/gate ]; do sleep 0.05; done\n"
-				 "echo \"execution $n\"\n"
-				 "echo \"{\\\"exec\\\":$n}\" > \"$LESSEE_RESULT_FILE\"");
+	                         "echo $n > $S/count\n"
+	                         "while [ ! -e $S/gate ]; do sleep 0.05; done\n"
+	                         "echo \"execution $n\"\n"
+	                         "echo \"{\\\"exec\\\":$n}\" > \"$LESSEE_RESULT_FILE\"");
 	/* a result of 9 MiB: a JSON string */
 	write_script("big.sh", "{ printf '\"'; head -c 9437184 /dev/zero | tr '\\0' a; "
-			       "printf '\"'; } > \"$LESSEE_RESULT_FILE\"");
+	                       "printf '\"'; } > \"$LESSEE_RESULT_FILE\"");
 	/* the first execution ships 204 lines and hangs; the next ones finish */
-	write_script("rerun.sh", "n=$(cat $S/count 2>/dev/null || echo 0); n=$((n+1))\n"
-				 "echo $n > $S/count\n"
-				 "i=1; while [ $i -le 204 ]; do echo \"exec $n line $i\"; i=$((i+1)); "
-				 "done\n"
-				 "[ $n -gt 1 ] || exec sleep 1000");
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests",
-								   .args = args},
-					 &L),
-			 0);
+	write_script("rerun.sh",
+	             "n=$(cat $S/count 2>/dev/null || echo 0); n=$((n+1))\n"
+	             "echo $n > $S/count\n"
+	             "i=1; while [ $i -le 204 ]; do echo \"exec $n line $i\"; i=$((i+1)); "
+	             "done\n"
+	             "[ $n -gt 1 ] || exec sleep 1000");
+	ck_assert_int_eq(
+	    tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests", .args = args}, &L),
+	    0);
 }
 
 static void start_lessee(void)
@@ -88,17 +88,18 @@ static void start_lessee(void)
 	_cleanup_free_ char *aux = tu_aux_bin(""), *conf = NULL;
 
 	aux[strlen(aux) - 1] = '\0';
-	ck_assert_int_ge(asprintf(&conf,
-				  "[workflow.gated]\ncommand = %1$s/gated.sh\n"
-				  "[workflow.big]\ncommand = %1$s/big.sh\n"
-				  "[workflow.rerun]\ncommand = %1$s/rerun.sh\n"
-				  "[workflow.gen]\ncommand = %2$s/gen_output 20000\n"
-				  "[api]\nrequest_timeout = 10s\n"
-				  "[worker]\nkill_grace = 3s\nlease_ttl = 30s\nmax_output_bytes = 32M\n",
-				  scripts, aux),
-			 0);
+	ck_assert_int_ge(
+	    asprintf(&conf,
+	             "[workflow.gated]\ncommand = %1$s/gated.sh\n"
+	             "[workflow.big]\ncommand = %1$s/big.sh\n"
+	             "[workflow.rerun]\ncommand = %1$s/rerun.sh\n"
+	             "[workflow.gen]\ncommand = %2$s/gen_output 20000\n"
+	             "[api]\nrequest_timeout = 10s\n"
+	             "[worker]\nkill_grace = 3s\nlease_ttl = 30s\nmax_output_bytes = 32M\n",
+	             scripts, aux),
+	    0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
-			 0);
+	                 0);
 }
 
 static void teardown(void)
@@ -201,8 +202,8 @@ static void wait_log_count(const char *needle, int n, usec_t timeout)
 	usec_t end = time_mono() + tu_timeout(timeout);
 
 	while (log_count(needle) < n) {
-		ck_assert_msg(time_mono() < end, "the lessee log does not say '%s' %d times", needle,
-			      n);
+		ck_assert_msg(time_mono() < end, "the lessee log does not say '%s' %d times",
+		              needle, n);
 		tu_sleep(20 * USEC_PER_MSEC);
 	}
 }
@@ -286,7 +287,7 @@ START_TEST(test_old_entry_refused_keeps_newer)
 	hard_stop();
 	ck_assert_int_eq(tu_lessee_wait_log(D, "spooled result refused (HTTP 409", SEC), 0);
 	ck_assert_msg(spool_files(".complete") == 1, "lease 2's result is not in the spool (%d)",
-		      spool_files(".complete"));
+	              spool_files(".complete"));
 
 	faults_clear();
 	ck_assert_int_eq(tu_lessee_restart(D), 0);
@@ -389,16 +390,16 @@ START_TEST(test_reexecuted_log_marked)
 	free(log);
 	log = tu_lessor_run_log(L, id, &len);
 	ck_assert_ptr_nonnull(log);
-	ck_assert_msg(len > first.len + second.len, "the log holds %zu bytes:\n%.*s", len,
-		      (int)len, log);
+	ck_assert_msg(len > first.len + second.len, "the log holds %zu bytes:\n%.*s", len, (int)len,
+	              log);
 	ck_assert(memcmp(log, first.data, first.len) == 0);
 	p = log + first.len;
 	ck_assert_msg(startswith(p, "\n[lessee: attempt "), "no marker after the old bytes: %.80s",
-		      p);
+	              p);
 	q = memchr(p + 1, '\n', len - first.len - 1);
 	ck_assert_ptr_nonnull(q);
 	ck_assert_msg(strstr(p, ", execution restarted (lease ") && strstr(p, ")]\n") == q - 2,
-		      "bad marker: %.*s", (int)(q - p), p);
+	              "bad marker: %.*s", (int)(q - p), p);
 	q++;
 	ck_assert_uint_eq(len - (size_t)(q - log), second.len);
 	ck_assert(memcmp(q, second.data, second.len) == 0);
@@ -443,11 +444,11 @@ START_TEST(test_hard_stop_flushing_keeps_log)
 END_TEST
 
 /* CHECK_SPOOL_ONLY=substring runs only the matching tests (while debugging one). */
-#define ADD(tc, t)                                                                     \
-	do {                                                                           \
-		const char *only = getenv("CHECK_SPOOL_ONLY");                         \
-		if (!only || strstr(#t, only))                                         \
-			tcase_add_test(tc, t);                                         \
+#define ADD(tc, t)                                                                                 \
+	do {                                                                                       \
+		const char *only = getenv("CHECK_SPOOL_ONLY");                                     \
+		if (!only || strstr(#t, only))                                                     \
+			tcase_add_test(tc, t);                                                     \
 	} while (0)
 
 int main(void)

@@ -22,7 +22,7 @@ struct env {
 	logship_t *ls;
 	int finished, lost;
 	unsigned lose_at; /* the answer to this request (1 = the first) is replaced by a
-			   * timeout; the request still reaches the server */
+	                   * timeout; the request still reaches the server */
 	unsigned sent;
 	http_cb cb;
 	void *cb_userdata;
@@ -40,7 +40,7 @@ static void on_lossy(http_req_t *req, const struct http_response *resp, void *us
 
 /* http_send, with one answer replaced by a timeout (one request at a time). */
 static int send_lossy(void *ctx, const struct http_request *rq, http_cb cb, void *userdata,
-		      http_req_t **ret)
+                      http_req_t **ret)
 {
 	struct env *t = ctx;
 
@@ -72,15 +72,15 @@ static void env_up(struct env *t)
 	ck_assert_ptr_nonnull(id);
 	free(id);
 	ck_assert_int_eq(tu_lessor_json(t->l, "POST", "/v1/claims",
-					"{\"claim_id\":\"c1\",\"worker_id\":\"w1\",\"max_runs\":1,"
-					"\"lease_ttl_s\":300,\"wait_s\":0}",
-					&status, &resp),
-			 0);
+	                                "{\"claim_id\":\"c1\",\"worker_id\":\"w1\",\"max_runs\":1,"
+	                                "\"lease_ttl_s\":300,\"wait_s\":0}",
+	                                &status, &resp),
+	                 0);
 	ck_assert_int_eq(status, 200);
 	run = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "runs"), 0);
 	t->id = strdup(cJSON_GetObjectItem(run, "id")->valuestring);
 	t->token =
-		strdup(cJSON_GetObjectItem(cJSON_GetObjectItem(run, "lease"), "token")->valuestring);
+	    strdup(cJSON_GetObjectItem(cJSON_GetObjectItem(run, "lease"), "token")->valuestring);
 	cJSON_Delete(resp);
 	ck_assert_int_ge(asprintf(&t->url, "%s/v1/runs/%s/log", tu_lessor_url(t->l), t->id), 0);
 	ck_assert_int_eq(ev_new(&t->e, NULL), 0);
@@ -88,17 +88,17 @@ static void env_up(struct env *t)
 }
 
 static void ship(struct env *t, unsigned attempt, const struct logship_resume *resume,
-		 const char *data)
+                 const char *data)
 {
 	struct logship_params p = {
-		.ev = t->e,
-		.send = send_lossy,
-		.send_ctx = t,
-		.url = t->url,
-		.lease_token = t->token,
-		.flush_interval = 50 * USEC_PER_MSEC,
-		.attempt = attempt,
-		.resume = resume,
+	    .ev = t->e,
+	    .send = send_lossy,
+	    .send_ctx = t,
+	    .url = t->url,
+	    .lease_token = t->token,
+	    .flush_interval = 50 * USEC_PER_MSEC,
+	    .attempt = attempt,
+	    .resume = resume,
 	};
 	usec_t end = time_mono() + tu_timeout(30 * USEC_PER_SEC);
 

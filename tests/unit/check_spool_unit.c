@@ -94,9 +94,11 @@ END_TEST
 START_TEST(test_tail_round_trip)
 {
 	char a[SPOOL_NAME_MAX], path[4096];
-	struct spool_tail t = {.data = "bin\0ary\n", .len = 8, .attempt = 3,
-			       .where = {.offset = 77, .synced = false, .n_maybe = 2,
-					 .maybe = {5, 9}}};
+	struct spool_tail t = {
+	    .data = "bin\0ary\n",
+	    .len = 8,
+	    .attempt = 3,
+	    .where = {.offset = 77, .synced = false, .n_maybe = 2, .maybe = {5, 9}}};
 	struct seen s = {0};
 
 	name_of("r-3", "tok", a);
@@ -123,7 +125,7 @@ START_TEST(test_clean_leftovers)
 	char a[SPOOL_NAME_MAX], p[4096];
 	struct spool_tail t = {.data = "x", .len = 1};
 	const char *junk[] = {"r-4@0123456789abcdef.complete.tmpAbC123",
-			      "r-4@0123456789abcdef.log.tmpAbC123", "r-5@00000000000000ff.log"};
+	                      "r-4@0123456789abcdef.log.tmpAbC123", "r-5@00000000000000ff.log"};
 
 	for (size_t i = 0; i < ELEMENTSOF(junk); i++) {
 		snprintf(p, sizeof(p), "%s/%s", dir, junk[i]);
@@ -141,11 +143,11 @@ END_TEST
 START_TEST(test_set_log_length)
 {
 	char *body = strdup("{\"token\":\"a\\\"log_length\\\":1\",\"log_length\":12,"
-			    "\"output\":{\"log_length\":3}}");
+	                    "\"output\":{\"log_length\":3}}");
 
 	ck_assert_int_eq(spool_body_set_log_length(&body, 20000), 0);
 	ck_assert_str_eq(body, "{\"token\":\"a\\\"log_length\\\":1\",\"log_length\":20000,"
-			       "\"output\":{\"log_length\":3}}");
+	                       "\"output\":{\"log_length\":3}}");
 	free(body);
 }
 END_TEST
