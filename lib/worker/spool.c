@@ -28,10 +28,11 @@
 
 size_t spool_max_body(uint64_t max_output_bytes)
 {
-	/* The output is reprinted JSON: whitespace goes, a short number such as
-	 * 1e14 can come back 4 times as long; the rest of the body (error text
-	 * escaped, fields) stays well under the slack. */
-	uint64_t cap = 4 * max_output_bytes + SPOOL_BODY_SLACK;
+	/* The output is the result file's JSON reprinted by cJSON: a raw control
+	 * byte inside a string (which its parser accepts) comes back as \u00XX,
+	 * six times as long; nothing grows more.  The rest of the body (fields,
+	 * the error text escaped) stays well under the slack. */
+	uint64_t cap = 6 * max_output_bytes + SPOOL_BODY_SLACK;
 
 	return cap > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)cap;
 }
