@@ -95,8 +95,10 @@ static void start_lessee(void)
 	             "[workflow.rerun]\ncommand = %1$s/rerun.sh\n"
 	             "[workflow.gen]\ncommand = %2$s/gen_output 20000\n"
 	             "[api]\nrequest_timeout = 10s\n"
-	             "[worker]\nkill_grace = 3s\nlease_ttl = 30s\nmax_output_bytes = 32M\n",
-	             scripts, aux),
+	             "[worker]\nkill_grace = 3s\nlease_ttl = 30s\nmax_output_bytes = 32M\n"
+	             /* one port for every restart: the log keeps the first */
+	             "[status]\nlisten = 127.0.0.1:%3$d\n",
+	             scripts, aux, tu_free_port()),
 	    0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
@@ -245,6 +247,19 @@ static void hard_stop(void)
 	ck_assert_int_eq(tu_lessee_wait(D, 40 * SEC), 0);
 }
 
+/* The daemon's /metrics has this exact line. */
+static void assert_metric(const char *line)
+{
+	_cleanup_free_ char *text = NULL, *want = NULL;
+	long status = 0;
+
+	text = tu_lessee_status_get(D, "/metrics", &status);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_int_eq(status, 200);
+	ck_assert_int_ge(asprintf(&want, "\n%s\n", line), 0);
+	ck_assert_msg(strstr(text, want), "no '%s' in the metrics:\n%s", line, text);
+}
+
 static cJSON *get_run(const char *id)
 {
 	cJSON *run = tu_lessor_get_run(L, id);
@@ -295,7 +310,9 @@ START_TEST(test_old_entry_refused_keeps_newer)
 	run = get_run(id);
 	ck_assert_int_eq((int)jnum(cJSON_GetObjectItem(run, "output"), "exec", 0), 2);
 	cJSON_Delete(run);
+	wait_log_count("spooled result delivered", 1, 10 * SEC);
 	ck_assert_int_eq(spool_files(".complete"), 0);
+	assert_metric("lessee_spool_delivered_total 1");
 }
 END_TEST
 
@@ -314,6 +331,31 @@ START_TEST(test_stale_tmp_cleaned)
 	ck_assert_int_eq(tu_lessee_restart(D), 0);
 	ck_assert_msg(access(a, F_OK) < 0 && access(b, F_OK) < 0, "stale temporaries are left");
 	ck_assert_int_eq(spool_files(""), 0);
+}
+END_TEST
+
+/* An entry that cannot be read back is said, counted and left in place. */
+START_TEST(test_unreadable_entry_counted)
+{
+	_cleanup_free_ char *dir = NULL, *a = NULL, *b = NULL;
+
+	start_lessee();
+	ck_assert_int_eq(tu_lessee_quit(D), 0);
+	ck_assert_int_ge(asprintf(&dir, "%s/spool", tu_lessee_dir(D)), 0);
+	ck_assert_int_ge(asprintf(&a, "%s/r-7@0000000000000001.complete", dir), 0);
+	ck_assert_int_ge(asprintf(&b, "%s/r-7@0000000000000001.log", dir), 0);
+	ck_assert_int_eq(mkdir_p(dir, 0700), 0);
+	ck_assert_int_eq(write_file_atomic(a, "{\"token\":\"x\"}", 13, 0600), 0);
+	ck_assert_int_eq(write_file_atomic(b, "garbage\n", 8, 0600), 0);
+	ck_assert_int_eq(tu_lessee_restart(D), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D,
+	                                    "cannot read the spooled result r-7@0000000000000001: "
+	                                    "Bad message; left in place",
+	                                    5 * SEC),
+	                 0);
+	assert_metric("lessee_spool_dropped_total{reason=\"unreadable\"} 1");
+	ck_assert_int_eq(access(a, F_OK), 0);
+	ck_assert_int_eq(access(b, F_OK), 0);
 }
 END_TEST
 
@@ -439,7 +481,9 @@ START_TEST(test_hard_stop_flushing_keeps_log)
 	ck_assert_int_eq((int)jnum(run, "log_length", -1), 20000);
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(run, "leases")), 1);
 	cJSON_Delete(run);
+	wait_log_count("spooled result delivered", 1, 10 * SEC);
 	ck_assert_int_eq(spool_files(""), 0);
+	assert_metric("lessee_spool_delivered_total 1");
 }
 END_TEST
 
@@ -460,6 +504,7 @@ int main(void)
 	tcase_set_timeout(tc, 150);
 	ADD(tc, test_old_entry_refused_keeps_newer);
 	ADD(tc, test_stale_tmp_cleaned);
+	ADD(tc, test_unreadable_entry_counted);
 	ADD(tc, test_big_result_spooled);
 	ADD(tc, test_reexecuted_log_marked);
 	ADD(tc, test_hard_stop_flushing_keeps_log);
