@@ -71,6 +71,10 @@ static void setup(void)
 	/* a result of 9 MiB: a JSON string */
 	write_script("big.sh", "{ printf '\"'; head -c 9437184 /dev/zero | tr '\\0' a; "
 	                       "printf '\"'; } > \"$LESSEE_RESULT_FILE\"");
+	/* 10000 bytes, the gate, 10000 more */
+	write_script("half.sh", "head -c 10000 /dev/zero | tr '\\0' a\n"
+	                        "while [ ! -e $S/gate ]; do sleep 0.05; done\n"
+	                        "head -c 10000 /dev/zero | tr '\\0' b");
 	/* the first execution ships 204 lines and hangs; the next ones finish */
 	write_script("rerun.sh",
 	             "n=$(cat $S/count 2>/dev/null || echo 0); n=$((n+1))\n"
@@ -94,6 +98,7 @@ static void start_lessee(void)
 	             "[workflow.big]\ncommand = %1$s/big.sh\n"
 	             "[workflow.rerun]\ncommand = %1$s/rerun.sh\n"
 	             "[workflow.gen]\ncommand = %2$s/gen_output 20000\n"
+	             "[workflow.half]\ncommand = %1$s/half.sh\n"
 	             "[api]\nrequest_timeout = 10s\n"
 	             "[worker]\nkill_grace = 3s\nlease_ttl = 30s\nmax_output_bytes = 32M\n"
 	             /* one port for every restart: the log keeps the first */
@@ -487,6 +492,49 @@ START_TEST(test_hard_stop_flushing_keeps_log)
 }
 END_TEST
 
+/* Half the log is shipped before the API fails: the spool keeps the other
+ * half with its offset, and the next start appends exactly that. */
+START_TEST(test_hard_stop_flushing_keeps_tail)
+{
+	_cleanup_free_ char *id = NULL, *log = NULL;
+	usec_t end;
+	size_t len = 0;
+	cJSON *run;
+
+	touch("gate", false);
+	start_lessee();
+	id = enqueue("half");
+	end = time_mono() + tu_timeout(20 * SEC);
+	for (;;) { /* the first half is on the server */
+		free(log);
+		log = tu_lessor_run_log(L, id, &len);
+		if (log && len == 10000)
+			break;
+		ck_assert_msg(time_mono() < end, "the first half did not arrive (%zu bytes)", len);
+		tu_sleep(50 * USEC_PER_MSEC);
+	}
+	fault("{\"endpoint\":\"log\",\"status\":503,\"count\":100000}");
+	touch("gate", true);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "running -> flushing", 20 * SEC), 0);
+	hard_stop();
+	ck_assert_int_eq(tu_lessee_wait_log(D, "result spooled", SEC), 0);
+	faults_clear();
+	ck_assert_int_eq(tu_lessee_restart(D), 0);
+	wait_status(id, "succeeded", 20 * SEC);
+	free(log);
+	log = tu_lessor_run_log(L, id, &len);
+	ck_assert_ptr_nonnull(log);
+	ck_assert_uint_eq(len, 20000);
+	for (size_t i = 0; i < len; i++)
+		ck_assert_msg(log[i] == (i < 10000 ? 'a' : 'b'), "byte %zu is %d", i, log[i]);
+	run = get_run(id);
+	ck_assert_int_eq((int)jnum(run, "log_length", -1), 20000);
+	cJSON_Delete(run);
+	wait_log_count("spooled result delivered", 1, 10 * SEC);
+	ck_assert_int_eq(spool_files(""), 0);
+}
+END_TEST
+
 /* CHECK_SPOOL_ONLY=substring runs only the matching tests (while debugging one). */
 #define ADD(tc, t)                                                                                 \
 	do {                                                                                       \
@@ -508,6 +556,7 @@ int main(void)
 	ADD(tc, test_big_result_spooled);
 	ADD(tc, test_reexecuted_log_marked);
 	ADD(tc, test_hard_stop_flushing_keeps_log);
+	ADD(tc, test_hard_stop_flushing_keeps_tail);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
