@@ -41,6 +41,12 @@ struct logship {
 	ev_timer_t *timer;  /* flush interval or retry backoff */
 	unsigned attempt;   /* consecutive failed requests */
 
+	size_t inflight_len;   /* bytes in the request in flight */
+	unsigned attempt_no;   /* for the restart marker; 0 = none */
+	bool synced;           /* base is known to match the server's log */
+	unsigned n_maybe;      /* unanswered first appends that may have landed */
+	uint64_t maybe[LOGSHIP_MAYBE_MAX];
+
 	uint64_t output_seen;  /* child bytes offered, for max_log_bytes */
 	uint64_t unmarked_drops;
 	char last_byte;
@@ -189,6 +195,60 @@ static void resync(logship_t *ls, uint64_t server_len)
 		resume(ls);
 }
 
+static uint32_t token_tag(const char *token)
+{
+	uint32_t h = 2166136261u;
+
+	for (const unsigned char *p = (const unsigned char *)token; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return h;
+}
+
+/* Our own first append, answered too late for us to see? */
+static bool maybe_ours(const logship_t *ls, uint64_t server_len)
+{
+	for (unsigned i = 0; i < ls->n_maybe; i++)
+		if (ls->maybe[i] == server_len)
+			return true;
+	return false;
+}
+
+/* The first definitive answer of this execution: what the server holds
+ * before it, if anything, is an earlier execution's. */
+static void first_answer(logship_t *ls, unsigned status, uint64_t server_len)
+{
+	struct buf b = BUF_INIT(0);
+	char line[128];
+	int n;
+
+	ls->synced = true;
+	if (status != 416 || server_len == 0 || ls->attempt_no == 0 || ls->base != 0 ||
+	    maybe_ours(ls, server_len))
+		return;
+	n = snprintf(line, sizeof(line),
+		     "\n[lessee: attempt %u, execution restarted (lease %08" PRIx32 ")]\n",
+		     ls->attempt_no, token_tag(ls->token));
+	if (buf_append(&b, line, (size_t)n) < 0 ||
+	    buf_append(&b, ls->pending.data, ls->pending.len) < 0) {
+		buf_done(&b);
+		return;
+	}
+	ls->stats.accepted += (uint64_t)n;
+	buf_done(&ls->pending);
+	ls->pending = b;
+	ls->base = server_len;
+}
+
+/* No definitive answer: the append may or may not have landed. */
+static void note_maybe(logship_t *ls)
+{
+	if (ls->synced || ls->inflight_len == 0 || maybe_ours(ls, ls->inflight_len))
+		return;
+	if (ls->n_maybe == LOGSHIP_MAYBE_MAX)
+		memmove(ls->maybe, ls->maybe + 1, sizeof(ls->maybe[0]) * --ls->n_maybe);
+	ls->maybe[ls->n_maybe++] = ls->inflight_len;
+}
+
 static void retry_later(logship_t *ls, const struct http_response *resp)
 {
 	ls->stats.retries++;
@@ -211,10 +271,13 @@ static void on_response(http_req_t *req, const struct http_response *resp, void 
 	ls->req = NULL;
 	if (resp->status == 202 || resp->status == 200 || resp->status == 416) {
 		if (proto_log_length_parse(resp->body, resp->body_len, &len) < 0) {
+			note_maybe(ls);
 			retry_later(ls, resp);
 			return;
 		}
 		ls->attempt = 0;
+		if (!ls->synced)
+			first_answer(ls, (unsigned)resp->status, len);
 		resync(ls, len);
 		schedule(ls);
 	} else if (resp->status == 409 || resp->status == 404) {
@@ -224,6 +287,7 @@ static void on_response(http_req_t *req, const struct http_response *resp, void 
 		give_up(ls, true);
 	} else if (http_should_retry(resp) || resp->status == 401 || resp->status == 403 ||
 		   resp->status == 408) {
+		note_maybe(ls);
 		retry_later(ls, resp);
 	} else {
 		give_up(ls, false); /* 400 and the like: resending cannot help */
@@ -250,6 +314,7 @@ static void send_chunk(logship_t *ls)
 		 ls->base + n - 1);
 	snprintf(lease, sizeof(lease), "Lease-Token: %s", ls->token);
 	ls->stats.requests++;
+	ls->inflight_len = n;
 	if (ls->send(ls->send_ctx, &rq, on_response, ls, &ls->req) < 0) {
 		ls->req = NULL;
 		retry_later(ls, &(struct http_response){.error = -EIO});
@@ -291,6 +356,13 @@ int logship_new(const struct logship_params *p, logship_event_cb cb, void *userd
 		.throttle_ctx = p->throttle_ctx,
 		.max_stall = p->max_stall ? p->max_stall : DEFAULT_MAX_STALL,
 	};
+	ls->attempt_no = p->attempt;
+	if (p->resume) {
+		ls->base = ls->stats.acked = p->resume->offset;
+		ls->synced = p->resume->synced;
+		ls->n_maybe = MIN(p->resume->n_maybe, (unsigned)LOGSHIP_MAYBE_MAX);
+		memcpy(ls->maybe, p->resume->maybe, sizeof(ls->maybe[0]) * ls->n_maybe);
+	}
 	if (!ls->url || !ls->token) {
 		logship_free(ls);
 		return -ENOMEM;
@@ -356,4 +428,16 @@ logship_t *logship_free(logship_t *ls)
 void logship_get_stats(const logship_t *ls, struct logship_stats *ret)
 {
 	*ret = ls->stats;
+}
+
+void logship_unshipped(logship_t *ls, const void **data, size_t *len,
+		       struct logship_resume *where)
+{
+	if (!ls->abandoned && !ls->stopped)
+		flush_pending_drops(ls);
+	*data = ls->pending.data;
+	*len = ls->pending.len;
+	*where = (struct logship_resume){.offset = ls->base, .synced = ls->synced};
+	where->n_maybe = ls->n_maybe;
+	memcpy(where->maybe, ls->maybe, sizeof(where->maybe[0]) * ls->n_maybe);
 }

@@ -41,6 +41,22 @@ struct logship_params {
 	void (*throttle)(void *ctx, bool pause);
 	void *throttle_ctx;
 	usec_t max_stall;          /* total pause allowed per run; 0 = 2 s */
+	/* The execution's attempt number, for the restart marker; 0 = no marker:
+	 * the server's log is taken as this execution's (see logship_new). */
+	unsigned attempt;
+	/* Resume a stream another logship began (a spooled tail): see logship_resume. */
+	const struct logship_resume *resume;
+};
+
+#define LOGSHIP_MAYBE_MAX 8
+
+/* Where a stream stands with the server, to be continued by another logship. */
+struct logship_resume {
+	uint64_t offset;  /* the stream's bytes that follow start here */
+	bool synced;      /* offset is known to be the server's; else offset is 0 and
+	                   * the first answer decides, as for a fresh execution */
+	unsigned n_maybe; /* sizes of first appends that may have been applied */
+	uint64_t maybe[LOGSHIP_MAYBE_MAX];
 };
 
 enum logship_event {
@@ -49,6 +65,12 @@ enum logship_event {
 };
 typedef void (*logship_event_cb)(logship_t *ls, enum logship_event event, void *userdata);
 
+/* A fresh execution's log starts at offset 0.  When the first definitive
+ * answer says the server already holds bytes (a 416 with a non-zero length
+ * that is not the size of one of our own unanswered first appends), they are
+ * an earlier execution's: with p->attempt set, the stream continues after
+ * them with the line "\n[lessee: attempt N, execution restarted (lease
+ * XXXXXXXX)]\n" (a hash of the lease token), then this execution's bytes. */
 int logship_new(const struct logship_params *p, logship_event_cb cb, void *userdata,
 		logship_t **ret);
 /* Never blocks, never fails: what does not fit is dropped and counted. */
@@ -58,6 +80,11 @@ void logship_finish(logship_t *ls);
 /* Stop sending for good (lease lost, hard stop); pending bytes are discarded. */
 void logship_abandon(logship_t *ls);
 logship_t *logship_free(logship_t *ls);
+/* What the server still lacks (data valid until the next call into ls) and
+ * where it goes; dropped bytes become their marker first.  For a hard stop:
+ * the caller spools it, then abandons ls. */
+void logship_unshipped(logship_t *ls, const void **data, size_t *len,
+		       struct logship_resume *where);
 
 struct logship_stats {
 	uint64_t acked;     /* log length the server confirmed */

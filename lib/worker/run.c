@@ -299,6 +299,7 @@ static int start_logship(struct run *r)
 		.request_timeout = c->api.request_timeout,
 		.throttle = on_log_throttle,
 		.throttle_ctx = r,
+		.attempt = MAX(r->attempt, 1u),
 	};
 
 	if (!url)
@@ -481,6 +482,14 @@ static int build_body(struct run *r)
 	if (r->log)
 		logship_get_stats(r->log, &st);
 	r->outcome.log_length = st.acked;
+	if (r->log && r->spool_log) { /* the spool ships the rest at next start */
+		const void *d;
+		size_t n;
+		struct logship_resume at;
+
+		logship_unshipped(r->log, &d, &n, &at);
+		r->outcome.log_length = at.offset + n;
+	}
 	r->outcome.error = r->error;
 	r->outcome.output = r->output;
 	return proto_complete_body(r->token, &r->outcome, &r->body);
@@ -579,12 +588,12 @@ static void on_timer(ev_timer_t *t, void *userdata)
 
 /* ---------------------------------------------------------------- actions */
 
+static enum run_state act_spool(struct run *r);
+
 static enum run_state enter_reporting(struct run *r)
 {
-	if (r->w->phase == WORKER_STOPPING) {
-		worker_spool(r->w, r);
-		return RUN_DONE;
-	}
+	if (r->w->phase == WORKER_STOPPING)
+		return act_spool(r);
 	if (build_body(r) < 0) {
 		run_log(r, LOG_ERR, "cannot build the completion (out of memory)");
 		return RUN_DONE;
@@ -745,6 +754,7 @@ static enum run_state act_spool(struct run *r)
 {
 	http_cancel(r->req);
 	r->req = NULL;
+	r->spool_log = !r->body && r->log; /* a hard stop before the log was shipped */
 	if (build_body(r) >= 0)
 		worker_spool(r->w, r);
 	return RUN_DONE;

@@ -58,12 +58,45 @@ bool api_ready(const struct api *a, usec_t now);
 /* "HTTP 503" / transport error text, for logs. */
 const char *api_describe(const struct http_response *resp, char *buf, size_t len);
 
-/* ---- spool.c: results that could not be delivered, one fsync'd file per run ---- */
-int spool_write(const char *dir, const char *run_id, const char *complete_body);
-/* Calls fn for each spooled result (run id, body); bodies are capped. */
-int spool_foreach(const char *dir, int (*fn)(const char *run_id, char *body, void *ud), void *ud);
-int spool_remove(const char *dir, const char *run_id);
+/* ---- spool.c: results that could not be delivered, one fsync'd entry per lease ---- */
+#define SPOOL_BODY_SLACK (1u << 20) /* a body's fields besides the output */
+#define SPOOL_TAIL_MAX (16u << 20)  /* the unshipped log kept with a result */
+#define SPOOL_NAME_MAX (PROTO_ID_MAX + 24)
+
+struct spool_tail {
+	const void *data;
+	size_t len;
+	struct logship_resume where; /* where data goes in the run's log */
+	unsigned attempt;            /* for logship's restart marker */
+};
+
+struct spool_entry {
+	int error;    /* < 0: the entry could not be read (body is NULL) */
+	char *name;   /* "<run id>@<token hash>" */
+	char *run_id;
+	char *body;   /* the complete body */
+	char *tail;   /* log bytes still to append (see where), or NULL */
+	size_t tail_len;
+	struct logship_resume where;
+	unsigned attempt;
+};
+typedef int (*spool_fn)(struct spool_entry *e, void *ud); /* takes e's fields */
+
+/* The largest complete body spool_write accepts (and replay reads). */
+size_t spool_max_body(uint64_t max_output_bytes);
+int spool_entry_name(const char *run_id, const char *token, char *buf, size_t len);
+int spool_write(const char *dir, const char *name, const char *complete_body, size_t max_body,
+		const struct spool_tail *tail);
+int spool_foreach(const char *dir, size_t max_body, spool_fn fn, void *ud);
+void spool_entry_done(struct spool_entry *e);
+/* Removes one entry's files, by name. */
+int spool_remove(const char *dir, const char *name);
+/* Removes temporaries and orphan tails left by a crash; returns how many. */
+int spool_clean(const char *dir, void (*fn)(const char *name, void *ud), void *ud);
 int spool_count(const char *dir);
+/* Sets the body's top-level "log_length" (the first such key: it precedes
+ * every string that could hold one). */
+int spool_body_set_log_length(char **body, uint64_t log_length);
 
 /* ---- run.c: one run's life as a state x event table ---- */
 enum run_state {
@@ -111,6 +144,7 @@ struct run {
 	enum kill_reason kill_reason;
 	bool breaker_started; /* counted by breaker_run_started */
 	bool lost;            /* the lease is gone: nothing more is written */
+	bool spool_log;       /* the spooled result carries the unshipped log */
 
 	usec_t claimed_at, started_at;
 	usec_t lease_deadline;  /* monotonic, local */
@@ -182,7 +216,7 @@ struct worker {
 
 	metric_t *m_started, *m_finished, *m_in_flight, *m_slots, *m_claims, *m_leases_lost,
 		*m_renewals, *m_duration, *m_blocked, *m_log_bytes, *m_spool, *m_queue_depth,
-		*m_draining, *m_backend;
+		*m_draining, *m_backend, *m_spool_delivered, *m_spool_dropped;
 };
 
 const struct conf *worker_cur_conf(const worker_t *w);

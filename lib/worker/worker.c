@@ -162,9 +162,10 @@ void worker_run_done(worker_t *w, struct run *r)
 
 struct spool_item {
 	worker_t *w;
-	char *run_id;
-	char *body;
+	struct spool_entry e;
 	http_req_t *req;
+	logship_t *log; /* shipping e.tail, before the completion */
+	bool log_done;
 	struct spool_item *next;
 };
 
@@ -173,13 +174,26 @@ static void spool_gauge(worker_t *w)
 	metric_set(w->m_spool, w->spool_pending);
 }
 
+static void spool_dropped(worker_t *w, const char *reason)
+{
+	metric_add(w->m_spool_dropped, 1, reason);
+}
+
 void worker_spool(worker_t *w, struct run *r)
 {
 	const struct conf *c = worker_cur_conf(w);
 	struct log_fields f = {.run_id = r->id, .workflow = r->workflow, .attempt = r->attempt};
-	int q = r->body ? spool_write(c->worker.spool_dir, r->id, r->body) : -ENOMEM;
+	struct spool_tail tail = {.attempt = r->attempt};
+	char name[SPOOL_NAME_MAX];
+	int q = r->body ? spool_entry_name(r->id, r->token, name, sizeof(name)) : -ENOMEM;
 
+	if (q >= 0 && r->log && r->spool_log)
+		logship_unshipped(r->log, &tail.data, &tail.len, &tail.where);
+	if (q >= 0)
+		q = spool_write(c->worker.spool_dir, name, r->body,
+				spool_max_body(r->cref->conf->worker.max_output_bytes), &tail);
 	if (q < 0) {
+		spool_dropped(w, q == -EFBIG ? "too_large" : "write_failed");
 		log_emit(LOG_ERR, &f, "cannot spool the result to %s: %s; the run returns to the "
 				      "queue when its lease expires",
 			 c->worker.spool_dir, strerror(-q));
@@ -187,63 +201,161 @@ void worker_spool(worker_t *w, struct run *r)
 	}
 	w->spool_pending++;
 	spool_gauge(w);
-	log_emit(LOG_NOTICE, &f, "result spooled to %s, to be delivered at next start",
-		 c->worker.spool_dir);
+	log_emit(LOG_NOTICE, &f,
+		 "result spooled to %s as %s (with %zu log bytes still to ship), to be delivered "
+		 "at next start",
+		 c->worker.spool_dir, name, tail.len);
 }
 
 static void spool_item_free(struct spool_item *it)
 {
 	http_cancel(it->req);
-	free(it->run_id);
-	free(it->body);
+	logship_free(it->log);
+	spool_entry_done(&it->e);
 	free(it);
+}
+
+static void spool_item_drop(struct spool_item *it)
+{
+	worker_t *w = it->w;
+	struct spool_item **pp;
+
+	spool_remove(worker_cur_conf(w)->worker.spool_dir, it->e.name);
+	w->spool_pending--;
+	spool_gauge(w);
+	for (pp = &w->spool_items; *pp != it; pp = &(*pp)->next)
+		;
+	*pp = it->next;
+	spool_item_free(it);
 }
 
 static void spool_deliver_all(worker_t *w);
 
+static bool spool_refused(const struct http_response *resp)
+{
+	return resp->status == 409 || resp->status == 404 ||
+	       (resp->status >= 400 && resp->status < 500 && !http_should_retry(resp) &&
+		resp->status != 401 && resp->status != 403);
+}
+
 static void on_spool_complete(http_req_t *req, const struct http_response *resp, void *userdata)
 {
-	struct spool_item *it = userdata, **pp;
+	struct spool_item *it = userdata;
 	worker_t *w = it->w;
-	struct log_fields f = {.run_id = it->run_id};
+	struct log_fields f = {.run_id = it->e.run_id};
 	char why[160];
 
 	it->req = NULL;
 	w->spool_inflight--;
-	if (resp->status == 200 || resp->status == 409 || resp->status == 404 ||
-	    (resp->status >= 400 && resp->status < 500 && !http_should_retry(resp) &&
-	     resp->status != 401 && resp->status != 403)) {
-		log_emit(resp->status == 200 ? LOG_INFO : LOG_WARNING, &f,
-			 resp->status == 200 ? "spooled result delivered"
-					     : "spooled result refused (%s), dropping it",
-			 api_describe(resp, why, sizeof(why)));
-		spool_remove(worker_cur_conf(w)->worker.spool_dir, it->run_id);
-		w->spool_pending--;
-		spool_gauge(w);
-		for (pp = &w->spool_items; *pp != it; pp = &(*pp)->next)
-			;
-		*pp = it->next;
-		spool_item_free(it);
+	if (resp->status == 200) {
+		log_emit(LOG_INFO, &f, "spooled result delivered (%s)", it->e.name);
+		metric_add(w->m_spool_delivered, 1);
+		spool_item_drop(it);
+	} else if (spool_refused(resp)) {
+		log_emit(LOG_WARNING, &f, "spooled result refused (%s), dropping it (%s)",
+			 api_describe(resp, why, sizeof(why)), it->e.name);
+		spool_dropped(w, "refused");
+		spool_item_drop(it);
 	} else if (!ev_timer_armed(w->spool_timer)) {
+		log_emit(LOG_WARNING, &f, "spooled result %s not delivered (%s), retrying",
+			 it->e.name, api_describe(resp, why, sizeof(why)));
 		ev_timer_arm(w->spool_timer, backoff_full_jitter(SPOOL_RETRY_BASE, SPOOL_RETRY_CAP,
 								 w->spool_attempt++, 0));
 	}
 	worker_maybe_exit(w);
 }
 
+static void spool_post(struct spool_item *it)
+{
+	worker_t *w = it->w;
+	_cleanup_free_ char *url = NULL;
+
+	if (proto_url(w->api.base, "/v1/runs/%s/complete", it->e.run_id, &url) < 0)
+		return;
+	if (api_post(&w->api, API_COMPLETE, url, it->e.body, 0, 4096, on_spool_complete, it,
+		     &it->req) >= 0)
+		w->spool_inflight++;
+	else
+		it->req = NULL;
+}
+
+/* The tail is shipped (or the server will not take it): the completion says
+ * how long the log is now. */
+static void on_spool_log(logship_t *ls, enum logship_event event, void *userdata)
+{
+	struct spool_item *it = userdata;
+	struct logship_stats st;
+	struct log_fields f = {.run_id = it->e.run_id};
+
+	logship_get_stats(ls, &st);
+	it->log_done = true;
+	it->w->spool_inflight--;
+	if (event == LOGSHIP_LEASE_LOST)
+		log_emit(LOG_WARNING, &f, "spooled log of %s refused (lease lost)", it->e.name);
+	else if (spool_body_set_log_length(&it->e.body, st.acked) >= 0)
+		log_emit(LOG_INFO, &f, "spooled log of %s shipped, the log holds %llu bytes",
+			 it->e.name, (unsigned long long)st.acked);
+	spool_post(it);
+	worker_maybe_exit(it->w);
+}
+
+static char *body_token(const char *body)
+{
+	cJSON *j = cJSON_Parse(body);
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "token");
+	char *s = cJSON_IsString(t) ? strdup(t->valuestring) : NULL;
+
+	cJSON_Delete(j);
+	return s;
+}
+
+static int spool_ship_log(struct spool_item *it)
+{
+	worker_t *w = it->w;
+	_cleanup_free_ char *url = NULL, *token = body_token(it->e.body);
+	struct logship_params p = {
+		.ev = w->ev,
+		.send = api_send_log,
+		.send_ctx = &w->api,
+		.buffer_cap = it->e.tail_len + 1,
+		.request_timeout = worker_cur_conf(w)->api.request_timeout,
+		.attempt = it->e.attempt,
+		.resume = &it->e.where,
+	};
+	int q = token ? proto_url(w->api.base, "/v1/runs/%s/log", it->e.run_id, &url) : -EBADMSG;
+
+	p.url = url;
+	p.lease_token = token;
+	if (q >= 0)
+		q = logship_new(&p, on_spool_log, it, &it->log);
+	if (q < 0)
+		return q;
+	w->spool_inflight++;
+	logship_write(it->log, it->e.tail, it->e.tail_len);
+	logship_finish(it->log);
+	return 0;
+}
+
 static void spool_deliver_all(worker_t *w)
 {
 	for (struct spool_item *it = w->spool_items; it; it = it->next) {
-		_cleanup_free_ char *url = NULL;
-
-		if (it->req || proto_url(w->api.base, "/v1/runs/%s/complete", it->run_id, &url) < 0)
+		if (it->req || (it->log && !it->log_done))
 			continue;
-		if (api_post(&w->api, API_COMPLETE, url, it->body, 0, 4096, on_spool_complete, it,
-			     &it->req) >= 0)
-			w->spool_inflight++;
-		else
-			it->req = NULL;
+		if (it->e.tail_len > 0 && !it->log && spool_ship_log(it) >= 0)
+			continue;
+		spool_post(it);
 	}
+}
+
+/* Drain or stop: a tail still shipping stays in the spool for the next start. */
+static void spool_stop_logs(worker_t *w)
+{
+	for (struct spool_item *it = w->spool_items; it; it = it->next)
+		if (it->log && !it->log_done) {
+			logship_abandon(it->log);
+			it->log_done = true;
+			w->spool_inflight--;
+		}
 }
 
 static void on_spool_timer(ev_timer_t *t, void *userdata)
@@ -254,22 +366,52 @@ static void on_spool_timer(ev_timer_t *t, void *userdata)
 		spool_deliver_all(w);
 }
 
-static int spool_load_one(const char *run_id, char *body, void *userdata)
+static int spool_load_one(struct spool_entry *e, void *userdata)
 {
 	worker_t *w = userdata;
-	struct spool_item *it = calloc(1, sizeof(*it));
+	struct spool_item *it;
 
-	if (!it || !(it->run_id = strdup(run_id))) {
-		free(it);
-		free(body);
+	if (e->error < 0) {
+		struct log_fields f = {.run_id = e->run_id};
+
+		log_emit(LOG_ERR, &f, "cannot read the spooled result %s: %s; left in place",
+			 e->name, strerror(-e->error));
+		spool_dropped(w, e->error == -EFBIG ? "too_large" : "unreadable");
+		spool_entry_done(e);
+		return 0;
+	}
+	it = calloc(1, sizeof(*it));
+	if (!it) {
+		spool_entry_done(e);
 		return -ENOMEM;
 	}
 	it->w = w;
-	it->body = body;
+	it->e = *e;
 	it->next = w->spool_items;
 	w->spool_items = it;
 	w->spool_pending++;
 	return 0;
+}
+
+static void on_spool_cleaned(const char *name, void *userdata)
+{
+	log_info("removed %s/%s, left in the spool by a crash", (const char *)userdata, name);
+}
+
+static void spool_load(worker_t *w)
+{
+	const struct conf *c = worker_cur_conf(w);
+	int q;
+
+	spool_clean(c->worker.spool_dir, on_spool_cleaned, c->worker.spool_dir);
+	q = spool_foreach(c->worker.spool_dir, spool_max_body(c->worker.max_output_bytes),
+			  spool_load_one, w);
+	if (q < 0)
+		log_warning("cannot read the spool %s: %s, ignoring", c->worker.spool_dir,
+			    strerror(-q));
+	if (w->spool_pending)
+		log_notice("delivering %u spooled results from a previous run", w->spool_pending);
+	spool_gauge(w);
 }
 
 /* ---------------------------------------------------------------- life */
@@ -331,6 +473,7 @@ void worker_drain(worker_t *w)
 		   time_format_duration(d, sizeof(d), c->worker.drain_timeout));
 	claim_stop(w);
 	ev_timer_disarm(w->spool_timer);
+	spool_stop_logs(w);
 	if (c->worker.drain_timeout != USEC_INFINITY)
 		ev_timer_arm(w->drain_timer, c->worker.drain_timeout);
 	worker_maybe_exit(w);
@@ -352,6 +495,7 @@ void worker_hard_stop(worker_t *w, bool now)
 		claim_stop(w);
 		ev_timer_disarm(w->drain_timer);
 		ev_timer_disarm(w->spool_timer);
+		spool_stop_logs(w);
 		ev_timer_arm(w->exit_timer, (w->kill_now ? 0 : c->worker.kill_grace) + STOP_SLACK);
 	}
 	for (r = w->runs; r; r = next) {
@@ -415,6 +559,11 @@ static int worker_metrics_init(worker_t *w)
 	w->m_log_bytes = metrics_counter(m, "lessee_log_bytes_shipped_total",
 					 "Log bytes the API confirmed", NULL);
 	w->m_spool = metrics_gauge(m, "lessee_spool_pending", "Results waiting in the spool", NULL);
+	w->m_spool_delivered = metrics_counter(m, "lessee_spool_delivered_total",
+					       "Spooled results the API accepted", NULL);
+	w->m_spool_dropped = metrics_counter(m, "lessee_spool_dropped_total",
+					     "Results not spooled, or spooled and dropped, by reason",
+					     "reason");
 	w->m_queue_depth = metrics_gauge(m, "lessee_queue_depth",
 					 "Eligible runs pending, as the API last said", NULL);
 	w->m_draining = metrics_gauge(m, "lessee_draining", "1 while draining or stopping", NULL);
@@ -422,13 +571,15 @@ static int worker_metrics_init(worker_t *w)
 				     "backend");
 	if (!w->m_started || !w->m_finished || !w->m_in_flight || !w->m_slots || !w->m_claims ||
 	    !w->m_leases_lost || !w->m_renewals || !w->m_duration || !w->m_blocked ||
-	    !w->m_log_bytes || !w->m_spool || !w->m_queue_depth || !w->m_draining || !w->m_backend)
+	    !w->m_log_bytes || !w->m_spool || !w->m_spool_delivered || !w->m_spool_dropped ||
+	    !w->m_queue_depth || !w->m_draining || !w->m_backend)
 		return -ENOMEM;
 	metric_add(w->m_leases_lost, 0);
 	metric_add(w->m_log_bytes, 0);
 	metric_set(w->m_in_flight, 0);
 	metric_set(w->m_draining, 0);
 	metric_set(w->m_spool, 0);
+	metric_add(w->m_spool_delivered, 0);
 	metric_set(w->m_queue_depth, 0);
 	metric_set(w->m_slots, worker_cur_conf(w)->worker.concurrency);
 	metric_set(w->m_backend, 1, ev_backend(w->ev));
@@ -480,16 +631,9 @@ int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdat
 int worker_start(worker_t *w)
 {
 	const struct conf *c = worker_cur_conf(w);
-	int q;
 
 	clean_stale_run_dirs(c->worker.run_dir);
-	q = spool_foreach(c->worker.spool_dir, spool_load_one, w);
-	if (q < 0)
-		log_warning("cannot read the spool %s: %s, ignoring", c->worker.spool_dir,
-			    strerror(-q));
-	if (w->spool_pending)
-		log_notice("delivering %u spooled results from a previous run", w->spool_pending);
-	spool_gauge(w);
+	spool_load(w);
 	w->phase = WORKER_RUNNING;
 	spool_deliver_all(w);
 	claim_kick(w);
