@@ -35,7 +35,7 @@
 
 static struct tu_lessor *L;
 static struct tu_lessee *D;
-static char *scripts;          /* the workflow's script and the grandchild's pid file */
+static char *scripts;           /* the workflow's script and the grandchild's pid file */
 static char cg_mount[PATH_MAX]; /* the cgroup2 mount point */
 static char cg_test[PATH_MAX];  /* our cgroup for the daemon, empty when none */
 static const char *no_cgroup;   /* why the cgroup cases cannot run here */
@@ -172,7 +172,7 @@ static char **cg_wrap(bool ro)
 	ck_assert_ptr_nonnull(script);
 	if (ro)
 		argv = strv_make("unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
-		                script, cg_test, NULL);
+		                 script, cg_test, NULL);
 	else
 		argv = strv_make("/bin/sh", "-c", script, cg_test, NULL);
 	free(script);
@@ -219,10 +219,9 @@ static void start_lessee(char **wrap)
 	                          "working_directory = %s\ntimeout = 1s\n",
 	                          scripts, scripts, scripts, scripts),
 	                 0);
-	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf,
-	                                                          .wrap = wrap},
-	                                 &D),
-	                 0);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf, .wrap = wrap}, &D),
+	    0);
 }
 
 static void teardown(void)
@@ -304,29 +303,25 @@ static char *proc_cgroup(pid_t pid)
 	return text;
 }
 
-/* Subdirectories of a directory (cgroups), -1 when it cannot be read. */
-static int count_subdirs(const char *dir)
+/* The directory of the cgroup a /proc/PID/cgroup text names (under cg_test). */
+static char *cgroup_dir_of(const char *where)
 {
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int n = 0;
+	const char *p = strstr(where, "/lessee-check-cgroup-");
+	const char *base = strrchr(cg_test, '/');
+	char *dir = NULL;
 
-	if (!d)
-		return -1;
-	while ((de = readdir(d)))
-		if (de->d_type == DT_DIR && de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_ge(
+	    asprintf(&dir, "%.*s%.*s", (int)(base - cg_test), cg_test, (int)strcspn(p, "\n"), p),
+	    0);
+	return dir;
 }
 
-static bool wait_no_run_cgroups(usec_t timeout)
+static bool wait_gone(const char *dir, usec_t timeout)
 {
-	char runs[PATH_MAX + 8];
 	usec_t end = time_mono() + tu_timeout(timeout);
 
-	snprintf(runs, sizeof(runs), "%s/runs", cg_test);
-	while (count_subdirs(runs) != 0)
+	while (access(dir, F_OK) == 0)
 		if (time_mono() > end)
 			return false;
 		else
@@ -377,7 +372,7 @@ static const char *const stop_names[_STOP_MAX] = {"timeout", "cancel", "lease lo
 START_TEST(test_setsid_killed)
 {
 	enum stop_how how = (enum stop_how)_i;
-	_cleanup_free_ char *id = NULL, *path = NULL, *where = NULL;
+	_cleanup_free_ char *id = NULL, *path = NULL, *where = NULL, *dir = NULL;
 	_cleanup_(strv_freep) char **wrap = NULL;
 	pid_t gpid;
 
@@ -408,8 +403,9 @@ START_TEST(test_setsid_killed)
 	              stop_names[how], (int)gpid);
 	ck_assert_msg(strstr(where, "/lessee-check-cgroup-") && strstr(where, "/runs/"),
 	              "the grandchild %d was not in a run cgroup: %s", (int)gpid, where);
-	ck_assert_msg(wait_no_run_cgroups(10 * SEC), "%s: the run's cgroup was not removed",
-	              stop_names[how]);
+	dir = cgroup_dir_of(where);
+	ck_assert_msg(wait_gone(dir, 10 * SEC), "%s: the run's cgroup %s was not removed",
+	              stop_names[how], dir);
 }
 END_TEST
 
@@ -435,7 +431,8 @@ START_TEST(test_mode_cgroup)
 	{
 		_cleanup_free_ char *where = proc_cgroup(tu_lessee_pid(D));
 
-		ck_assert_msg(strstr(where, "/lessee-check-cgroup-") && strstr(where, "/supervisor"),
+		ck_assert_msg(strstr(where, "/lessee-check-cgroup-") &&
+		                  strstr(where, "/supervisor"),
 		              "the daemon is in %s", where);
 	}
 }
@@ -454,11 +451,9 @@ START_TEST(test_fallback_readonly)
 		return;
 	wrap = cg_wrap(true);
 	start_lessee(wrap);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: process group", tu_timeout(5 * SEC)),
-	                 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: process group", tu_timeout(5 * SEC)), 0);
 	st = status_doc();
-	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)",
-	                 "process_group");
+	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)", "process_group");
 	ck_assert_ptr_null(jstr(st, "cgroup"));
 	ck_assert_ptr_nonnull(jstr(st, "kill_mode_reason"));
 	cJSON_Delete(st);
@@ -480,15 +475,13 @@ START_TEST(test_fallback_root)
 	cJSON *st;
 
 	wrap = strv_make("/bin/sh", "-c", "echo $$ >\"$0/cgroup.procs\" && exec \"$@\"",
-	                cg_mount[0] ? cg_mount : "/nonexistent", NULL);
+	                 cg_mount[0] ? cg_mount : "/nonexistent", NULL);
 	if (!cg_mount[0] || !exists_at(cg_mount, "cgroup.procs"))
 		return;
 	start_lessee(wrap);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: process group", tu_timeout(5 * SEC)),
-	                 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: process group", tu_timeout(5 * SEC)), 0);
 	st = status_doc();
-	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)",
-	                 "process_group");
+	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)", "process_group");
 	cJSON_Delete(st);
 }
 END_TEST
@@ -513,7 +506,8 @@ int main(void)
 	if (r != 0)
 		return EXIT_FAILURE;
 	if (no_cgroup) {
-		fprintf(stderr, "check_cgroup: %s here: the cgroup cases were skipped\n", no_cgroup);
+		fprintf(stderr, "check_cgroup: %s here: the cgroup cases were skipped\n",
+		        no_cgroup);
 		return 77;
 	}
 	return EXIT_SUCCESS;
