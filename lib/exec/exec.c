@@ -47,7 +47,7 @@ struct exec_proc {
 	enum proc_state state;
 	pid_t pid;
 	int pidfd;
-	int cg_fd; /* spec.cgroup's directory, or -1 */
+	int cg_fd;                 /* spec.cgroup's directory, or -1 */
 	struct exec_pipe pipes[2]; /* [0]: stdout (or both), [1]: stderr when split */
 	ev_child_t *child;
 	ev_timer_t *kill_timer; /* the ladder's SIGKILL */
@@ -483,8 +483,8 @@ static int spawn_fds_open(exec_proc_t *p, const struct exec_spec *s, struct exec
 
 /* The run's cgroup: our directory fd (for cgroup.kill, and CLONE_INTO_CGROUP)
  * and its cgroup.procs for the child. */
-static int spawn_cgroup_open(exec_proc_t *p, const struct exec_spec *s,
-                             struct exec_child_args *a, struct spawn_fds *f)
+static int spawn_cgroup_open(exec_proc_t *p, const struct exec_spec *s, struct exec_child_args *a,
+                             struct spawn_fds *f)
 {
 	if (!s->cgroup)
 		return 0;

@@ -73,7 +73,8 @@ pid_t exec_pid(const exec_proc_t *p);
 bool exec_running(const exec_proc_t *p); /* not yet reaped */
 
 /* The kill ladder: SIGTERM to the whole process group now, SIGKILL to the group
- * (and cgroup.kill of spec.cgroup) after grace.  Calling again may only shorten the grace.  grace 0 = SIGKILL now. */
+ * (and cgroup.kill of spec.cgroup) after grace.  Calling again may only shorten the grace.  grace 0
+ * = SIGKILL now. */
 int exec_kill(exec_proc_t *p, usec_t grace);
 /* Stop (true) or resume (false) reading the output pipes: backpressure for a
  * consumer that is behind.  After the process exits, the output drain window
