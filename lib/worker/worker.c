@@ -490,9 +490,9 @@ static void setup_kill_mode(worker_t *w)
 				   sizeof(w->kill_mode_why)) > 0;
 
 	if (cg)
-		log_info("kill mode: cgroup: each run in its own cgroup under %s/runs, "
+		log_info("kill mode: cgroup: each run in its own cgroup under %s/runs/%d, "
 			 "stopped with cgroup.kill",
-			 cgroup_tree_path(w->cgroups));
+			 cgroup_tree_path(w->cgroups), (int)getpid());
 	else
 		log_notice("kill mode: process group (no writable cgroup v2 subtree: %s); what "
 			   "leaves a run's process group is out of reach",
