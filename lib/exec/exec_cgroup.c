@@ -201,12 +201,38 @@ static bool has_file(const char *dir, const char *file)
 
 /* ---------------------------------------------------------------- removal */
 
-/* cgroup.kill, then rmdir: 0 removed (or already gone), -EBUSY not empty yet. */
+/* Child cgroups first (a run that may write its cgroup can make some), depth
+ * first, as far as they go now. */
+static void remove_descendants(const char *path, int depth)
+{
+	DIR *d;
+	struct dirent *de;
+
+	if (depth <= 0 || !(d = opendir(path)))
+		return;
+	while ((de = readdir(d))) {
+		char sub[PATH_MAX];
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.' ||
+		    snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) >= (int)sizeof(sub))
+			continue;
+		remove_descendants(sub, depth - 1);
+		(void)rmdir(sub);
+	}
+	closedir(d);
+}
+
+/* cgroup.kill (it takes the descendants too), then rmdir: 0 removed (or
+ * already gone), -EBUSY not empty yet. */
 static int kill_and_remove(const char *path)
 {
 	if (rmdir(path) == 0 || errno == ENOENT)
 		return 0;
 	(void)write_path(path, "cgroup.kill", "1");
+	if (rmdir(path) == 0 || errno == ENOENT)
+		return 0;
+	if (errno == EBUSY)
+		remove_descendants(path, 16);
 	if (rmdir(path) == 0 || errno == ENOENT)
 		return 0;
 	return -errno;
