@@ -409,6 +409,37 @@ START_TEST(test_setsid_killed)
 }
 END_TEST
 
+/* kill -9 of the daemon: the run's setsid grandchild outlives it in the run's
+ * cgroup (its main process dies of PR_SET_PDEATHSIG); the next daemon in the
+ * same cgroup kills it and removes what the dead one left. */
+START_TEST(test_leftovers_after_crash)
+{
+	_cleanup_free_ char *id = NULL, *where = NULL, *dir = NULL, *old_runs = NULL;
+	_cleanup_(strv_freep) char **wrap = NULL;
+	pid_t gpid;
+
+	if (!cg_test[0])
+		return;
+	wrap = cg_wrap(false);
+	start_lessee(wrap);
+	id = enqueue("escape");
+	gpid = grandchild_pid(id);
+	where = proc_cgroup(gpid);
+	dir = cgroup_dir_of(where);
+	ck_assert_int_ge(asprintf(&old_runs, "%s/runs/%d", cg_test, (int)tu_lessee_pid(D)), 0);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGKILL), 0);
+	ck_assert_int_eq(tu_lessee_wait(D, tu_timeout(10 * SEC)), 128 + SIGKILL);
+	ck_assert_msg(tu_pid_alive(gpid), "the grandchild %d died with the daemon", (int)gpid);
+	ck_assert_int_eq(tu_lessee_restart(D), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "left by a previous lessee", tu_timeout(5 * SEC)),
+	                 0);
+	ck_assert_msg(wait_dead(gpid, 10 * SEC), "the grandchild %d survived the restart",
+	              (int)gpid);
+	ck_assert_msg(wait_gone(dir, 10 * SEC), "%s is still there", dir);
+	ck_assert_msg(wait_gone(old_runs, 10 * SEC), "%s is still there", old_runs);
+}
+END_TEST
+
 /* Which mode is in force: log line at start, /status, the metric. */
 START_TEST(test_mode_cgroup)
 {
@@ -496,6 +527,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_setsid_killed, 0, _STOP_MAX);
+	tcase_add_test(tc, test_leftovers_after_crash);
 	tcase_add_test(tc, test_mode_cgroup);
 	tcase_add_test(tc, test_fallback_readonly);
 	tcase_add_test(tc, test_fallback_root);
