@@ -2,7 +2,8 @@
  * the process group (setsid) and then the run is stopped (timeout, cancel,
  * lease lost).  With a writable cgroup v2 subtree the daemon puts each run in
  * its own cgroup and ends the ladder with cgroup.kill: the grandchild is dead
- * afterwards and the run's cgroup is removed.  Without one (the hierarchy
+ * afterwards and the run's cgroup is removed; after a kill -9 of the daemon the
+ * next one kills what the dead one left.  Without one (the hierarchy
  * mounted read-only, as systemd's ProtectControlGroups=yes does) it falls back
  * to process groups and says so in its status, metrics and log.
  *
