@@ -15,9 +15,11 @@ struct exec_child_args {
 	char *const *argv;
 	char *const *envp;
 	const char *cwd;
-	int fds[3];   /* become the child's 0, 1, 2 (fds[2] may equal fds[1]) */
-	int err_fd;   /* CLOEXEC write end of the error pipe */
-	pid_t parent; /* getpid() before the clone: the PR_SET_PDEATHSIG race check */
+	int fds[3];          /* become the child's 0, 1, 2 (fds[2] may equal fds[1]) */
+	int err_fd;          /* CLOEXEC write end of the error pipe */
+	int cgroup_fd;       /* the run's cgroup directory, for CLONE_INTO_CGROUP, or -1 */
+	int cgroup_procs_fd; /* its cgroup.procs, where the child writes "0", or -1 */
+	pid_t parent;        /* getpid() before the clone: the PR_SET_PDEATHSIG race check */
 	int pdeathsig;
 	bool set_ids;
 	uid_t uid;
@@ -49,6 +51,7 @@ enum exec_step {
 	EXEC_STEP_PDEATHSIG,
 	EXEC_STEP_SIGPROCMASK,
 	EXEC_STEP_EXECVE,
+	EXEC_STEP_CGROUP,
 	_EXEC_STEP_MAX,
 };
 

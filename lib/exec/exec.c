@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exec/cgroup.h"
 #include "exec/exec-int.h"
 #include "util/macro.h"
 
@@ -46,6 +47,7 @@ struct exec_proc {
 	enum proc_state state;
 	pid_t pid;
 	int pidfd;
+	int cg_fd;                 /* spec.cgroup's directory, or -1 */
 	struct exec_pipe pipes[2]; /* [0]: stdout (or both), [1]: stderr when split */
 	ev_child_t *child;
 	ev_timer_t *kill_timer; /* the ladder's SIGKILL */
@@ -91,6 +93,17 @@ static int group_signal(exec_proc_t *p, int sig)
 	return kill(-p->pid, sig) < 0 ? -errno : 0;
 }
 
+/* SIGKILL for the group, and for everything in the run's cgroup (whatever
+ * left the group); the group's answer is the result. */
+static int group_sigkill(exec_proc_t *p)
+{
+	int r = group_signal(p, SIGKILL);
+
+	if (p->cg_fd >= 0 && cgroup_kill_fd(p->cg_fd) >= 0 && r == -ESRCH)
+		r = 0;
+	return r;
+}
+
 static void pipe_close(struct exec_pipe *pp)
 {
 	pp->w = ev_io_del(pp->w);
@@ -111,6 +124,7 @@ static void proc_teardown(exec_proc_t *p)
 	p->kill_timer = ev_timer_del(p->kill_timer);
 	p->drain_timer = ev_timer_del(p->drain_timer);
 	p->pidfd = safe_close(p->pidfd);
+	p->cg_fd = safe_close(p->cg_fd);
 }
 
 /* Synchronously: SIGKILL the group, wait for the leader. */
@@ -118,7 +132,7 @@ static void proc_reap_now(exec_proc_t *p)
 {
 	siginfo_t si;
 
-	(void)group_signal(p, SIGKILL);
+	(void)group_sigkill(p);
 	p->child = ev_child_del(p->child);
 	while (waitid(P_PIDFD, (id_t)p->pidfd, &si, WEXITED) < 0 && errno == EINTR)
 		;
@@ -258,7 +272,7 @@ static void on_child(ev_child_t *c, const siginfo_t *si, void *userdata)
 	result_set(&p->res, si, p->start);
 	p->state = PROC_DRAINING;
 	if (!p->keep_group)
-		(void)group_signal(p, SIGKILL);
+		(void)group_sigkill(p);
 	if (!pipes_open(p)) {
 		proc_report(p);
 		return;
@@ -273,7 +287,7 @@ static void on_kill_timeout(ev_timer_t *t, void *userdata)
 	exec_proc_t *p = userdata;
 
 	p->sigkill_sent = true;
-	(void)group_signal(p, SIGKILL);
+	(void)group_sigkill(p);
 }
 
 static int valid_signal(int sig)
@@ -309,10 +323,13 @@ static int ladder_signal(exec_proc_t *p, int sig)
 
 static int ladder_sigkill(exec_proc_t *p)
 {
+	int r;
+
 	p->sigkill_sent = true;
 	if (p->kill_timer)
 		ev_timer_disarm(p->kill_timer);
-	return ladder_signal(p, SIGKILL);
+	r = group_sigkill(p);
+	return r == -ESRCH ? 0 : r;
 }
 
 static int ladder_start(exec_proc_t *p, usec_t grace)
@@ -360,6 +377,7 @@ struct spawn_fds {
 	int err_w;
 	int report_r;
 	int report_w;
+	int cg_procs; /* the run cgroup's cgroup.procs, for the child */
 };
 
 static void spawn_fds_close_child_ends(struct spawn_fds *f)
@@ -368,6 +386,7 @@ static void spawn_fds_close_child_ends(struct spawn_fds *f)
 	f->out_w = safe_close(f->out_w);
 	f->err_w = safe_close(f->err_w);
 	f->report_w = safe_close(f->report_w);
+	f->cg_procs = safe_close(f->cg_procs);
 }
 
 static void spawn_fds_close(struct spawn_fds *f)
@@ -396,6 +415,8 @@ static int child_args_prepare(const struct exec_spec *s, struct exec_child_args 
 	    .cwd = s->cwd,
 	    .fds = {-1, -1, -1},
 	    .err_fd = -1,
+	    .cgroup_fd = -1,
+	    .cgroup_procs_fd = -1,
 	    .parent = getpid(),
 	    .pdeathsig = s->pdeathsig ? s->pdeathsig : SIGKILL,
 	    .set_ids = s->set_ids,
@@ -457,6 +478,24 @@ static int spawn_fds_open(exec_proc_t *p, const struct exec_spec *s, struct exec
 		return -errno;
 	f->report_r = report[0];
 	a->err_fd = f->report_w = report[1];
+	return 0;
+}
+
+/* The run's cgroup: our directory fd (for cgroup.kill, and CLONE_INTO_CGROUP)
+ * and its cgroup.procs for the child. */
+static int spawn_cgroup_open(exec_proc_t *p, const struct exec_spec *s, struct exec_child_args *a,
+                             struct spawn_fds *f)
+{
+	if (!s->cgroup)
+		return 0;
+	p->cg_fd = open(s->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (p->cg_fd < 0)
+		return -errno;
+	f->cg_procs = openat(p->cg_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	if (f->cg_procs < 0)
+		return -errno;
+	a->cgroup_fd = p->cg_fd;
+	a->cgroup_procs_fd = f->cg_procs;
 	return 0;
 }
 
@@ -522,6 +561,7 @@ static exec_proc_t *proc_new(ev_t *e, const struct exec_spec *s, exec_output_cb 
 	    .state = PROC_DONE, /* nothing to reap until the clone */
 	    .pid = -1,
 	    .pidfd = -1,
+	    .cg_fd = -1,
 	    .pipes = {{.fd = -1}, {.fd = -1}},
 	    .output_drain = s->output_drain ? s->output_drain : OUTPUT_DRAIN_DEFAULT,
 	    .keep_group = s->keep_group_on_exit,
@@ -535,7 +575,7 @@ static exec_proc_t *proc_new(ev_t *e, const struct exec_spec *s, exec_output_cb 
 int exec_spawn(ev_t *e, const struct exec_spec *spec, exec_output_cb on_output,
                exec_exit_cb on_exit, void *userdata, exec_proc_t **ret, const char **ret_step)
 {
-	_cleanup_(spawn_fds_close) struct spawn_fds f = {-1, -1, -1, -1, -1};
+	_cleanup_(spawn_fds_close) struct spawn_fds f = {-1, -1, -1, -1, -1, -1};
 	struct exec_child_args a;
 	const char *step = "spawn";
 	exec_proc_t *p;
@@ -554,6 +594,11 @@ int exec_spawn(ev_t *e, const struct exec_spec *spec, exec_output_cb on_output,
 	r = spawn_fds_open(p, spec, &a, &f);
 	if (r < 0) {
 		step = "pipe";
+		goto fail_free;
+	}
+	r = spawn_cgroup_open(p, spec, &a, &f);
+	if (r < 0) {
+		step = "cgroup";
 		goto fail_free;
 	}
 	r = spawn_child(p, &a, &f, &step);

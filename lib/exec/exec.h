@@ -42,6 +42,11 @@ struct exec_spec {
 	 * (default true; false leaves stragglers alone). */
 	bool keep_group_on_exit;
 	usec_t output_drain; /* after exit, wait at most this for EOF; 0 = 1 s */
+	/* A cgroup v2 directory (lib/exec/cgroup.h) or NULL.  The child starts in
+	 * it, and every SIGKILL of the ladder (and the one after the main process
+	 * exits, unless keep_group_on_exit) is also a cgroup.kill there, so what
+	 * left the process group dies too. */
+	const char *cgroup;
 };
 
 struct exec_result {
@@ -68,7 +73,8 @@ pid_t exec_pid(const exec_proc_t *p);
 bool exec_running(const exec_proc_t *p); /* not yet reaped */
 
 /* The kill ladder: SIGTERM to the whole process group now, SIGKILL to the group
- * after grace.  Calling again may only shorten the grace.  grace 0 = SIGKILL now. */
+ * (and cgroup.kill of spec.cgroup) after grace.  Calling again may only shorten the grace.  grace 0
+ * = SIGKILL now. */
 int exec_kill(exec_proc_t *p, usec_t grace);
 /* Stop (true) or resume (false) reading the output pipes: backpressure for a
  * consumer that is behind.  After the process exits, the output drain window
@@ -77,8 +83,8 @@ int exec_output_pause(exec_proc_t *p, bool pause);
 /* One signal to the whole process group. */
 int exec_signal(exec_proc_t *p, int sig);
 
-/* Frees everything.  A process still running is SIGKILLed with its group and
- * reaped synchronously; no callback runs after this.  NULL-safe. */
+/* Frees everything.  A process still running is SIGKILLed with its group (and
+ * its cgroup) and reaped synchronously; no callback runs after this.  NULL-safe. */
 exec_proc_t *exec_free(exec_proc_t *p);
 
 /* Variables never passed to a child whatever the allowlist says. */

@@ -71,6 +71,7 @@ const char *exec_step_name(int step)
 	    [EXEC_STEP_PDEATHSIG] = "pdeathsig",
 	    [EXEC_STEP_SIGPROCMASK] = "sigprocmask",
 	    [EXEC_STEP_EXECVE] = "execve",
+	    [EXEC_STEP_CGROUP] = "cgroup",
 	};
 
 	return step >= 0 && step < _EXEC_STEP_MAX ? names[step] : "unknown";
@@ -191,6 +192,10 @@ CHILD_FN __attribute__((noreturn)) static int child_main(void *arg)
 	errno = 0;
 	if (child_reset_signals() < 0)
 		child_fail(a, EXEC_STEP_SIGACTION);
+	/* Into the run's cgroup before anything else ("0" = the writer); the fd
+	 * was opened by the daemon, so its credentials decide. */
+	if (a->cgroup_procs_fd >= 0 && syscall(SYS_write, a->cgroup_procs_fd, "0", 1) != 1)
+		child_fail(a, EXEC_STEP_CGROUP);
 	if (syscall(SYS_setsid) < 0)
 		child_fail(a, EXEC_STEP_SETSID);
 	if (child_setup_fds(a) < 0)
@@ -230,7 +235,15 @@ static pid_t clone_fork(struct exec_child_args *a, int *pidfd)
 	    .pidfd = (uint64_t)(uintptr_t)pidfd,
 	    .exit_signal = SIGCHLD,
 	};
-	long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	long pid;
+
+	/* clone3 can start the child in its cgroup (Linux 5.7+), no write needed */
+	if (a->cgroup_fd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)a->cgroup_fd;
+		a->cgroup_procs_fd = -1;
+	}
+	pid = syscall(SYS_clone3, &ca, sizeof(ca));
 
 	if (pid == 0)
 		child_main(a);

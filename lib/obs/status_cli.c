@@ -12,6 +12,7 @@
 #include "ev/ev.h"
 #include "http/http.h"
 #include "util/macro.h"
+#include "util/strutil.h"
 #include "util/time.h"
 
 #define MAX_DOC (4 * 1024 * 1024)
@@ -167,12 +168,31 @@ static const char *jage(const cJSON *o, const char *key, char *buf, size_t n)
 	return time_format_duration(buf, n, (usec_t)v->valuedouble * USEC_PER_SEC);
 }
 
+/* "cgroup (<path>)" or "process group (<why>)"; no row for a daemon that does
+ * not say. */
+static int kill_mode_row(struct table *t, const cJSON *doc, char *buf, size_t n)
+{
+	const char *mode = jstr(doc, "kill_mode");
+	const char *cg = jstr(doc, "cgroup"), *why = jstr(doc, "kill_mode_reason");
+
+	if (!mode)
+		return 0;
+	if (streq(mode, "cgroup"))
+		snprintf(buf, n, "cgroup%s%.240s%s", cg ? " (" : "", cg ? cg : "", cg ? ")" : "");
+	else if (streq(mode, "process_group"))
+		snprintf(buf, n, "process group%s%.240s%s", why ? " (" : "", why ? why : "",
+		         why ? ")" : "");
+	else
+		snprintf(buf, n, "%.60s", mode);
+	return table_row(t, "kill mode", buf);
+}
+
 static int print_summary(const cJSON *doc, FILE *out)
 {
 	const cJSON *ready = cJSON_GetObjectItemCaseSensitive(doc, "ready");
 	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(doc, "runs");
 	const char *reason = jstr(doc, "ready_reason");
-	char worker[160], rd[160], slots[64], n1[32], n2[32], n3[32];
+	char worker[160], rd[160], slots[64], n1[32], n2[32], n3[32], km[320];
 	struct table t = {.ncols = 2};
 	int r;
 
@@ -188,6 +208,7 @@ static int print_summary(const cJSON *doc, FILE *out)
 	r = r < 0 ? r : table_row(&t, "phase", jstr(doc, "phase"));
 	r = r < 0 ? r : table_row(&t, "ready", rd);
 	r = r < 0 ? r : table_row(&t, "backend", jstr(doc, "io_backend"));
+	r = r < 0 ? r : kill_mode_row(&t, doc, km, sizeof(km));
 	r = r < 0 ? r : table_row(&t, "slots", slots);
 	r = r < 0 ? r : table_row(&t, "runs done", jnum(doc, "runs_done", n1, sizeof(n1)));
 	r = r < 0 ? r : table_row(&t, "queue", jnum(doc, "queue_depth", n2, sizeof(n2)));

@@ -307,6 +307,21 @@ static int start_logship(struct run *r)
 	return logship_new(&p, on_log_event, r, &r->log);
 }
 
+/* Its own cgroup in cgroup kill mode.  Should that fail (cgroup.max.descendants,
+ * say) the run still starts, stopped through its process group only. */
+static const char *run_cgroup(struct run *r)
+{
+	int q;
+
+	if (!r->w->cgroups)
+		return NULL;
+	q = cgroup_run_new(r->w->cgroups, r->id, &r->cg);
+	if (q < 0)
+		run_log(r, LOG_WARNING, "cannot create the run's cgroup: %s; it is stopped "
+			"through its process group only", strerror(-q));
+	return cgroup_run_path(r->cg);
+}
+
 static int spawn(struct run *r, const char **step)
 {
 	char input[PATH_MAX];
@@ -338,6 +353,7 @@ static int spawn(struct run *r, const char **step)
 	spec.envp = env;
 	spec.stdin_fd = in;
 	spec.cwd = r->wf->working_directory ? r->wf->working_directory : r->dir;
+	spec.cgroup = run_cgroup(r);
 	*step = NULL;
 	q = exec_spawn(r->w->ev, &spec, on_output, on_exit_cb, r, &r->proc, step);
 	strv_free(env);
@@ -859,6 +875,7 @@ static void run_free(struct run *r)
 	ev_timer_del(r->deadline_timer);
 	ev_timer_del(r->timer);
 	exec_free(r->proc);
+	cgroup_run_free(r->cg);
 	if (r->log) {
 		struct logship_stats st;
 

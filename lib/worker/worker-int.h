@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "conf/conf.h"
+#include "exec/cgroup.h"
 #include "exec/exec.h"
 #include "http/http.h"
 #include "logship/logship.h"
@@ -155,6 +156,7 @@ struct run {
 	unsigned req_attempts;
 
 	char *dir;
+	cgroup_run_t *cg; /* the run's own cgroup in cgroup kill mode */
 	exec_proc_t *proc;
 	logship_t *log;
 	struct exec_result result;
@@ -213,6 +215,11 @@ struct worker {
 	unsigned spool_attempt;
 
 	ev_timer_t *drain_timer, *exit_timer, *breaker_timer;
+
+	/* kill mode: a cgroup per run when we have a subtree, else process groups */
+	cgroup_tree_t *cgroups;
+	char kill_mode_why[256]; /* why process groups */
+	metric_t *m_kill_mode;
 
 	metric_t *m_started, *m_finished, *m_in_flight, *m_slots, *m_claims, *m_leases_lost,
 		*m_renewals, *m_duration, *m_blocked, *m_log_bytes, *m_spool, *m_queue_depth,

@@ -569,6 +569,11 @@ static int worker_metrics_init(worker_t *w)
 	w->m_draining = metrics_gauge(m, "lessee_draining", "1 while draining or stopping", NULL);
 	w->m_backend = metrics_gauge(m, "lessee_io_backend", "The event loop backend in use",
 				     "backend");
+	w->m_kill_mode = metrics_gauge(m, "lessee_kill_mode",
+				       "1 for the way runs are stopped: cgroup or process_group",
+				       "mode");
+	if (!w->m_kill_mode)
+		return -ENOMEM;
 	if (!w->m_started || !w->m_finished || !w->m_in_flight || !w->m_slots || !w->m_claims ||
 	    !w->m_leases_lost || !w->m_renewals || !w->m_duration || !w->m_blocked ||
 	    !w->m_log_bytes || !w->m_spool || !w->m_spool_delivered || !w->m_spool_dropped ||
@@ -628,10 +633,35 @@ int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdat
 	return 0;
 }
 
+/* Before READY=1: with Delegate=yes the daemon must have left the unit's
+ * cgroup by then (systemd may start ExecReload= in <unit>/.control). */
+static void setup_kill_mode(worker_t *w)
+{
+	bool cg = cgroup_tree_open(w->ev, NULL, &w->cgroups, w->kill_mode_why,
+				   sizeof(w->kill_mode_why)) > 0;
+
+	if (cg)
+		log_info("kill mode: cgroup: each run in its own cgroup under %s/runs/%d, "
+			 "stopped with cgroup.kill",
+			 cgroup_tree_path(w->cgroups), (int)getpid());
+	else
+		log_notice("kill mode: process group (no writable cgroup v2 subtree: %s); what "
+			   "leaves a run's process group is out of reach",
+			   w->kill_mode_why);
+	metric_set(w->m_kill_mode, cg ? 1 : 0, "cgroup");
+	metric_set(w->m_kill_mode, cg ? 0 : 1, "process_group");
+}
+
+const char *worker_kill_mode(const worker_t *w)
+{
+	return w->cgroups ? "cgroup" : "process_group";
+}
+
 int worker_start(worker_t *w)
 {
 	const struct conf *c = worker_cur_conf(w);
 
+	setup_kill_mode(w);
 	clean_stale_run_dirs(c->worker.run_dir);
 	spool_load(w);
 	w->phase = WORKER_RUNNING;
@@ -708,6 +738,7 @@ worker_t *worker_free(worker_t *w)
 	ev_timer_del(w->exit_timer);
 	ev_timer_del(w->breaker_timer);
 	ev_timer_del(w->spool_timer);
+	cgroup_tree_free(w->cgroups);
 	api_done(&w->api);
 	for (size_t i = 0; i < w->n_wfs; i++)
 		free(w->wfs[i].name);
@@ -821,6 +852,11 @@ int worker_status_json(const worker_t *w, struct buf *out)
 	if (!info.api_ready)
 		cJSON_AddStringToObject(o, "ready_reason", worker_not_ready_reason(w));
 	cJSON_AddStringToObject(o, "io_backend", info.io_backend);
+	cJSON_AddStringToObject(o, "kill_mode", worker_kill_mode(w));
+	if (w->cgroups)
+		cJSON_AddStringToObject(o, "cgroup", cgroup_tree_path(w->cgroups));
+	else if (w->phase != WORKER_IDLE)
+		cJSON_AddStringToObject(o, "kill_mode_reason", w->kill_mode_why);
 	cJSON_AddNumberToObject(o, "slots", info.slots);
 	cJSON_AddNumberToObject(o, "runs_done", (double)info.runs_done);
 	cJSON_AddNumberToObject(o, "spool_pending", info.spool_pending);

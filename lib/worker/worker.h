@@ -53,6 +53,8 @@ const char *worker_phase_name(enum worker_phase p);
  * why not, as one static line. */
 const char *worker_not_ready_reason(const worker_t *w);
 const struct conf *worker_conf(const worker_t *w);
+/* "cgroup" (each run in its own cgroup, cgroup.kill) or "process_group". */
+const char *worker_kill_mode(const worker_t *w);
 metrics_t *worker_metrics(worker_t *w);
 /* JSON document for /status: runs in flight with age and state, breakers, config summary. */
 int worker_status_json(const worker_t *w, struct buf *out);

@@ -371,6 +371,55 @@ on_epoll() {
 		fail "stop on epoll: $(journalctl -q -o cat INVOCATION_ID="$inv")"
 }
 
+# Delegate=yes gives lessee its cgroup subtree: it moves itself into
+# <unit>/supervisor (before READY=1), each run gets <unit>/runs/<pid>/<id>.N,
+# and the kill ladder ends with cgroup.kill.  A grandchild that left the
+# run's process group (setsid) dies with the run's timeout; the run's cgroup
+# is removed.  The mode is in the journal, `lessee status` and the metrics.
+# Control: with Delegate=no lessee says it falls back to process groups.
+case_cgroup() {
+	systemctl stop "$U"
+	start_unit || fail "start failed" || return
+	inv=$(prop InvocationID)
+	wait_until 5 journal_of_has "$inv" '^kill mode: cgroup' ||
+		fail "journal: $(journal_of "$inv" | grep 'kill mode')" || return
+	note "$(journal_of "$inv" | grep '^kill mode')"
+	lessee status | grep -Eq '^kill mode +cgroup \(/sys/fs/cgroup/.*lessee\.service\)$' ||
+		fail "lessee status: $(lessee status | grep 'kill mode')" || return
+	metric_is 'lessee_kill_mode{mode="cgroup"}' 1 ||
+		fail "lessee_kill_mode{mode=\"cgroup\"} is '$(metric 'lessee_kill_mode{mode="cgroup"}')'" || return
+	grep -q '^0::/system.slice/lessee.service/supervisor$' "/proc/$(prop MainPID)/cgroup" ||
+		fail "the daemon is in $(grep '^0::' "/proc/$(prop MainPID)/cgroup")" || return
+	id=$(enqueue_escape) || fail "lessor enqueue failed" || return
+	wait_until 10 lessor_log_has "$id" '^gpid=' || fail "no gpid in the log of $id" || return
+	gpid=$(lessor log "$id" | sed -n 's/^gpid=//p' | head -n 1)
+	cg=$(sed -n 's/^0:://p' "/proc/$gpid/cgroup")
+	case "$cg" in
+	/system.slice/lessee.service/runs/*/*) ;;
+	*) fail "the grandchild $gpid is in '$cg'" || return ;;
+	esac
+	note "grandchild $gpid in $cg"
+	wait_until 15 runs_are failed "$id" || fail "run: $(runs_summary "$id")" || return
+	wait_until 5 pid_gone "$gpid" || fail "the setsid grandchild $gpid survived the run" || return
+	wait_until 5 cgroup_gone "$cg" || fail "the run's cgroup $cg is still there" || return
+	with_dropin 60-no-delegate '[Service]
+Delegate=no' no_delegate
+}
+no_delegate() {
+	systemctl restart "$U" || fail "start with Delegate=no failed" || return
+	inv=$(prop InvocationID)
+	wait_until 5 journal_of_has "$inv" '^kill mode: process group' ||
+		fail "Delegate=no: $(journal_of "$inv" | grep 'kill mode')" || return
+	note "$(journal_of "$inv" | grep '^kill mode')"
+	lessee status --json | grep -Eq '"kill_mode":[[:space:]]*"process_group"' ||
+		fail "status: $(lessee status --json)" || return
+	metric_is 'lessee_kill_mode{mode="process_group"}' 1 || fail "metric with Delegate=no"
+}
+enqueue_escape() { lessor enqueue --workflow escape --max-attempts 1; }
+lessor_log_has() { lessor log "$1" | grep -q "$2"; }
+pid_gone() { ! grep -qs '^State:[[:space:]]*[^Z]' "/proc/$1/status"; }
+cgroup_gone() { for m in /sys/fs/cgroup/unified /sys/fs/cgroup; do [ ! -d "$m$1" ] || return 1; done; }
+
 echo "1..$(grep -c '^check ' "$0")" >"$TAP"
 check "systemd-analyze verify: every shipped unit, no output" case_verify
 check "systemd-analyze security --offline=yes --threshold=20 lessee.service" case_security
@@ -384,6 +433,7 @@ check "shipped TimeoutStopSec= outlasts drain_timeout + kill_grace" case_stop_ti
 check "stalled loop: watchdog kills it (Result=watchdog), restarted" case_watchdog
 check "bad configuration: exit 78, start fails, not restarted" case_config
 check "SystemCallFilter=~io_uring_*: logs epoll, runs complete" case_io_uring
+check "Delegate=yes: a cgroup per run, a setsid grandchild dies with its run" case_cgroup
 
 journalctl -b --no-pager -o short-monotonic >$R/journal.txt 2>&1
 date +%s.%N >$R/t_end
