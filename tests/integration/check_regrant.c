@@ -17,6 +17,10 @@
 
 #include "lessee_proc.h"
 #include "lessor_proc.h"
+#include "conf/conf.h"
+#include "ev/ev.h"
+#include "util/buf.h"
+#include "worker/worker-int.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -251,6 +255,280 @@ START_TEST(test_regrant_waits_for_old_copy)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- in process
+ *
+ * The WAITING state itself, whatever makes an older execution slow to die: a
+ * worker on this process's loop, against the real lessor, with a stand-in
+ * for the older execution (a run of the same id in KILLING, its lease
+ * already lost, that ends when the test says).  The real job runs for the
+ * new lease and appends a line to a marker file, so "never started" can be
+ * checked. */
+
+static ev_t *E;
+static worker_t *W;
+static bool W_exited;
+static char marker[512];
+
+static const char marker_job[] = "#!/bin/sh\necho \"$$\" >> \"$MARK\"\n"
+                                 "echo '{\"marked\":true}' > \"$LESSEE_RESULT_FILE\"\n";
+
+static void on_worker_exit(worker_t *w, int code, void *userdata)
+{
+	W_exited = true;
+}
+
+static void setup_inproc(void)
+{
+	_cleanup_free_ char *path = NULL, *text = NULL, *conf_path = NULL, *token = NULL;
+	struct conf *c = NULL;
+	char *err = NULL;
+
+	scripts = tu_tmpdir("regrant-inproc");
+	ck_assert_ptr_nonnull(scripts);
+	snprintf(marker, sizeof(marker), "%s/marker", scripts);
+	ck_assert_int_ge(asprintf(&path, "%s/mark.sh", scripts), 0);
+	ck_assert_int_eq(write_file_atomic(path, marker_job, strlen(marker_job), 0755), 0);
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests"}, &L),
+	                 0);
+	ck_assert_int_ge(asprintf(&token, "%s/token", scripts), 0);
+	ck_assert_int_eq(write_file_atomic(token, "t0ken-for-tests", 15, 0600), 0);
+	ck_assert_int_ge(asprintf(&text,
+	                          "[api]\nurl = %s\ntoken_file = %s\nrequest_timeout = 4s\n"
+	                          "[worker]\nid = inproc-worker\nconcurrency = 4\nlease_ttl = 60s\n"
+	                          "lease_refresh = 1s\nlong_poll = 2s\npoll_interval = 200ms\n"
+	                          "kill_grace = 1s\nspool_dir = %s/spool\nrun_dir = %s/run\n"
+	                          "[status]\nlisten =\n[log]\nlevel = info\n"
+	                          "[workflow.mark]\ncommand = %s\nenv = MARK=%s\n",
+	                          tu_lessor_url(L), token, scripts, scripts, path, marker),
+	                 0);
+	ck_assert_int_ge(asprintf(&conf_path, "%s/lessee.conf", scripts), 0);
+	ck_assert_int_eq(write_file_atomic(conf_path, text, strlen(text), 0644), 0);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = conf_path}, &c, &err) == 0,
+	              "conf: %s", err ? err : "?");
+	ck_assert_int_eq(ev_new(&E, tu_backend()), 0);
+	W_exited = false;
+	ck_assert_int_eq(worker_new(E, c, on_worker_exit, NULL, &W), 0);
+}
+
+static void teardown_inproc(void)
+{
+	int ls = L ? tu_lessor_stop(L) : 0;
+
+	W = worker_free(W);
+	E = ev_free(E);
+	L = tu_lessor_free(L);
+	if (scripts)
+		rm_rf(scripts);
+	free(scripts);
+	scripts = NULL;
+	ck_assert_msg(ls == 0, "lessor exited with %d", ls);
+}
+
+/* The stand-in for an older execution of run `id`: KILLING, lease lost. */
+static struct run *older_execution(const char *id)
+{
+	struct proto_run pr = {
+	    .id = strdup(id),
+	    .workflow = strdup("mark"),
+	    .attempt = 1,
+	    .token = strdup("an-older-lease-token"),
+	    .ttl_s = 60,
+	    .input = strdup("null"),
+	    .input_len = 4,
+	};
+	struct run *r = run_new(W, &pr, ev_now(E));
+
+	ck_assert_ptr_nonnull(r);
+	worker_run_add(W, r);
+	r->state = RUN_KILLING;
+	r->lost = true;
+	ev_timer_disarm(r->renew_timer);
+	ev_timer_disarm(r->deadline_timer);
+	return r;
+}
+
+/* Its process group is dead: it leaves the run table. */
+static void older_execution_ends(struct run *r)
+{
+	r->state = RUN_RELEASING;
+	run_dispatch(r, RE_RELEASED);
+}
+
+/* The run of this id in the table other than `not`, or NULL. */
+static struct run *find_run(const char *id, const struct run * not )
+{
+	for (struct run *r = W->runs; r; r = r->next)
+		if (r != not &&streq(r->id, id))
+			return r;
+	return NULL;
+}
+
+static bool has_run_in_state(const char *id, const struct run * not, enum run_state st)
+{
+	struct run *r = find_run(id, not );
+
+	return r && r->state == st;
+}
+
+/* Step the loop until cond() or the timeout. */
+#define STEP_UNTIL(cond, timeout)                                                                  \
+	({                                                                                         \
+		usec_t _end = time_mono() + tu_timeout(timeout);                                   \
+		bool _ok;                                                                          \
+		while (!(_ok = (cond)) && time_mono() < _end)                                      \
+			ev_run_once(E, 20 * USEC_PER_MSEC);                                        \
+		_ok;                                                                               \
+	})
+
+static bool run_status_is(const char *id, const char *status)
+{
+	cJSON *run = tu_lessor_get_run(L, id);
+	bool ok = run && streq_ptr(jstr(run, "status"), status);
+
+	cJSON_Delete(run);
+	return ok;
+}
+
+/* The n-th lease's field, from the lessor ("" when absent). */
+static char *lease_field(const char *id, int n, const char *key)
+{
+	cJSON *run = tu_lessor_get_run(L, id);
+	const char *v = jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), n), key);
+	char *s = strdup(v ? v : "");
+
+	cJSON_Delete(run);
+	return s;
+}
+
+static bool lease_renewed(const char *id, int n, const char *since)
+{
+	_cleanup_free_ char *now = lease_field(id, n, "last_renewed_at");
+
+	return *now && !streq(now, since);
+}
+
+static bool marked(void)
+{
+	return access(marker, F_OK) == 0;
+}
+
+/* Claim run id while its stand-in older execution lives: the new lease waits,
+ * renewed; `lessee status` says "waiting". */
+static struct run *claim_while_older_lives(const char *id)
+{
+	struct run *old = older_execution(id);
+	_cleanup_free_ char *renewed = NULL;
+	struct buf b = {0};
+
+	ck_assert_int_eq(worker_start(W), 0);
+	ck_assert_msg(STEP_UNTIL(has_run_in_state(id, old, RUN_WAITING), 10 * SEC),
+	              "the re-granted run is not waiting (state %s)",
+	              find_run(id, old) ? run_state_name(find_run(id, old)->state) : "none");
+	ck_assert_int_eq(worker_status_json(W, &b), 0);
+	ck_assert_msg(strstr(b.data, "\"state\":\"waiting\""), "status: %s", b.data);
+	buf_done(&b);
+	/* renewed like a run in any other state, and not started meanwhile */
+	renewed = lease_field(id, 0, "last_renewed_at");
+	ck_assert(STEP_UNTIL(lease_renewed(id, 0, renewed), 5 * SEC));
+	ck_assert(has_run_in_state(id, old, RUN_WAITING));
+	ck_assert(!marked());
+	return old;
+}
+
+START_TEST(test_waiting_starts_when_older_ends)
+{
+	_cleanup_free_ char *id = enqueue("mark");
+	struct run *old = claim_while_older_lives(id);
+
+	older_execution_ends(old);
+	ck_assert(STEP_UNTIL(run_status_is(id, "succeeded"), 15 * SEC));
+	ck_assert(marked());
+}
+END_TEST
+
+START_TEST(test_waiting_released_on_hard_stop)
+{
+	_cleanup_free_ char *id = enqueue("mark"), *reason = NULL, *detail = NULL;
+	struct run *old = claim_while_older_lives(id);
+
+	worker_hard_stop(W, false);
+	ck_assert(STEP_UNTIL(run_status_is(id, "pending"), 10 * SEC));
+	reason = lease_field(id, 0, "end_reason");
+	detail = lease_field(id, 0, "detail");
+	ck_assert_str_eq(reason, "released");
+	ck_assert_str_eq(detail, "shutdown");
+	ck_assert(!W_exited); /* the older execution still holds the stop */
+	older_execution_ends(old);
+	ck_assert(STEP_UNTIL(W_exited, 5 * SEC));
+	ck_assert(!marked());
+}
+END_TEST
+
+START_TEST(test_waiting_released_on_drain)
+{
+	_cleanup_free_ char *id = enqueue("mark"), *reason = NULL, *detail = NULL;
+	struct run *old = claim_while_older_lives(id);
+
+	worker_drain(W);
+	ck_assert(STEP_UNTIL(run_status_is(id, "pending"), 10 * SEC));
+	reason = lease_field(id, 0, "end_reason");
+	detail = lease_field(id, 0, "detail");
+	ck_assert_str_eq(reason, "released");
+	ck_assert_str_eq(detail, "draining");
+	older_execution_ends(old);
+	ck_assert(STEP_UNTIL(W_exited, 5 * SEC));
+	ck_assert(!marked());
+}
+END_TEST
+
+/* Cancelled while waiting: reported cancelled, never started. */
+START_TEST(test_waiting_cancelled)
+{
+	_cleanup_free_ char *id = enqueue("mark"), *path = NULL;
+	struct run *old = claim_while_older_lives(id);
+	long status = 0;
+
+	ck_assert_int_ge(asprintf(&path, "/v1/runs/%s/cancel", id), 0);
+	ck_assert_int_eq(tu_lessor_json(L, "POST", path, NULL, &status, NULL), 0);
+	ck_assert_int_eq(status, 200);
+	ck_assert(STEP_UNTIL(run_status_is(id, "cancelled"), 10 * SEC));
+	ck_assert(STEP_UNTIL(find_run(id, old) == NULL, 5 * SEC));
+	older_execution_ends(old);
+	for (int i = 0; i < 10; i++)
+		ev_run_once(E, 20 * USEC_PER_MSEC);
+	ck_assert(!marked());
+}
+END_TEST
+
+/* Its lease lost while waiting: gone without starting.  The operator's
+ * requeue gives the run back to this worker's parked claim, so a third lease
+ * waits in turn and runs once the older execution ends: exactly once. */
+START_TEST(test_waiting_lease_lost)
+{
+	_cleanup_free_ char *id = enqueue("mark"), *path = NULL, *reason = NULL;
+	struct run *old = claim_while_older_lives(id), *waiting = find_run(id, old);
+	_cleanup_free_ char *token = strdup(waiting->token);
+	long status = 0;
+	char *text = NULL;
+	size_t len = 0;
+
+	ck_assert_int_ge(asprintf(&path, "/v1/runs/%s/requeue", id), 0);
+	ck_assert_int_eq(tu_lessor_json(L, "POST", path, NULL, &status, NULL), 0);
+	ck_assert_int_eq(status, 200);
+	ck_assert(
+	    STEP_UNTIL(!find_run(id, old) || !streq(find_run(id, old)->token, token), 10 * SEC));
+	ck_assert(!marked());
+	reason = lease_field(id, 0, "end_reason");
+	ck_assert_str_eq(reason, "revoked");
+	ck_assert(STEP_UNTIL(has_run_in_state(id, old, RUN_WAITING), 10 * SEC));
+	older_execution_ends(old);
+	ck_assert(STEP_UNTIL(run_status_is(id, "succeeded"), 15 * SEC));
+	ck_assert_int_eq(read_file_capped(marker, 4096, &text, &len), 0);
+	ck_assert_msg(strchr(text, '\n') == text + len - 1, "executed more than once: %s", text);
+	free(text);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("regrant");
@@ -259,6 +537,15 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_regrant_waits_for_old_copy);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("waiting");
+	tcase_add_checked_fixture(tc, setup_inproc, teardown_inproc);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_waiting_starts_when_older_ends);
+	tcase_add_test(tc, test_waiting_released_on_hard_stop);
+	tcase_add_test(tc, test_waiting_released_on_drain);
+	tcase_add_test(tc, test_waiting_cancelled);
+	tcase_add_test(tc, test_waiting_lease_lost);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
