@@ -61,14 +61,16 @@ static const char job[] =
     "[ -f \"$LESSEE_RESULT_FILE\" ] || echo \"DIRGONE $$\" >> \"$LEDGER\"\n"
     "echo \"END $$\" >> \"$LEDGER\"\n";
 
-/* Leases long enough that only the requeue ends one; kill_grace long enough
- * that a TERM-trapping first copy is still alive when the run comes back. */
-static const char conf_fmt[] = "[worker]\nlease_ttl = 60s\nkill_grace = 3s\n"
+/* Leases long enough that only the requeue ends one.  kill_grace: long
+ * enough that a TERM-trapping first copy is still alive when the run comes
+ * back, or 0 (SIGKILL at once, as for any lease loss): the run comes back to
+ * the parked claim before the older execution is even known to be lost. */
+static const char conf_fmt[] = "[worker]\nlease_ttl = 60s\nkill_grace = %s\n"
                                "[workflow.regrant]\ncommand = %s/job.sh\nenv = LEDGER=%s\n";
 
 static void setup(void)
 {
-	_cleanup_free_ char *conf = NULL, *path = NULL;
+	_cleanup_free_ char *path = NULL;
 
 	scripts = tu_tmpdir("regrant");
 	ck_assert_ptr_nonnull(scripts);
@@ -77,7 +79,13 @@ static void setup(void)
 	ck_assert_int_eq(write_file_atomic(path, job, strlen(job), 0755), 0);
 	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests"}, &L),
 	                 0);
-	ck_assert_int_ge(asprintf(&conf, conf_fmt, scripts, ledger), 0);
+}
+
+static void start_lessee(const char *kill_grace)
+{
+	_cleanup_free_ char *conf = NULL;
+
+	ck_assert_int_ge(asprintf(&conf, conf_fmt, kill_grace, scripts, ledger), 0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
 }
@@ -215,11 +223,14 @@ static bool wait_gone(const char *path, usec_t timeout)
  * what the API gets. */
 START_TEST(test_regrant_waits_for_old_copy)
 {
-	_cleanup_free_ char *id = enqueue("regrant"), *text = NULL;
+	static const char *const grace[] = {"3s", "0"};
+	_cleanup_free_ char *id = NULL, *text = NULL;
 	char dir1[512] = "", dir2[512] = "";
 	pid_t pid1, pid2;
 	cJSON *run, *leases, *out;
 
+	start_lessee(grace[_i]);
+	id = enqueue("regrant");
 	pid1 = wait_start(0, dir1, sizeof(dir1), 15 * SEC);
 	ck_assert_msg(pid1 > 0, "the first copy did not start");
 	admin_post("/v1/runs/%s/requeue", id);
@@ -536,7 +547,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_regrant_waits_for_old_copy);
+	tcase_add_loop_test(tc, test_regrant_waits_for_old_copy, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("waiting");
 	tcase_add_checked_fixture(tc, setup_inproc, teardown_inproc);
