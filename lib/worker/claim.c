@@ -281,9 +281,9 @@ static void supersede_older(worker_t *w, struct run *r)
 		struct log_fields f = run_fields(o);
 
 		log_emit(LOG_WARNING, &f,
-		         "lease lost (the API granted the run again, attempt %u): stopping the "
-		         "older execution, nothing more is written",
-		         r->attempt);
+			 "lease lost (the API granted the run again, attempt %u): stopping the "
+			 "older execution, nothing more is written",
+			 r->attempt);
 		metric_add(w->m_leases_lost, 1);
 		run_dispatch(o, RE_LEASE_LOST);
 	}
@@ -298,11 +298,11 @@ static enum run_event start_or_wait(worker_t *w, struct run *r)
 	if (!busy)
 		return RE_START;
 	log_emit(LOG_NOTICE, &f,
-	         "waiting for the previous execution of this run (pid %d, %s) to end before "
-	         "starting it",
-	         busy->proc ? (int)exec_pid(busy->proc) : -1, run_state_name(busy->state));
+		 "waiting for the previous execution of this run (pid %d, %s) to end before "
+		 "starting it",
+		 busy->proc ? (int)exec_pid(busy->proc) : -1, run_state_name(busy->state));
 	snprintf(r->note, sizeof(r->note), "previous execution pid %d still %s",
-	         busy->proc ? (int)exec_pid(busy->proc) : -1, run_state_name(busy->state));
+		 busy->proc ? (int)exec_pid(busy->proc) : -1, run_state_name(busy->state));
 	return RE_WAIT;
 }
 
