@@ -258,17 +258,111 @@ static enum run_event triage(worker_t *w, struct run *r)
 	return RE_START;
 }
 
+/* ---- one execution per run id ---- */
+
+static struct log_fields run_fields(const struct run *r)
+{
+	return (struct log_fields){.run_id = r->id, .workflow = r->workflow, .attempt = r->attempt};
+}
+
+/* An execution of this run id whose process group may still be alive: its
+ * exit callback (process reaped, group SIGKILLed, output at EOF) has not run. */
+static struct run *find_busy(worker_t *w, const struct run *r)
+{
+	for (struct run *o = w->runs; o; o = o->next)
+		if (o != r && streq_ptr(o->id, r->id) &&
+		    (o->state == RUN_RUNNING || o->state == RUN_KILLING))
+			return o;
+	return NULL;
+}
+
+/* Another lease of this run id that we still think is ours. */
+static struct run *find_older(worker_t *w, const struct run *r)
+{
+	for (struct run *o = w->runs; o; o = o->next)
+		if (o != r && !o->lost && o->state != RUN_DONE && streq_ptr(o->id, r->id))
+			return o;
+	return NULL;
+}
+
+/* The same lease delivered twice (a confused API): the copy we hold is it. */
+static bool lease_held(worker_t *w, const struct proto_run *pr)
+{
+	for (struct run *o = w->runs; o; o = o->next)
+		if (pr->id && pr->token && streq_ptr(o->id, pr->id) &&
+		    streq_ptr(o->token, pr->token))
+			return true;
+	return false;
+}
+
+/* The API granted r's run again: every older lease of it is over (the server
+ * holds one lease per run), so its execution stops as on any lease loss. */
+static void supersede_older(worker_t *w, struct run *r)
+{
+	struct run *o;
+
+	for (unsigned n = w->n_runs; n > 0 && (o = find_older(w, r)); n--) {
+		struct log_fields f = run_fields(o);
+
+		log_emit(LOG_WARNING, &f,
+			 "lease lost (the API granted the run again, attempt %u): stopping the "
+			 "older execution, nothing more is written",
+			 r->attempt);
+		metric_add(w->m_leases_lost, 1);
+		run_dispatch(o, RE_LEASE_LOST);
+	}
+}
+
+/* Start r now, or make it wait for the older execution of its id. */
+static enum run_event start_or_wait(worker_t *w, struct run *r)
+{
+	struct run *busy = find_busy(w, r);
+	struct log_fields f = run_fields(r);
+
+	if (!busy)
+		return RE_START;
+	log_emit(LOG_NOTICE, &f,
+		 "waiting for the previous execution of this run (pid %d, %s) to end before "
+		 "starting it",
+		 busy->proc ? (int)exec_pid(busy->proc) : -1, run_state_name(busy->state));
+	snprintf(r->note, sizeof(r->note), "previous execution pid %d still %s",
+		 busy->proc ? (int)exec_pid(busy->proc) : -1, run_state_name(busy->state));
+	return RE_WAIT;
+}
+
+void claim_run_unblocked(worker_t *w, const char *id)
+{
+	struct run *r;
+
+	if (w->exited || w->phase == WORKER_STOPPING) /* hard stop released the waiters */
+		return;
+	for (r = w->runs; r; r = r->next)
+		if (r->state == RUN_WAITING && streq_ptr(r->id, id))
+			break;
+	if (!r || find_busy(w, r))
+		return;
+	snprintf(r->note, sizeof(r->note), "the previous execution has ended");
+	run_dispatch(r, triage(w, r));
+}
+
 void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_at)
 {
 	w->in_arrival = true;
 	for (size_t i = 0; i < resp->n_runs; i++) {
 		struct proto_run *pr = &resp->runs[i];
+		enum run_event ev;
 		struct run *r;
 
 		if (pr->invalid && !pr->usable_for_reject) {
 			log_error("claim returned an unusable run (%s), ignoring it; the API will "
 				  "requeue it when its lease expires",
 				  pr->invalid);
+			continue;
+		}
+		if (lease_held(w, pr)) {
+			log_warning("claim returned run %s with a lease we already hold, ignoring "
+				    "the duplicate",
+				    pr->id);
 			continue;
 		}
 		r = run_new(w, pr, sent_at);
@@ -279,7 +373,9 @@ void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_
 			continue;
 		}
 		worker_run_add(w, r);
-		run_dispatch(r, triage(w, r));
+		supersede_older(w, r);
+		ev = triage(w, r);
+		run_dispatch(r, ev == RE_START ? start_or_wait(w, r) : ev);
 	}
 	w->in_arrival = false;
 }

@@ -7,7 +7,14 @@
  *      |                         \-----> DONE (lease lost, nothing written)
  *      |                          \----> RELEASING (shutdown) --> DONE
  *      +--reject--> REPORTING;  +--release--> RELEASING
+ *      |
+ *      +--wait--> WAITING --start (the older execution is DONE)--> RUNNING
+ *                    +--lease lost--> DONE;  +--release / hard stop--> RELEASING
+ *                    +--cancel--> REPORTING (cancelled, never started)
  *
+ * WAITING: the API granted a run whose id an older lease of ours still
+ * executes (RUNNING or KILLING); the new one starts only once that process
+ * group is gone (claim.c), so one run id never has two live executions here.
  * The lease is renewed in every state but DONE, so a slow API never hands a
  * finished run to someone else while its result is still being reported. */
 #include <cJSON.h>
@@ -36,7 +43,8 @@
 typedef enum run_state (*run_action)(struct run *r);
 
 static const char *const state_names[_RUN_STATE_MAX] = {
-	[RUN_CLAIMED] = "claimed",     [RUN_RUNNING] = "running",
+	[RUN_CLAIMED] = "claimed",     [RUN_WAITING] = "waiting",
+	[RUN_RUNNING] = "running",
 	[RUN_KILLING] = "killing",     [RUN_FLUSHING] = "flushing",
 	[RUN_REPORTING] = "reporting", [RUN_RELEASING] = "releasing",
 	[RUN_DONE] = "done",
@@ -46,7 +54,7 @@ static const char *const event_names[_RE_MAX] = {
 	[RE_START] = "start",           [RE_REJECT] = "reject",       [RE_RELEASE] = "release",
 	[RE_EXITED] = "exited",         [RE_TIMEOUT] = "timeout",     [RE_CANCEL] = "cancel",
 	[RE_LEASE_LOST] = "lease-lost", [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
-	[RE_REPORTED] = "reported",     [RE_RELEASED] = "released",
+	[RE_REPORTED] = "reported",     [RE_RELEASED] = "released",   [RE_WAIT] = "wait",
 };
 
 const char *run_state_name(enum run_state s)
@@ -227,25 +235,37 @@ static usec_t run_timeout(const struct run *r)
 	return r->wf->timeout; /* the workflow's own, else worker.run_timeout */
 }
 
-/* <run_dir>/lessee-<pid>/<id>.<attempt>: the per-daemon level lets a restart
- * clean what a killed predecessor left (worker.c). Traversable, not listable,
- * so a run dropped to another user can reach its own directory. */
+/* <run_dir>/lessee-<pid>/<id>.<attempt>.<n>, n counting the daemon's run
+ * directories: a requeue or an expiry does not bump the attempt, so only n
+ * keeps two leases of one run apart.  The directory is created here, never
+ * reused, and r->dir names it only once it is ours: run_free removes nothing
+ * else.  The per-daemon level lets a restart clean what a killed predecessor
+ * left (worker.c). Traversable, not listable, so a run dropped to another
+ * user can reach its own directory. */
 static int make_run_dir(struct run *r)
 {
+	static unsigned long seq;
 	const struct conf *c = run_conf(r);
 	_cleanup_free_ char *parent = NULL;
 	int q;
 
-	if (asprintf(&parent, "%s/lessee-%d", c->worker.run_dir, (int)getpid()) < 0 ||
-	    asprintf(&r->dir, "%s/%s.%u", parent, r->id, r->attempt) < 0) {
-		r->dir = NULL;
+	if (asprintf(&parent, "%s/lessee-%d", c->worker.run_dir, (int)getpid()) < 0)
 		return -ENOMEM;
-	}
 	if ((q = mkdir_p(parent, 0711)) < 0)
 		return q;
-	(void)rm_rf(r->dir);
-	if (mkdir(r->dir, 0700) < 0)
-		return -errno;
+	for (unsigned tries = 0;; tries++) {
+		_cleanup_free_ char *dir = NULL;
+
+		if (asprintf(&dir, "%s/%s.%u.%lu", parent, r->id, r->attempt, ++seq) < 0)
+			return -ENOMEM;
+		if (mkdir(dir, 0700) < 0) {
+			if (errno == EEXIST && tries < 100)
+				continue; /* not ours: leave it alone */
+			return -errno;
+		}
+		r->dir = TAKE_PTR(dir);
+		break;
+	}
 	if (r->wf->user && chown(r->dir, r->wf->uid, r->wf->gid) < 0)
 		return -errno;
 	return 0;
@@ -660,6 +680,28 @@ static enum run_state act_start(struct run *r)
 	return enter_reporting(r);
 }
 
+static enum run_state act_release(struct run *r);
+
+static enum run_state act_wait(struct run *r)
+{
+	return RUN_WAITING;
+}
+
+/* Never started: nothing to stop, nothing written; report it cancelled. */
+static enum run_state act_cancel_waiting(struct run *r)
+{
+	r->outcome = (struct proto_outcome){.status = PROTO_CANCELLED,
+					    .reason = PROTO_REASON_CANCELLED};
+	run_log(r, LOG_NOTICE, "the API asks to cancel a run not started yet");
+	return enter_reporting(r);
+}
+
+static enum run_state act_stop_waiting(struct run *r)
+{
+	r->release_reason = PROTO_RELEASE_SHUTDOWN;
+	return act_release(r);
+}
+
 static enum run_state act_reject(struct run *r)
 {
 	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
@@ -792,6 +834,14 @@ static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
 		[RE_REJECT] = act_reject,
 		[RE_RELEASE] = act_release,
 		[RE_LEASE_LOST] = act_lost,
+		[RE_WAIT] = act_wait,
+	},
+	[RUN_WAITING] = {
+		[RE_START] = act_start,
+		[RE_RELEASE] = act_release,
+		[RE_CANCEL] = act_cancel_waiting,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_stop_waiting,
 	},
 	[RUN_RUNNING] = {
 		[RE_EXITED] = act_exited,

@@ -102,6 +102,7 @@ int spool_body_set_log_length(char **body, uint64_t log_length);
 /* ---- run.c: one run's life as a state x event table ---- */
 enum run_state {
 	RUN_CLAIMED,
+	RUN_WAITING, /* an older lease's execution of the same run id is still alive */
 	RUN_RUNNING,
 	RUN_KILLING,
 	RUN_FLUSHING,
@@ -123,6 +124,7 @@ enum run_event {
 	RE_LOG_FLUSHED,
 	RE_REPORTED,    /* complete accepted (or refused for good) */
 	RE_RELEASED,
+	RE_WAIT,        /* an older execution of this run id is alive: start after it */
 	_RE_MAX,
 };
 
@@ -238,3 +240,5 @@ void worker_spool(worker_t *w, struct run *r);
 void claim_kick(worker_t *w);    /* claim now if there is room */
 void claim_stop(worker_t *w);    /* drain: abort the open claim, cancel it on the server */
 void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_at);
+/* A run left the table: start the run of the same id waiting for it, if any. */
+void claim_run_unblocked(worker_t *w, const char *id);

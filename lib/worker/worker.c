@@ -154,6 +154,7 @@ void worker_run_done(worker_t *w, struct run *r)
 	w->n_runs--;
 	w->runs_done++;
 	metric_set(w->m_in_flight, w->n_runs);
+	claim_run_unblocked(w, r->id);
 	claim_kick(w);
 	worker_maybe_exit(w);
 }
@@ -458,6 +459,20 @@ static void on_exit_timeout(ev_timer_t *t, void *userdata)
 	worker_maybe_exit(w);
 }
 
+/* Runs waiting for an older execution of their id go back unstarted. */
+static void release_waiting(worker_t *w, enum proto_release_reason why)
+{
+	struct run *r, *next;
+
+	for (r = w->runs; r; r = next) {
+		next = r->next;
+		if (r->state != RUN_WAITING)
+			continue;
+		r->release_reason = why;
+		run_dispatch(r, RE_RELEASE);
+	}
+}
+
 void worker_drain(worker_t *w)
 {
 	const struct conf *c = worker_cur_conf(w);
@@ -474,6 +489,7 @@ void worker_drain(worker_t *w)
 	claim_stop(w);
 	ev_timer_disarm(w->spool_timer);
 	spool_stop_logs(w);
+	release_waiting(w, PROTO_RELEASE_DRAINING);
 	if (c->worker.drain_timeout != USEC_INFINITY)
 		ev_timer_arm(w->drain_timer, c->worker.drain_timeout);
 	worker_maybe_exit(w);
@@ -718,6 +734,7 @@ worker_t *worker_free(worker_t *w)
 
 	if (!w)
 		return NULL;
+	w->exited = true; /* teardown: no exit callback, no run starts */
 	while (w->runs) {
 		struct run *r = w->runs;
 

@@ -353,8 +353,9 @@ START_TEST(test_lease_stolen)
 	run = tu_lessor_get_run(L, id);
 	rejected = jnum(run, "rejected_writes", -1);
 	cJSON_Delete(run);
-	/* the write that discovered the loss was refused; then silence */
-	ck_assert(rejected >= 1 && rejected <= 2);
+	/* the write that discovered the loss was refused, or none when the run came
+	 * back to our parked claim first (a new grant ends the older lease); then silence */
+	ck_assert(rejected >= 0 && rejected <= 2);
 	tu_sleep(3 * SEC);
 	run = tu_lessor_get_run(L, id);
 	ck_assert_int_eq((int)jnum(run, "rejected_writes", -1), (int)rejected);
