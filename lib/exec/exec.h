@@ -42,6 +42,9 @@ struct exec_spec {
 	 * (default true; false leaves stragglers alone). */
 	bool keep_group_on_exit;
 	usec_t output_drain; /* after exit, wait at most this for EOF; 0 = 1 s */
+	/* exec_free() of a process still running: SIGKILL, then reap it on this
+	 * pool's helper thread instead of blocking the loop; NULL = synchronously. */
+	struct offload *offload;
 };
 
 struct exec_result {
@@ -78,7 +81,9 @@ int exec_output_pause(exec_proc_t *p, bool pause);
 int exec_signal(exec_proc_t *p, int sig);
 
 /* Frees everything.  A process still running is SIGKILLed with its group and
- * reaped synchronously; no callback runs after this.  NULL-safe. */
+ * reaped: on spec.offload's helper thread when given (the loop never waits for
+ * a child stuck in uninterruptible sleep), else synchronously.  No callback
+ * runs after this.  NULL-safe. */
 exec_proc_t *exec_free(exec_proc_t *p);
 
 /* Variables never passed to a child whatever the allowlist says. */

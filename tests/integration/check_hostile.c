@@ -218,6 +218,17 @@ END_TEST
 
 /* A run with user=nobody points its result file at a root-only file: the
  * daemon (root) must not read it for the run. */
+/* The daemon's private directory is 0700: let user=nobody reach its run dir. */
+static void traversable_run_dir(void)
+{
+	_cleanup_free_ char *run = NULL;
+
+	ck_assert_int_ge(asprintf(&run, "%s/run", tu_lessee_dir(D)), 0);
+	ck_assert_int_eq(chmod(tu_lessee_dir(D), 0711), 0);
+	ck_assert(mkdir(run, 0711) == 0 || errno == EEXIST);
+	ck_assert_int_eq(chmod(run, 0711), 0);
+}
+
 START_TEST(test_result_symlink_root_only)
 {
 	static const char secret[] = "{\"secret\":\"TOPSECRET-4711\"}";
@@ -243,6 +254,7 @@ START_TEST(test_result_symlink_root_only)
 	                          scripts),
 	                 0);
 	start_lessee(wfs);
+	traversable_run_dir();
 
 	id = enqueue("steal");
 	wait_status(id, "failed", 15 * SEC);
