@@ -80,8 +80,8 @@ static void *client_main(void *userdata)
 }
 
 /* Median and max of the samples that overlap [from, to]. */
-static void stats(const struct client *c, usec_t from, usec_t to, double *ret_med,
-		  double *ret_max, size_t *ret_n)
+static void stats(const struct client *c, usec_t from, usec_t to, double *ret_med, double *ret_max,
+                  size_t *ret_n)
 {
 	double *v = calloc(c->n + 1, sizeof(*v)), mx = 0;
 	size_t n = 0;
@@ -107,7 +107,7 @@ static bool gone(const char *path)
 static int one_backend(const char *backend, int files, usec_t baseline_time)
 {
 	char env[64], *envv[] = {env, NULL}, *conf = NULL, *aux = tu_aux_bin("many_files"),
-		      *id = NULL, *dir = NULL;
+	              *id = NULL, *dir = NULL;
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
 	struct client c = {0};
@@ -119,13 +119,13 @@ static int one_backend(const char *backend, int files, usec_t baseline_time)
 	snprintf(env, sizeof(env), "LESSEE_IO_BACKEND=%s", backend);
 	c.s = calloc(MAX_SAMPLES, sizeof(*c.s));
 	if (!c.s || asprintf(&conf,
-			     "[status]\nlisten = 127.0.0.1:0\n[worker]\nconcurrency = 1\n"
-			     "[workflow.many]\ncommand = %s %d\n",
-			     aux, files) < 0)
+	                     "[status]\nlisten = 127.0.0.1:0\n[worker]\nconcurrency = 1\n"
+	                     "[workflow.many]\ncommand = %s %d\n",
+	                     aux, files) < 0)
 		goto out;
 	if (tu_lessor_start(&(struct tu_lessor_opts){.sync_normal = true}, &l) < 0 ||
 	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf, .env = envv}, &d) <
-		    0 ||
+	        0 ||
 	    (c.port = tu_lessee_status_port(d)) <= 0) {
 		fprintf(stderr, "%s: cannot start lessor and lessee\n", backend);
 		goto out;
@@ -135,8 +135,8 @@ static int one_backend(const char *backend, int files, usec_t baseline_time)
 	t0 = time_mono();
 	tu_sleep(baseline_time);
 	id = tu_lessor_enqueue(l, "{\"workflow\":\"many\"}");
-	if (!id || asprintf(&dir, "%s/run/lessee-%d/%s.1", tu_lessee_dir(d),
-			    (int)tu_lessee_pid(d), id) < 0)
+	if (!id || asprintf(&dir, "%s/run/lessee-%d/%s.1", tu_lessee_dir(d), (int)tu_lessee_pid(d),
+	                    id) < 0)
 		goto stop;
 	while (time_mono() < t0 + baseline_time + 300 * USEC_PER_SEC) {
 		cJSON *run = t_done ? NULL : tu_lessor_get_run(l, id);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "ev/ev.h"
+#include "exec/exec.h"
 #include "offload/offload.h"
 #include "lessor_proc.h"
 #include "testutil.h"
@@ -222,6 +224,30 @@ START_TEST(test_creds_per_thread)
 }
 END_TEST
 
+/* exec_free() of a running child with an offload pool: SIGKILL, and the reap
+ * happens on a helper thread (the loop does not wait in waitid); nothing is
+ * left once the pool is drained. */
+START_TEST(test_exec_reap_offloaded)
+{
+	_cleanup_free_ char *bin = tu_aux_bin("ignore_term");
+	char *argv[] = {bin, NULL}, *envp[] = {NULL};
+	struct exec_spec spec = {
+	    .path = bin, .argv = argv, .envp = envp, .stdin_fd = -1, .offload = O};
+	exec_proc_t *p = NULL;
+	pid_t pid;
+
+	ck_assert_int_eq(exec_spawn(E, &spec, NULL, NULL, NULL, &p, NULL), 0);
+	pid = exec_pid(p);
+	ck_assert_int_gt(pid, 0);
+	ck_assert_int_eq(kill(pid, 0), 0);
+	p = exec_free(p);
+	ck_assert_uint_eq(offload_pending(O), 1); /* handed over, not waited for here */
+	ck_assert_int_eq(offload_drain(O, tu_timeout(10 * SEC)), 0);
+	ck_assert_int_eq(kill(pid, 0), -1); /* reaped: not even a zombie */
+	ck_assert_int_eq(errno, ESRCH);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("offload");
@@ -233,6 +259,7 @@ int main(void)
 	tcase_add_test(tc, test_cancel);
 	tcase_add_test(tc, test_free_cancels_and_abandons);
 	tcase_add_test(tc, test_creds_per_thread);
+	tcase_add_test(tc, test_exec_reap_offloaded);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
