@@ -183,7 +183,7 @@ static int thread_start(offload_t *o)
 	sigfillset(&all);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
+	pthread_attr_setstacksize(&attr, 2 * 1024 * 1024); /* cJSON recurses */
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	q = pthread_create(&t, &attr, thread_main, o);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -277,6 +277,54 @@ START_TEST(test_result_symlink_root_only)
 }
 END_TEST
 
+/* Not a regular file, or over the cap: failed, with the kind in the error.
+ * (A device node opened with a blocking open() could be anything; /dev/null
+ * just reads as empty, which used to pass as "not valid JSON, ignored".) */
+START_TEST(test_result_bad_kinds)
+{
+	static const struct {
+		const char *wf, *script, *want;
+	} cases[] = {
+	    {"dev", "rm -f \"$LESSEE_RESULT_FILE\"\nmknod \"$LESSEE_RESULT_FILE\" c 1 3",
+	     "is a character device"},
+	    {"dir", "mkdir \"$LESSEE_RESULT_FILE\"", "is a directory"},
+	    {"big", "head -c 2000 /dev/zero | tr '\\0' ' ' >\"$LESSEE_RESULT_FILE\"",
+	     "larger than max_output_bytes"},
+	};
+	_cleanup_free_ char *wfs = strdup("[worker]\nmax_output_bytes = 1K\n");
+	char *ids[ELEMENTSOF(cases)];
+
+	if (geteuid() != 0) {
+		printf("test_result_bad_kinds: mknod needs root, skipped\n");
+		return;
+	}
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+		char name[32], *more = NULL;
+
+		snprintf(name, sizeof(name), "%s.sh", cases[i].wf);
+		write_script(name, cases[i].script);
+		ck_assert_int_ge(asprintf(&more, "%s[workflow.%s]\ncommand = %s/%s\n", wfs,
+		                          cases[i].wf, scripts, name),
+		                 0);
+		free(wfs);
+		wfs = more;
+	}
+	start_lessee(wfs);
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+		ids[i] = enqueue(cases[i].wf);
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+		cJSON *run;
+
+		wait_status(ids[i], "failed", 15 * SEC);
+		run = tu_lessor_get_run(L, ids[i]);
+		ck_assert_msg(strstr(jstr(run, "error"), cases[i].want), "%s: error: %s",
+		              cases[i].wf, jstr(run, "error"));
+		cJSON_Delete(run);
+		free(ids[i]);
+	}
+}
+END_TEST
+
 /* ---------------------------------------------------------------- 200k files */
 
 struct poller {
@@ -356,6 +404,7 @@ static Suite *hostile_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_result_fifo);
 	tcase_add_test(tc, test_result_symlink_root_only);
+	tcase_add_test(tc, test_result_bad_kinds);
 	tcase_add_test(tc, test_big_run_dir);
 	suite_add_tcase(s, tc);
 	return s;
