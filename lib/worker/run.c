@@ -36,16 +36,17 @@
 typedef enum run_state (*run_action)(struct run *r);
 
 static const char *const state_names[_RUN_STATE_MAX] = {
-    [RUN_CLAIMED] = "claimed",   [RUN_RUNNING] = "running",     [RUN_KILLING] = "killing",
-    [RUN_FLUSHING] = "flushing", [RUN_REPORTING] = "reporting", [RUN_RELEASING] = "releasing",
-    [RUN_DONE] = "done",
+	[RUN_CLAIMED] = "claimed",     [RUN_RUNNING] = "running",
+	[RUN_KILLING] = "killing",     [RUN_FLUSHING] = "flushing",
+	[RUN_REPORTING] = "reporting", [RUN_RELEASING] = "releasing",
+	[RUN_DONE] = "done",
 };
 
 static const char *const event_names[_RE_MAX] = {
-    [RE_START] = "start",           [RE_REJECT] = "reject",       [RE_RELEASE] = "release",
-    [RE_EXITED] = "exited",         [RE_TIMEOUT] = "timeout",     [RE_CANCEL] = "cancel",
-    [RE_LEASE_LOST] = "lease-lost", [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
-    [RE_REPORTED] = "reported",     [RE_RELEASED] = "released",
+	[RE_START] = "start",           [RE_REJECT] = "reject",       [RE_RELEASE] = "release",
+	[RE_EXITED] = "exited",         [RE_TIMEOUT] = "timeout",     [RE_CANCEL] = "cancel",
+	[RE_LEASE_LOST] = "lease-lost", [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
+	[RE_REPORTED] = "reported",     [RE_RELEASED] = "released",
 };
 
 const char *run_state_name(enum run_state s)
@@ -60,8 +61,8 @@ static const struct conf *run_conf(const struct run *r)
 
 static struct log_fields run_fields(const struct run *r, const char *outcome)
 {
-	return (struct log_fields){
-	    .run_id = r->id, .workflow = r->workflow, .attempt = r->attempt, .outcome = outcome};
+	return (struct log_fields){.run_id = r->id, .workflow = r->workflow,
+				   .attempt = r->attempt, .outcome = outcome};
 }
 
 #define run_log(r, prio, ...)                                                                      \
@@ -95,8 +96,8 @@ static void lease_granted(struct run *r, usec_t sent, unsigned ttl_s)
 {
 	r->lease_deadline = sent + ttl_s * USEC_PER_SEC - lease_margin(ttl_s);
 	ev_timer_arm_at(r->deadline_timer, r->lease_deadline);
-	ev_timer_arm_at(r->renew_timer,
-	                MIN(sent + run_conf(r)->worker.lease_refresh, r->lease_deadline));
+	ev_timer_arm_at(r->renew_timer, MIN(sent + run_conf(r)->worker.lease_refresh,
+					    r->lease_deadline));
 }
 
 static void lease_lost(struct run *r, const char *why)
@@ -114,8 +115,7 @@ static void on_lease(http_req_t *req, const struct http_response *resp, void *us
 	char why[160];
 
 	r->lease_req = NULL;
-	if (resp->status == 200 &&
-	    proto_lease_parse(resp->body, resp->body_len, &ttl, &cancel) >= 0) {
+	if (resp->status == 200 && proto_lease_parse(resp->body, resp->body_len, &ttl, &cancel) >= 0) {
 		metric_add(r->w->m_renewals, 1, "ok");
 		r->lease_retries = 0;
 		lease_granted(r, r->lease_sent_at, ttl);
@@ -132,9 +132,10 @@ static void on_lease(http_req_t *req, const struct http_response *resp, void *us
 	/* transient (or a garbled 200): try again soon; the deadline timer decides loss */
 	metric_add(r->w->m_renewals, 1, "error");
 	run_log(r, LOG_WARNING, "lease renewal failed (%s), retrying",
-	        api_describe(resp, why, sizeof(why)));
-	ev_timer_arm(r->renew_timer, http_retry_delay(resp, r->lease_retries++, RETRY_BASE,
-	                                              run_conf(r)->worker.lease_refresh));
+		api_describe(resp, why, sizeof(why)));
+	ev_timer_arm(r->renew_timer,
+		     http_retry_delay(resp, r->lease_retries++, RETRY_BASE,
+				      run_conf(r)->worker.lease_refresh));
 }
 
 static void lease_renew(struct run *r)
@@ -174,8 +175,8 @@ static void lease_stop(struct run *r)
 /* A scratch file in the run's own directory: no fsync, it dies with the run. */
 static int write_input(struct run *r, const char *path)
 {
-	_cleanup_close_ int fd =
-	    open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+				      0600);
 
 	if (fd < 0)
 		return -errno;
@@ -289,15 +290,15 @@ static int start_logship(struct run *r)
 	const struct conf *c = run_conf(r);
 	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/log");
 	struct logship_params p = {
-	    .ev = r->w->ev,
-	    .send = api_send_log,
-	    .send_ctx = &r->w->api,
-	    .url = url,
-	    .lease_token = r->token,
-	    .max_log_bytes = r->wf->max_log_bytes,
-	    .request_timeout = c->api.request_timeout,
-	    .throttle = on_log_throttle,
-	    .throttle_ctx = r,
+		.ev = r->w->ev,
+		.send = api_send_log,
+		.send_ctx = &r->w->api,
+		.url = url,
+		.lease_token = r->token,
+		.max_log_bytes = r->wf->max_log_bytes,
+		.request_timeout = c->api.request_timeout,
+		.throttle = on_log_throttle,
+		.throttle_ctx = r,
 	};
 
 	if (!url)
@@ -312,13 +313,13 @@ static int spawn(struct run *r, const char **step)
 	char **env = NULL;
 	usec_t timeout = run_timeout(r);
 	struct exec_spec spec = {
-	    .path = r->wf->argv[0],
-	    .argv = r->wf->argv,
-	    .stdin_fd = -1,
-	    .set_ids = r->wf->user != NULL,
-	    .uid = r->wf->uid,
-	    .gid = r->wf->gid,
-	    .offload = r->w->offload,
+		.path = r->wf->argv[0],
+		.argv = r->wf->argv,
+		.stdin_fd = -1,
+		.set_ids = r->wf->user != NULL,
+		.uid = r->wf->uid,
+		.gid = r->wf->gid,
+		.offload = r->w->offload,
 	};
 	int q;
 
@@ -403,7 +404,7 @@ static void on_result_read(void *arg, int q)
 	}
 	if (q < 0) {
 		snprintf(why, sizeof(why), "not read: cannot act as the run's user (%s)",
-		         strerror(-q));
+			 strerror(-q));
 		result_bad(r, why);
 	} else if (j->err < 0)
 		result_bad(r, j->why);
@@ -432,8 +433,8 @@ static void collect_start(struct run *r)
 	}
 	j->run = r;
 	j->cap = run_conf(r)->worker.max_output_bytes;
-	if (offload_submit(r->w->offload, r->wf->user ? &cr : NULL, result_job_work, on_result_read,
-	                   j, &r->collect_job) < 0) {
+	if (offload_submit(r->w->offload, r->wf->user ? &cr : NULL, result_job_work,
+			   on_result_read, j, &r->collect_job) < 0) {
 		result_job_free(j);
 		result_bad(r, "not read: no helper thread");
 		return;
@@ -461,7 +462,7 @@ static void collect_abandon(struct run *r)
 	r->collect_then = -1;
 	result_bad(r, "not read: reading it did not finish in time");
 	run_log(r, LOG_WARNING, "result file not read after %llus, reporting without it",
-	        (unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
+		(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
 }
 
 static void set_signal(struct run *r, int sig)
@@ -566,14 +567,14 @@ static void on_complete(http_req_t *req, const struct http_response *resp, void 
 	} else if (resp->status == 409 || resp->status == 404) {
 		lease_lost(r, "completion answered 409/404");
 	} else if (http_should_retry(resp) || resp->status == 401 || resp->status == 403 ||
-	           resp->status == 408) {
+		   resp->status == 408) {
 		run_log(r, LOG_WARNING, "report failed (%s), retrying",
-		        api_describe(resp, why, sizeof(why)));
+			api_describe(resp, why, sizeof(why)));
 		ev_timer_arm(r->timer, http_retry_delay(resp, r->req_attempts++, RETRY_BASE,
-		                                        REPORT_RETRY_CAP));
+							REPORT_RETRY_CAP));
 	} else {
 		run_log(r, LOG_ERR, "the API refused the result for good (%s): giving up on it",
-		        api_describe(resp, why, sizeof(why)));
+			api_describe(resp, why, sizeof(why)));
 		run_dispatch(r, RE_REPORTED);
 	}
 }
@@ -583,7 +584,7 @@ static void send_complete(struct run *r)
 	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/complete");
 
 	if (!url || api_post(&r->w->api, API_COMPLETE, url, r->body, 0, 4096, on_complete, r,
-	                     &r->req) < 0) {
+			     &r->req) < 0) {
 		r->req = NULL;
 		ev_timer_arm(r->timer, USEC_PER_SEC);
 	}
@@ -599,12 +600,12 @@ static void on_release(http_req_t *req, const struct http_response *resp, void *
 	    r->w->phase == WORKER_STOPPING || r->req_attempts >= 5) {
 		if (resp->status != 200)
 			run_log(r, LOG_WARNING, "release not confirmed (%s); the lease will expire",
-			        api_describe(resp, why, sizeof(why)));
+				api_describe(resp, why, sizeof(why)));
 		run_dispatch(r, RE_RELEASED);
 		return;
 	}
 	ev_timer_arm(r->timer,
-	             http_retry_delay(resp, r->req_attempts++, RETRY_BASE, REPORT_RETRY_CAP));
+		     http_retry_delay(resp, r->req_attempts++, RETRY_BASE, REPORT_RETRY_CAP));
 }
 
 static void send_release(struct run *r)
@@ -630,9 +631,8 @@ static void on_timer(ev_timer_t *t, void *userdata)
 		if (r->collecting)
 			collect_abandon(r);
 		else
-			run_log(r, LOG_WARNING,
-			        "log not fully shipped after %llus, reporting anyway",
-			        (unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
+			run_log(r, LOG_WARNING, "log not fully shipped after %llus, reporting anyway",
+				(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
 		run_dispatch(r, RE_LOG_FLUSHED);
 		break;
 	case RUN_REPORTING:
@@ -699,8 +699,8 @@ static enum run_state act_start(struct run *r)
 		snprintf(r->note, sizeof(r->note), "pid %d", (int)exec_pid(r->proc));
 		return RUN_RUNNING;
 	}
-	r->outcome =
-	    (struct proto_outcome){.status = PROTO_FAILED, .reason = PROTO_REASON_SPAWN_ERROR};
+	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
+					    .reason = PROTO_REASON_SPAWN_ERROR};
 	set_error(r, "%s: %s", step ? step : "spawn", strerror(-q));
 	run_log(r, LOG_ERR, "could not start %s: %s", r->wf->argv[0], r->error);
 	return enter_reporting(r);
@@ -708,8 +708,8 @@ static enum run_state act_start(struct run *r)
 
 static enum run_state act_reject(struct run *r)
 {
-	r->outcome =
-	    (struct proto_outcome){.status = PROTO_FAILED, .reason = PROTO_REASON_REJECTED};
+	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
+					    .reason = PROTO_REASON_REJECTED};
 	set_error(r, "rejected by the worker: %s", r->reject_reason);
 	run_log(r, LOG_ERR, "rejecting the run: %s", r->reject_reason);
 	return enter_reporting(r);
@@ -718,7 +718,7 @@ static enum run_state act_reject(struct run *r)
 static enum run_state act_release(struct run *r)
 {
 	run_log(r, LOG_NOTICE, "releasing the run unstarted (%s)",
-	        proto_release_reason_name(r->release_reason));
+		proto_release_reason_name(r->release_reason));
 	return enter_releasing(r);
 }
 
@@ -835,50 +835,44 @@ static enum run_state act_ignore(struct run *r)
 }
 
 static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
-    [RUN_CLAIMED] =
-        {
-            [RE_START] = act_start,
-            [RE_REJECT] = act_reject,
-            [RE_RELEASE] = act_release,
-            [RE_LEASE_LOST] = act_lost,
-        },
-    [RUN_RUNNING] =
-        {
-            [RE_EXITED] = act_exited,
-            [RE_TIMEOUT] = act_timeout,
-            [RE_CANCEL] = act_cancel,
-            [RE_LEASE_LOST] = act_lost_running,
-            [RE_HARD_STOP] = act_stop_running,
-        },
-    [RUN_KILLING] =
-        {
-            [RE_EXITED] = act_killed,
-            [RE_TIMEOUT] = act_ignore,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost_killing,
-            [RE_HARD_STOP] = act_stop_killing,
-        },
-    [RUN_FLUSHING] =
-        {
-            [RE_LOG_FLUSHED] = act_flushed,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_spool,
-        },
-    [RUN_REPORTING] =
-        {
-            [RE_REPORTED] = act_done,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_spool,
-        },
-    [RUN_RELEASING] =
-        {
-            [RE_RELEASED] = act_done,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_ignore,
-        },
+	[RUN_CLAIMED] = {
+		[RE_START] = act_start,
+		[RE_REJECT] = act_reject,
+		[RE_RELEASE] = act_release,
+		[RE_LEASE_LOST] = act_lost,
+	},
+	[RUN_RUNNING] = {
+		[RE_EXITED] = act_exited,
+		[RE_TIMEOUT] = act_timeout,
+		[RE_CANCEL] = act_cancel,
+		[RE_LEASE_LOST] = act_lost_running,
+		[RE_HARD_STOP] = act_stop_running,
+	},
+	[RUN_KILLING] = {
+		[RE_EXITED] = act_killed,
+		[RE_TIMEOUT] = act_ignore,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost_killing,
+		[RE_HARD_STOP] = act_stop_killing,
+	},
+	[RUN_FLUSHING] = {
+		[RE_LOG_FLUSHED] = act_flushed,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_spool,
+	},
+	[RUN_REPORTING] = {
+		[RE_REPORTED] = act_done,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_spool,
+	},
+	[RUN_RELEASING] = {
+		[RE_RELEASED] = act_done,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_ignore,
+	},
 };
 
 /* ---------------------------------------------------------------- life */
@@ -903,8 +897,7 @@ static void run_record_outcome(struct run *r)
 	if (!r->breaker_started) {
 		/* a hostile API must not mint label values: only configured names */
 		if (r->reject_reason)
-			metric_add(r->w->m_finished, 1, r->wf ? r->workflow : "unknown",
-			           "rejected");
+			metric_add(r->w->m_finished, 1, r->wf ? r->workflow : "unknown", "rejected");
 		return;
 	}
 	s = worker_wfstate(r->w, r->workflow);
@@ -917,7 +910,7 @@ static void run_record_outcome(struct run *r)
 	label = run_outcome_label(r);
 	metric_add(r->w->m_finished, 1, r->workflow, label);
 	metric_observe(r->w->m_duration, (double)(ev_now(r->w->ev) - r->started_at) / USEC_PER_SEC,
-	               r->workflow);
+		       r->workflow);
 	if (breaker_record(&s->breaker, outcome_is_failure(r), ev_now(r->w->ev)))
 		worker_breaker_changed(r->w, s);
 }
@@ -958,12 +951,12 @@ static void run_free(struct run *r)
 /* One info line per change of state, with the outcome once there is one. */
 static void log_transition(struct run *r, enum run_state before, enum run_event ev)
 {
-	bool known =
-	    r->state >= RUN_REPORTING && r->state != RUN_RELEASING && !r->lost && r->body != NULL;
+	bool known = r->state >= RUN_REPORTING && r->state != RUN_RELEASING && !r->lost &&
+		     r->body != NULL;
 	struct log_fields f = run_fields(r, known ? run_outcome_label(r) : NULL);
 
 	log_emit(LOG_INFO, &f, "%s -> %s (%s%s%s)", state_names[before], state_names[r->state],
-	         event_names[ev], r->note[0] ? ": " : "", r->note);
+		 event_names[ev], r->note[0] ? ": " : "", r->note);
 	r->note[0] = '\0';
 }
 
@@ -974,7 +967,7 @@ void run_dispatch(struct run *r, enum run_event ev)
 
 	if (!action) {
 		run_log(r, LOG_DEBUG, "event %s ignored in state %s", event_names[ev],
-		        state_names[before]);
+			state_names[before]);
 		return;
 	}
 	after = action(r);
@@ -1008,8 +1001,8 @@ struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
 	r->claimed_at = ev_now(w->ev);
 	r->collect_then = -1;
 	r->wf = conf_find_workflow(r->cref->conf, r->workflow);
-	if (!r->workflow ||
-	    ev_timer_add(w->ev, USEC_INFINITY, on_renew_timer, r, &r->renew_timer) < 0 ||
+	if (!r->workflow || ev_timer_add(w->ev, USEC_INFINITY, on_renew_timer, r,
+					 &r->renew_timer) < 0 ||
 	    ev_timer_add(w->ev, USEC_INFINITY, on_deadline, r, &r->deadline_timer) < 0 ||
 	    ev_timer_add(w->ev, USEC_INFINITY, on_timer, r, &r->timer) < 0) {
 		run_free(r);
