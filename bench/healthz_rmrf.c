@@ -9,6 +9,7 @@
  * check_hostile.c holds the bound). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -97,11 +98,17 @@ static void stats(const struct client *c, usec_t from, usec_t to, double *ret_me
 	free(v);
 }
 
+/* The run directory and what it was renamed to for removal (<dir>.rm-N). */
 static bool gone(const char *path)
 {
-	struct stat st;
+	char pattern[1024];
+	glob_t g;
+	bool none;
 
-	return stat(path, &st) < 0 && errno == ENOENT;
+	snprintf(pattern, sizeof(pattern), "%s*", path);
+	none = glob(pattern, GLOB_NOSORT, NULL, &g) == GLOB_NOMATCH;
+	globfree(&g);
+	return none;
 }
 
 static int one_backend(const char *backend, int files, usec_t baseline_time)

@@ -6,6 +6,7 @@
 #include <cJSON.h>
 #include <check.h>
 #include <errno.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <pwd.h>
@@ -353,11 +354,17 @@ static void *poll_healthz(void *userdata)
 	return NULL;
 }
 
+/* The run directory and what it was renamed to for removal (<dir>.rm-N). */
 static bool dir_gone(const char *path)
 {
-	struct stat st;
+	char pattern[1024];
+	glob_t g;
+	bool none;
 
-	return stat(path, &st) < 0 && errno == ENOENT;
+	snprintf(pattern, sizeof(pattern), "%s*", path);
+	none = glob(pattern, GLOB_NOSORT, NULL, &g) == GLOB_NOMATCH;
+	globfree(&g);
+	return none;
 }
 
 /* A run leaves 200k files in its run directory; removing them must not stall
