@@ -13,6 +13,7 @@
 
 #include "exec/cgroup.h"
 #include "exec/exec-int.h"
+#include "offload/offload.h"
 #include "util/macro.h"
 
 #ifndef PIDFD_SIGNAL_PROCESS_GROUP
@@ -54,6 +55,7 @@ struct exec_proc {
 	ev_timer_t *drain_timer;
 	usec_t start;
 	usec_t output_drain;
+	struct offload *offload;
 	bool keep_group;
 	bool sigkill_sent;
 	bool in_output; /* inside on_output: exec_free() must leave the memory to us */
@@ -140,11 +142,48 @@ static void proc_reap_now(exec_proc_t *p)
 	p->state = PROC_DONE;
 }
 
+static void reap_work(void *arg)
+{
+	int *pidfd = arg;
+	siginfo_t si;
+
+	while (waitid(P_PIDFD, (id_t)*pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+}
+
+static void reap_done(void *arg, int r)
+{
+	int *pidfd = arg;
+
+	safe_close(*pidfd);
+	free(pidfd);
+}
+
+/* SIGKILL the group, reap the leader on a helper thread: a child in
+ * uninterruptible sleep (D state) dies only when the kernel lets it. */
+static bool proc_reap_later(exec_proc_t *p)
+{
+	int *pidfd;
+
+	if (!p->offload || p->pidfd < 0 || !(pidfd = malloc(sizeof(*pidfd))))
+		return false;
+	(void)group_sigkill(p);
+	p->child = ev_child_del(p->child);
+	*pidfd = p->pidfd;
+	if (offload_submit(p->offload, NULL, reap_work, reap_done, pidfd, NULL) < 0) {
+		free(pidfd);
+		return false;
+	}
+	p->pidfd = -1; /* the job's now */
+	p->state = PROC_DONE;
+	return true;
+}
+
 exec_proc_t *exec_free(exec_proc_t *p)
 {
 	if (!p)
 		return NULL;
-	if (p->state == PROC_RUNNING)
+	if (p->state == PROC_RUNNING && !proc_reap_later(p))
 		proc_reap_now(p);
 	p->state = PROC_DONE;
 	proc_teardown(p);
@@ -565,6 +604,7 @@ static exec_proc_t *proc_new(ev_t *e, const struct exec_spec *s, exec_output_cb 
 	    .pipes = {{.fd = -1}, {.fd = -1}},
 	    .output_drain = s->output_drain ? s->output_drain : OUTPUT_DRAIN_DEFAULT,
 	    .keep_group = s->keep_group_on_exit,
+	    .offload = s->offload,
 	    .on_output = on_output,
 	    .on_exit = on_exit,
 	    .userdata = userdata,

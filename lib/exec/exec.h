@@ -47,6 +47,9 @@ struct exec_spec {
 	 * exits, unless keep_group_on_exit) is also a cgroup.kill there, so what
 	 * left the process group dies too. */
 	const char *cgroup;
+	/* exec_free() of a process still running: SIGKILL, then reap it on this
+	 * pool's helper thread instead of blocking the loop; NULL = synchronously. */
+	struct offload *offload;
 };
 
 struct exec_result {
@@ -84,7 +87,9 @@ int exec_output_pause(exec_proc_t *p, bool pause);
 int exec_signal(exec_proc_t *p, int sig);
 
 /* Frees everything.  A process still running is SIGKILLed with its group (and
- * its cgroup) and reaped synchronously; no callback runs after this.  NULL-safe. */
+ * its cgroup) and reaped: on spec.offload's helper thread when given (the loop
+ * never waits for a child stuck in uninterruptible sleep), else synchronously.
+ * No callback runs after this.  NULL-safe. */
 exec_proc_t *exec_free(exec_proc_t *p);
 
 /* Variables never passed to a child whatever the allowlist says. */

@@ -355,6 +355,7 @@ static int spawn(struct run *r, const char **step)
 		.set_ids = r->wf->user != NULL,
 		.uid = r->wf->uid,
 		.gid = r->wf->gid,
+		.offload = r->w->offload,
 	};
 	int q;
 
@@ -404,35 +405,101 @@ static void set_error(struct run *r, const char *fmt, ...)
 	r->error = s;
 }
 
-/* The result file becomes `output` when it holds valid JSON within the cap. */
-static void read_output(struct run *r)
+/* A result file the run cannot stand behind (not a regular file, a symlink,
+ * unreadable by the run's user, over the cap): the run fails, with the reason. */
+static void result_bad(struct run *r, const char *why)
 {
-	char path[PATH_MAX];
-	char *data = NULL;
-	size_t len;
-	cJSON *j;
-	int q;
+	if (r->outcome.status == PROTO_SUCCEEDED) {
+		r->outcome.status = PROTO_FAILED;
+		r->outcome.reason = PROTO_REASON_EXIT;
+		r->outcome.retryable = false;
+	}
+	set_error(r, "result file %s", why);
+}
+
+static void collect_finish(struct run *r)
+{
+	int then = r->collect_then;
+
+	r->collect_job = NULL;
+	r->collecting = false;
+	r->collect_then = -1;
+	if (then >= 0)
+		run_dispatch(r, (enum run_event)then);
+}
+
+/* The result file becomes `output` when it holds valid JSON within the cap. */
+static void on_result_read(void *arg, int q)
+{
+	struct result_job *j = arg;
+	struct run *r = j->run;
+	char why[128];
+
+	if (q == -ECANCELED) {
+		result_job_free(j);
+		return;
+	}
+	if (q < 0) {
+		snprintf(why, sizeof(why), "not read: cannot act as the run's user (%s)",
+			 strerror(-q));
+		result_bad(r, why);
+	} else if (j->err < 0)
+		result_bad(r, j->why);
+	else if (j->data && !j->valid_json)
+		set_error(r, "result file is not valid JSON, ignored");
+	else
+		r->output = TAKE_PTR(j->data);
+	result_job_free(j);
+	collect_finish(r);
+}
+
+/* Off the loop, with the run's own fsuid/fsgid: a child can leave a FIFO, a
+ * symlink to a root-only file or a huge file there. */
+static void collect_start(struct run *r)
+{
+	struct offload_creds cr = {.uid = r->wf->uid, .gid = r->wf->gid};
+	struct result_job *j;
 
 	if (!r->dir)
 		return;
-	snprintf(path, sizeof(path), "%s/result.json", r->dir);
-	q = read_file_capped(path, run_conf(r)->worker.max_output_bytes, &data, &len);
-	if (q == -ENOENT)
-		return;
-	if (q < 0) {
-		set_error(r, q == -EFBIG ? "result file larger than %" PRIu64 " bytes, ignored"
-					 : "result file unreadable, ignored",
-			  run_conf(r)->worker.max_output_bytes);
+	j = calloc(1, sizeof(*j));
+	if (!j || !(j->dir = strdup(r->dir))) {
+		result_job_free(j);
+		result_bad(r, "not read: out of memory");
 		return;
 	}
-	j = cJSON_ParseWithLength(data, len);
-	if (!j) {
-		set_error(r, "result file is not valid JSON, ignored");
-		free(data);
+	j->run = r;
+	j->cap = run_conf(r)->worker.max_output_bytes;
+	if (offload_submit(r->w->offload, r->wf->user ? &cr : NULL, result_job_work,
+			   on_result_read, j, &r->collect_job) < 0) {
+		result_job_free(j);
+		result_bad(r, "not read: no helper thread");
 		return;
 	}
-	cJSON_Delete(j);
-	r->output = data;
+	r->collecting = true;
+}
+
+/* Waiting for the result file, an action that needs it waits too. */
+static bool collect_defer(struct run *r, enum run_event ev)
+{
+	if (!r->collecting)
+		return false;
+	if (r->collect_then != RE_HARD_STOP)
+		r->collect_then = ev;
+	if (!ev_timer_armed(r->timer)) /* bounded like the log flush */
+		ev_timer_arm(r->timer, LOG_FLUSH_TIMEOUT);
+	return true;
+}
+
+static void collect_abandon(struct run *r)
+{
+	offload_cancel(r->collect_job);
+	r->collect_job = NULL;
+	r->collecting = false;
+	r->collect_then = -1;
+	result_bad(r, "not read: reading it did not finish in time");
+	run_log(r, LOG_WARNING, "result file not read after %llus, reporting without it",
+		(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
 }
 
 static void set_signal(struct run *r, int sig)
@@ -480,7 +547,6 @@ static void classify(struct run *r)
 		o->retryable = true;
 		set_error(r, "killed by %s%s", r->signame, x->core_dumped ? " (core dumped)" : "");
 	}
-	read_output(r);
 }
 
 const char *run_outcome_label(const struct run *r)
@@ -607,8 +673,11 @@ static void on_timer(ev_timer_t *t, void *userdata)
 		run_dispatch(r, RE_TIMEOUT);
 		break;
 	case RUN_FLUSHING:
-		run_log(r, LOG_WARNING, "log not fully shipped after %llus, reporting anyway",
-			(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
+		if (r->collecting)
+			collect_abandon(r);
+		else
+			run_log(r, LOG_WARNING, "log not fully shipped after %llus, reporting anyway",
+				(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
 		run_dispatch(r, RE_LOG_FLUSHED);
 		break;
 	case RUN_REPORTING:
@@ -628,6 +697,8 @@ static enum run_state act_spool(struct run *r);
 
 static enum run_state enter_reporting(struct run *r)
 {
+	if (collect_defer(r, RE_LOG_FLUSHED))
+		return RUN_FLUSHING;
 	if (r->w->phase == WORKER_STOPPING)
 		return act_spool(r);
 	if (build_body(r) < 0) {
@@ -722,6 +793,7 @@ static enum run_state act_exited(struct run *r)
 {
 	ev_timer_disarm(r->timer);
 	classify(r);
+	collect_start(r);
 	return enter_flushing(r);
 }
 
@@ -810,6 +882,8 @@ static enum run_state act_flushed(struct run *r)
 
 static enum run_state act_spool(struct run *r)
 {
+	if (collect_defer(r, RE_HARD_STOP))
+		return r->state;
 	http_cancel(r->req);
 	r->req = NULL;
 	r->spool_log = !r->body && r->log; /* a hard stop before the log was shipped */
@@ -933,8 +1007,9 @@ static void run_free(struct run *r)
 		metric_add(r->w->m_log_bytes, (double)st.acked);
 		logship_free(r->log);
 	}
+	offload_cancel(r->collect_job);
 	if (r->dir)
-		(void)rm_rf(r->dir);
+		runfiles_remove(r->w, r->dir);
 	conf_ref_put(r->cref);
 	if (r->token)
 		explicit_bzero(r->token, strlen(r->token));
@@ -1001,6 +1076,7 @@ struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
 	r->input_len = pr->input_len;
 	r->reject_reason = TAKE_PTR(pr->invalid);
 	r->claimed_at = ev_now(w->ev);
+	r->collect_then = -1;
 	r->wf = conf_find_workflow(r->cref->conf, r->workflow);
 	if (!r->workflow || ev_timer_add(w->ev, USEC_INFINITY, on_renew_timer, r,
 					 &r->renew_timer) < 0 ||

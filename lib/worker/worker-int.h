@@ -10,6 +10,7 @@
 #include "http/http.h"
 #include "logship/logship.h"
 #include "obs/metrics.h"
+#include "offload/offload.h"
 #include "proto/proto.h"
 #include "util/random.h"
 #include "worker/breaker.h"
@@ -163,6 +164,10 @@ struct run {
 	logship_t *log;
 	struct exec_result result;
 
+	offload_job_t *collect_job; /* reading the result file (runfiles.c) */
+	bool collecting;
+	int collect_then; /* event deferred until the result file is read, -1 = none */
+
 	struct proto_outcome outcome;
 	char *error, *output, *body;
 	char signame[24];
@@ -217,6 +222,7 @@ struct worker {
 	unsigned spool_attempt;
 
 	ev_timer_t *drain_timer, *exit_timer, *breaker_timer;
+	offload_t *offload; /* file work and reaping a child can make slow */
 
 	/* kill mode: a cgroup per run when we have a subtree, else process groups */
 	cgroup_tree_t *cgroups;
@@ -235,6 +241,23 @@ void worker_run_done(worker_t *w, struct run *r);
 void worker_maybe_exit(worker_t *w);
 void worker_breaker_changed(worker_t *w, struct wfstate *s);
 void worker_spool(worker_t *w, struct run *r);
+
+/* ---- runfiles.c: a run's files, off the loop (lib/offload) ---- */
+struct result_job {
+	struct run *run; /* loop only; the job is cancelled when the run is freed */
+	char *dir;
+	size_t cap; /* max_output_bytes */
+	/* written by the helper thread */
+	int err;       /* 0, or -errno with why */
+	char why[160]; /* "is a FIFO, not a regular file" */
+	char *data;    /* NULL: no result file */
+	size_t len;
+	bool valid_json;
+};
+void result_job_work(void *arg); /* on a helper thread, as the run's user */
+struct result_job *result_job_free(struct result_job *j);
+/* Rename the directory aside and remove it on a helper thread. */
+void runfiles_remove(worker_t *w, const char *dir);
 
 /* ---- claim.c ---- */
 void claim_kick(worker_t *w);    /* claim now if there is room */

@@ -18,6 +18,10 @@
 #define SPOOL_RETRY_BASE (2 * USEC_PER_SEC)
 #define SPOOL_RETRY_CAP (5 * USEC_PER_MINUTE)
 #define STOP_SLACK (15 * USEC_PER_SEC)
+/* At exit: how long to wait for run directories still being removed and
+ * children still being reaped off the loop (a D-state child may never go). */
+#define OFFLOAD_EXIT_BOUND (10 * USEC_PER_SEC)
+#define OFFLOAD_THREADS 4
 
 /* ---------------------------------------------------------------- conf refs */
 
@@ -629,6 +633,8 @@ int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdat
 	}
 	q = api_init(&w->api, e, conf, w->metrics);
 	if (q >= 0)
+		q = offload_new(e, OFFLOAD_THREADS, &w->offload);
+	if (q >= 0)
 		q = ev_timer_add(e, USEC_INFINITY, on_claim_timer, w, &w->claim_timer);
 	if (q >= 0)
 		q = ev_timer_add(e, USEC_INFINITY, on_drain_timeout, w, &w->drain_timer);
@@ -728,6 +734,21 @@ int worker_reload(worker_t *w, struct conf *next)
 	return 0;
 }
 
+/* Teardown: removals and reaps still running get a bounded wait, then are left. */
+static void offload_finish(offload_t *o)
+{
+	unsigned n = offload_pending(o);
+
+	if (n == 0)
+		return;
+	log_info("waiting for %u run directory removals or reaps to finish", n);
+	if (offload_drain(o, OFFLOAD_EXIT_BOUND) < 0)
+		log_warning("%u run directory removals or reaps still busy after %llus, exiting "
+			    "anyway",
+			    offload_pending(o),
+			    (unsigned long long)(OFFLOAD_EXIT_BOUND / USEC_PER_SEC));
+}
+
 worker_t *worker_free(worker_t *w)
 {
 	struct spool_item *it, *nit;
@@ -749,6 +770,8 @@ worker_t *worker_free(worker_t *w)
 		nit = it->next;
 		spool_item_free(it);
 	}
+	offload_finish(w->offload);
+	w->offload = offload_free(w->offload);
 	http_cancel(w->claim_req);
 	ev_timer_del(w->claim_timer);
 	ev_timer_del(w->drain_timer);

@@ -1,0 +1,153 @@
+/* What a run leaves in its directory, dealt with off the loop (lib/offload):
+ * the result file, read as the run's own user would, and the directory's
+ * removal.  The work functions run on helper threads: they touch only their
+ * job.  docs/architecture.md, "Off the loop". */
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log/log.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+#include "worker/worker-int.h"
+
+#define RESULT_NAME "result.json"
+
+static const char *file_kind(mode_t m)
+{
+	if (S_ISLNK(m))
+		return "a symbolic link";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISCHR(m))
+		return "a character device";
+	if (S_ISBLK(m))
+		return "a block device";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISDIR(m))
+		return "a directory";
+	return "of an unknown type";
+}
+
+static void result_fail(struct result_job *j, int err, const char *fmt, ...) _printf_(3, 4);
+static void result_fail(struct result_job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	j->err = err;
+	va_start(ap, fmt);
+	vsnprintf(j->why, sizeof(j->why), fmt, ap);
+	va_end(ap);
+}
+
+static void result_not_regular(struct result_job *j, mode_t m)
+{
+	result_fail(j, -EINVAL, "is %s, not a regular file", file_kind(m));
+}
+
+static void result_open_failed(struct result_job *j, int err)
+{
+	if (err == ELOOP)
+		result_fail(j, -err, "is a symbolic link, not a regular file");
+	else if (err == EACCES || err == EPERM)
+		result_fail(j, -err, "is not readable by the run's user");
+	else
+		result_fail(j, -err, "cannot be opened: %s", strerrordesc_np(err));
+}
+
+/* Never blocks on what the child left: the directory and the file are opened
+ * without following symlinks, the file non-blocking (a FIFO opens at once and
+ * is refused by its type), and only a regular file within the cap is read. */
+void result_job_work(void *arg)
+{
+	struct result_job *j = arg;
+	_cleanup_close_ int dfd = -1, fd = -1;
+	struct stat st;
+	int q;
+
+	dfd = open(j->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return result_fail(j, -errno, "cannot be reached: run directory: %s",
+		                   strerrordesc_np(errno));
+	if (fstatat(dfd, RESULT_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT)
+			result_open_failed(j, errno);
+		return; /* no result file: no output */
+	}
+	if (!S_ISREG(st.st_mode))
+		return result_not_regular(j, st.st_mode);
+	fd = openat(dfd, RESULT_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno != ENOENT)
+			result_open_failed(j, errno);
+		return;
+	}
+	if (fstat(fd, &st) < 0)
+		return result_fail(j, -errno, "cannot be examined: %s", strerrordesc_np(errno));
+	if (!S_ISREG(st.st_mode))
+		return result_not_regular(j, st.st_mode);
+	if ((uint64_t)st.st_size > j->cap)
+		return result_fail(j, -EFBIG, "is larger than max_output_bytes (%zu)", j->cap);
+	q = read_fd_capped(fd, j->cap, &j->data, &j->len);
+	if (q == -EFBIG)
+		return result_fail(j, q, "is larger than max_output_bytes (%zu)", j->cap);
+	if (q < 0)
+		return result_fail(j, q, "cannot be read: %s", strerrordesc_np(-q));
+	cJSON *json = cJSON_ParseWithLength(j->data, j->len);
+
+	j->valid_json = json != NULL;
+	cJSON_Delete(json);
+}
+
+struct result_job *result_job_free(struct result_job *j)
+{
+	if (j) {
+		free(j->dir);
+		free(j->data);
+		free(j);
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- removal */
+
+static void remove_work(void *arg)
+{
+	(void)rm_rf(arg);
+}
+
+static void remove_done(void *arg, int r)
+{
+	free(arg);
+}
+
+/* Renamed aside first, on the loop (one cheap syscall): the name is free at
+ * once for a new run, and the helper thread can only ever remove this tree. */
+void runfiles_remove(worker_t *w, const char *dir)
+{
+	static unsigned seq;
+	char *trash = NULL;
+
+	if (asprintf(&trash, "%s.rm-%u", dir, ++seq) < 0) {
+		(void)rm_rf(dir);
+		return;
+	}
+	if (rename(dir, trash) < 0) {
+		if (errno != ENOENT)
+			(void)rm_rf(dir);
+		free(trash);
+		return;
+	}
+	if (offload_submit(w->offload, NULL, remove_work, remove_done, trash, NULL) < 0) {
+		(void)rm_rf(trash);
+		free(trash);
+	}
+}
