@@ -53,22 +53,36 @@ static void setup(void)
 	dir = tu_tmpdir("lease");
 	ck_assert_ptr_nonnull(dir);
 	write_script("slow.sh", "echo \"start $LESSEE_RUN_ID $$\" >> \"$LEDGER\"\n"
-				"echo pid=$$\nsleep \"${1:-8}\"\n"
-				"echo '{\"answer\":42}' > \"$LESSEE_RESULT_FILE\"");
+	                        "echo pid=$$\nsleep \"${1:-8}\"\n"
+	                        "echo '{\"answer\":42}' > \"$LESSEE_RESULT_FILE\"");
 	write_script("gate.sh", "echo \"start $LESSEE_RUN_ID $$\" >> \"$LEDGER\"\n"
-				"echo waiting-for-gate\n"
-				"while [ ! -e \"$GATE\" ]; do sleep 0.05; done\n"
-				"echo '{\"answer\":42}' > \"$LESSEE_RESULT_FILE\"");
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests",
-								   .args = args},
-					 &L),
-			 0);
+	                        "echo waiting-for-gate\n"
+	                        "while [ ! -e \"$GATE\" ]; do sleep 0.05; done\n"
+	                        "echo '{\"answer\":42}' > \"$LESSEE_RESULT_FILE\"");
+	ck_assert_int_eq(
+	    tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests", .args = args}, &L),
+	    0);
+}
+
+/* LEASE_TEST_DUMP=1: the daemon's log on stderr, also when the test passed. */
+static void dump_log(void)
+{
+	char *log;
+
+	if (!D || !getenv("LEASE_TEST_DUMP"))
+		return;
+	log = tu_lessee_log(D);
+	fprintf(stderr, "%s", log ? log : "");
+	free(log);
 }
 
 static void teardown(void)
 {
-	int st = D ? tu_lessee_quit(D) : 0;
-	int ls = L ? tu_lessor_stop(L) : 0;
+	int st, ls;
+
+	dump_log();
+	st = D ? tu_lessee_quit(D) : 0;
+	ls = L ? tu_lessor_stop(L) : 0;
 
 	D = tu_lessee_free(D);
 	L = tu_lessor_free(L);
@@ -86,15 +100,15 @@ static void start_lessee(const char *worker)
 	_cleanup_free_ char *conf = NULL, *trap = tu_aux_bin("ignore_term");
 
 	ck_assert_int_ge(asprintf(&conf,
-				  "[worker]\n%s\n[status]\nlisten = 127.0.0.1:0\n"
-				  "[workflow.trap]\ncommand = %s\n"
-				  "[workflow.slow]\ncommand = %s/slow.sh\nenv = LEDGER=%s/ledger\n"
-				  "[workflow.gate]\ncommand = %s/gate.sh\n"
-				  "env = LEDGER=%s/ledger GATE=%s/gate\n",
-				  worker ? worker : "", trap, dir, dir, dir, dir, dir),
-			 0);
+	                          "[worker]\n%s\n[status]\nlisten = 127.0.0.1:0\n"
+	                          "[workflow.trap]\ncommand = %s\n"
+	                          "[workflow.slow]\ncommand = %s/slow.sh\nenv = LEDGER=%s/ledger\n"
+	                          "[workflow.gate]\ncommand = %s/gate.sh\n"
+	                          "env = LEDGER=%s/ledger GATE=%s/gate\n",
+	                          worker ? worker : "", trap, dir, dir, dir, dir, dir),
+	                 0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
-			 0);
+	                 0);
 }
 
 static char *enqueue(const char *workflow)
@@ -119,15 +133,15 @@ static cJSON *admin(const char *method, const char *path, const char *body, long
 }
 
 static void fault(const char *endpoint, unsigned status, unsigned count, unsigned retry_after_s,
-		  unsigned delay_ms)
+                  unsigned delay_ms)
 {
 	_cleanup_free_ char *body = NULL;
 
 	ck_assert_int_ge(asprintf(&body,
-				  "{\"endpoint\":\"%s\",\"status\":%u,\"count\":%u,"
-				  "\"retry_after_s\":%u,\"delay_ms\":%u}",
-				  endpoint, status, count, retry_after_s, delay_ms),
-			 0);
+	                          "{\"endpoint\":\"%s\",\"status\":%u,\"count\":%u,"
+	                          "\"retry_after_s\":%u,\"delay_ms\":%u}",
+	                          endpoint, status, count, retry_after_s, delay_ms),
+	                 0);
 	cJSON_Delete(admin("POST", "/v1/admin/faults", body, 200));
 }
 
@@ -267,10 +281,10 @@ START_TEST(test_lease_loss_kills_at_once)
 	/* the next renewal (lease_refresh = 1 s) or log append hears 409 */
 	ck_assert_int_eq(tu_lessee_wait_log(D, "lease lost (", 5 * SEC), 0);
 	lost_at = time_mono();
-	ck_assert_msg(wait_dead(pid, 1 * SEC), "child %d alive %.1fs after the lease was lost",
-		      pid, (double)(time_mono() - lost_at) / SEC);
+	ck_assert_msg(wait_dead(pid, 1 * SEC), "child %d alive %.1fs after the lease was lost", pid,
+	              (double)(time_mono() - lost_at) / SEC);
 	ck_assert_msg(wait_dead(gpid, 1 * SEC), "grandchild %d alive after the lease was lost",
-		      gpid);
+	              gpid);
 	ck_assert_uint_lt(time_mono() - lost_at, tu_timeout(1 * SEC) + 100 * USEC_PER_MSEC);
 }
 END_TEST
