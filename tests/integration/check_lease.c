@@ -103,9 +103,11 @@ static void start_lessee(const char *worker)
 	                          "[worker]\n%s\n[status]\nlisten = 127.0.0.1:0\n"
 	                          "[workflow.trap]\ncommand = %s\n"
 	                          "[workflow.slow]\ncommand = %s/slow.sh\nenv = LEDGER=%s/ledger\n"
+	                          "[workflow.slow30]\ncommand = %s/slow.sh 30\n"
+	                          "env = LEDGER=%s/ledger\n"
 	                          "[workflow.gate]\ncommand = %s/gate.sh\n"
 	                          "env = LEDGER=%s/ledger GATE=%s/gate\n",
-	                          worker ? worker : "", trap, dir, dir, dir, dir, dir),
+	                          worker ? worker : "", trap, dir, dir, dir, dir, dir, dir, dir),
 	                 0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
@@ -238,6 +240,29 @@ static double leases_lost(void)
 	return v;
 }
 
+static int log_count(const char *needle)
+{
+	_cleanup_free_ char *log = tu_lessee_log(D);
+	int n = 0;
+
+	for (const char *p = log; p && (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+/* The run's lease_expires_at as the API shows it (free it). */
+static char *lease_expiry(const char *id)
+{
+	cJSON *run = tu_lessor_get_run(L, id);
+	char *s;
+
+	ck_assert_ptr_nonnull(run);
+	s = jstr(run, "lease_expires_at") ? strdup(jstr(run, "lease_expires_at")) : NULL;
+	cJSON_Delete(run);
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
 static long long wall_ms(void)
 {
 	struct timeval tv;
@@ -323,6 +348,39 @@ START_TEST(test_retry_after_capped_by_deadline)
 }
 END_TEST
 
+/* Item 3: after an outage of renewals (4 failures in a row, lease_refresh 8 s)
+ * the next renewal leaves within a second of the API's return, not after a
+ * backoff grown towards lease_refresh. */
+START_TEST(test_renewal_within_a_second_after_outage)
+{
+	_cleanup_free_ char *id = NULL, *log = NULL, *before = NULL;
+	usec_t back, end;
+
+	start_lessee("lease_ttl = 20s\nlease_refresh = 8s\n");
+	id = enqueue("slow30");
+	log = wait_run_log(id, "pid=");
+	fault("lease", 503, 1000000, 0, 0);
+	end = time_mono() + tu_timeout(15 * SEC);
+	while (log_count("lease renewal failed (HTTP 503)") < 4) {
+		ck_assert_msg(time_mono() < end, "renewals did not fail 4 times");
+		tu_sleep(20 * USEC_PER_MSEC);
+	}
+	before = lease_expiry(id);
+	cJSON_Delete(admin("DELETE", "/v1/admin/faults", NULL, 200));
+	back = time_mono();
+	for (;;) {
+		_cleanup_free_ char *now = lease_expiry(id);
+
+		if (!streq(now, before))
+			break;
+		ck_assert_msg(time_mono() - back < tu_timeout(1 * SEC) + 300 * USEC_PER_MSEC,
+		              "no renewal within a second of the API's return");
+		tu_sleep(20 * USEC_PER_MSEC);
+	}
+	ck_assert_double_eq(leases_lost(), 0);
+}
+END_TEST
+
 /* Item 4: the API is down (503 everywhere) from the child's exit until just
  * after the local lease deadline, ~2 s before the server's lease ends
  * (lease_ttl 20 s, margin 2 s): the result is still delivered, on the same
@@ -399,6 +457,7 @@ int main(void)
 	tcase_add_test(tc, test_lease_loss_kills_at_once);
 	tcase_add_test(tc, test_stalled_renewal_keeps_lease);
 	tcase_add_test(tc, test_retry_after_capped_by_deadline);
+	tcase_add_test(tc, test_renewal_within_a_second_after_outage);
 	tcase_add_test(tc, test_result_outlives_local_deadline);
 	tcase_add_test(tc, test_parked_claim_not_dead_on_arrival);
 	suite_add_tcase(s, tc);
