@@ -675,6 +675,32 @@ static int check_url_given(struct loader *L)
 	return fail(L, L->path, "api.url is not set");
 }
 
+usec_t conf_lease_margin(usec_t ttl)
+{
+	return MAX(ttl / 10, MIN(USEC_PER_SEC, ttl / 2));
+}
+
+/* A renewal is due lease_refresh after a grant; the local lease ends at
+ * lease_ttl minus its margin, when a still running child is killed.  Between
+ * the two there must be room to abandon a stalled renewal and retry it. */
+static int fail_renew_window(struct loader *L)
+{
+	const struct conf_worker *w = &L->c->worker;
+	usec_t margin = conf_lease_margin(w->lease_ttl);
+	char t[TIME_DURATION_MAX], m[TIME_DURATION_MAX], r[TIME_DURATION_MAX],
+	    min[TIME_DURATION_MAX];
+
+	return fail(L, blame(L, "lease_refresh", "lease_ttl"),
+	            "worker.lease_ttl (%s) minus its local margin (%s) must exceed "
+	            "worker.lease_refresh (%s) by at least %s, so a stalled renewal can be "
+	            "abandoned and retried before the run must be killed: lower lease_refresh "
+	            "or raise lease_ttl",
+	            time_format_duration(t, sizeof(t), w->lease_ttl),
+	            time_format_duration(m, sizeof(m), margin),
+	            time_format_duration(r, sizeof(r), w->lease_refresh),
+	            time_format_duration(min, sizeof(min), CONF_RENEW_WINDOW_MIN));
+}
+
 static int check_relations(struct loader *L)
 {
 	const struct conf_worker *w = &L->c->worker;
@@ -686,6 +712,9 @@ static int check_relations(struct loader *L)
 		            "(%s), so a failed renewal can be retried before the lease runs out",
 		            time_format_duration(a, sizeof(a), w->lease_refresh),
 		            time_format_duration(b, sizeof(b), w->lease_ttl));
+	if (w->lease_ttl <
+	    conf_lease_margin(w->lease_ttl) + w->lease_refresh + CONF_RENEW_WINDOW_MIN)
+		return fail_renew_window(L);
 	if (w->failure_cooldown_max < w->failure_cooldown)
 		return fail(L, blame(L, "failure_cooldown_max", "failure_cooldown"),
 		            "worker.failure_cooldown_max (%s) is shorter than "
@@ -862,15 +891,11 @@ static bool url_is_loopback(const char *url)
 static int collect_warnings(struct loader *L)
 {
 	const struct conf *c = L->c;
-	const struct conf_worker *w = &c->worker;
 	int r = 0;
 
 	if (c->api.token && !url_is_loopback(c->api.url))
 		r = warn(L, "api.url is plain http:// to a remote host: the API token crosses the "
 		            "network unencrypted");
-	if (r >= 0 && w->lease_ttl - w->lease_refresh <= c->api.request_timeout)
-		r = warn(L, "api.request_timeout is not shorter than worker.lease_ttl - "
-		            "worker.lease_refresh: one hung renewal can lose the lease");
 	for (size_t i = 0; i < c->n_workflows && r >= 0; i++)
 		if (c->workflows[i].user && geteuid() != 0 && c->workflows[i].uid != geteuid())
 			r = warn(L,

@@ -124,6 +124,14 @@ int conf_print(const struct conf *c, FILE *f);
 
 const struct conf_workflow *conf_find_workflow(const struct conf *c, const char *name);
 
+/* A lease of ttl is held locally until ttl minus this margin after it was
+ * granted (max(ttl/10, min(1 s, ttl/2))): the daemon kills the run that long
+ * before the server's lease ends. */
+usec_t conf_lease_margin(usec_t ttl);
+/* What must be left of the local lease once a renewal is due: room for two
+ * renewal attempts of at least half a second each (docs/configuration.md). */
+#define CONF_RENEW_WINDOW_MIN (1 * USEC_PER_SEC)
+
 /* Is this variable name one whose value must never be shown? */
 bool conf_env_name_is_secret(const char *name);
 

@@ -515,6 +515,8 @@ static int req_set_transport(const http_t *h, http_req_t *req, const struct http
 	    ms_from_usec(rq->connect_timeout ? rq->connect_timeout : HTTP_DEFAULT_CONNECT_TIMEOUT));
 	SETOPT(e, CURLOPT_TIMEOUT_MS,
 	       ms_from_usec(rq->timeout ? rq->timeout : HTTP_DEFAULT_TIMEOUT));
+	if (rq->fresh_connect)
+		SETOPT(e, CURLOPT_FRESH_CONNECT, 1L);
 	/* HTTP/2 when TLS ALPN offers it.  Over https, wait for a connection being
 	 * set up to the same host (ALPN says within the handshake whether it can
 	 * multiplex) instead of opening a second one.  Never over plain http:

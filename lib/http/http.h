@@ -35,6 +35,8 @@ struct http_request {
 	usec_t timeout;              /* whole request; 0 = 30 s */
 	size_t max_response;         /* response body cap; 0 = 1 MiB.  Larger = -EMSGSIZE */
 	const char *label;           /* passed to the observer; NULL = "" */
+	bool fresh_connect;          /* a new connection, not one from the pool (after a
+				      * stall: the pooled one may be black-holed) */
 };
 
 struct http_response {

@@ -73,8 +73,9 @@ void api_done(struct api *a)
 	a->base = a->auth = NULL;
 }
 
-int api_post(struct api *a, enum api_endpoint ep, const char *url, const char *body,
-	     usec_t timeout, size_t max_response, http_cb cb, void *userdata, http_req_t **ret)
+static int post(struct api *a, enum api_endpoint ep, const char *url, const char *body,
+		usec_t timeout, bool fresh, size_t max_response, http_cb cb, void *userdata,
+		http_req_t **ret)
 {
 	const char *headers[] = {"Content-Type: application/json", "Expect:", a->auth, NULL};
 	struct http_request rq = {
@@ -86,9 +87,23 @@ int api_post(struct api *a, enum api_endpoint ep, const char *url, const char *b
 		.timeout = timeout ? timeout : a->timeout,
 		.max_response = max_response,
 		.label = endpoint_names[ep],
+		.fresh_connect = fresh,
 	};
 
 	return http_send(a->http, &rq, cb, userdata, ret);
+}
+
+int api_post(struct api *a, enum api_endpoint ep, const char *url, const char *body,
+	     usec_t timeout, size_t max_response, http_cb cb, void *userdata, http_req_t **ret)
+{
+	return post(a, ep, url, body, timeout, false, max_response, cb, userdata, ret);
+}
+
+int api_post_fresh(struct api *a, enum api_endpoint ep, const char *url, const char *body,
+		   usec_t timeout, size_t max_response, http_cb cb, void *userdata,
+		   http_req_t **ret)
+{
+	return post(a, ep, url, body, timeout, true, max_response, cb, userdata, ret);
 }
 
 int api_send_log(void *api, const struct http_request *rq, http_cb cb, void *userdata,

@@ -90,22 +90,70 @@ static char *run_url(const struct run *r, const char *fmt)
 
 /* ---------------------------------------------------------------- lease */
 
+/* Renewals (docs/architecture.md, "Leases"): each attempt is bounded by the time
+ * left to the local deadline, a stalled one is abandoned and retried at once on
+ * a new connection, and no backoff or Retry-After pushes a retry past the
+ * deadline. */
+#define RENEW_ATTEMPT_MIN (500 * USEC_PER_MSEC)
+#define RENEW_RETRY_BASE (250 * USEC_PER_MSEC)
+#define RENEW_RETRY_CAP (1 * USEC_PER_SEC)
+#define RENEW_RETRY_MIN (100 * USEC_PER_MSEC) /* near the deadline: no burst */
+/* A finished run's result outlives the local deadline by this much at most
+ * (RESULT_OFFER_TTLS leases, at least RESULT_OFFER_MIN), then it is spooled. */
+#define RESULT_OFFER_TTLS 10
+#define RESULT_OFFER_MIN (10 * USEC_PER_MINUTE)
+
 static void lease_renew(struct run *r);
 
 static usec_t lease_margin(unsigned ttl_s)
 {
-	usec_t ttl = ttl_s * USEC_PER_SEC;
-
-	return MAX(ttl / 10, MIN(USEC_PER_SEC, ttl / 2));
+	return conf_lease_margin(ttl_s * USEC_PER_SEC);
 }
 
-/* A grant or renewal sent at `sent` for ttl_s is ours until this moment. */
-static void lease_granted(struct run *r, usec_t sent, unsigned ttl_s)
+static usec_t lease_local(unsigned ttl_s)
 {
-	r->lease_deadline = sent + ttl_s * USEC_PER_SEC - lease_margin(ttl_s);
+	return ttl_s * USEC_PER_SEC - lease_margin(ttl_s);
+}
+
+static usec_t lease_left(const struct run *r)
+{
+	usec_t now = ev_now(r->w->ev);
+
+	return r->lease_deadline > now ? r->lease_deadline - now : 0;
+}
+
+/* A grant or renewal the server made at `from` at the earliest, for ttl_s, is
+ * ours until this moment.  The next renewal is due after lease_refresh, or
+ * after half the local lease when the server granted a shorter one. */
+static void lease_granted(struct run *r, usec_t from, unsigned ttl_s)
+{
+	usec_t local = lease_local(ttl_s);
+
+	r->lease_ttl_s = ttl_s;
+	r->lease_deadline = from + local;
 	ev_timer_arm_at(r->deadline_timer, r->lease_deadline);
-	ev_timer_arm_at(r->renew_timer, MIN(sent + run_conf(r)->worker.lease_refresh,
-					    r->lease_deadline));
+	ev_timer_arm_at(r->renew_timer, from + MIN(run_conf(r)->worker.lease_refresh, local / 2));
+}
+
+/* The server granted a claim's runs between the claim's send and the arrival
+ * of its answer.  Counting from the send is safe; when that leaves less than
+ * half of the local lease (the claim was parked in a long poll), count from the
+ * arrival instead and renew at once: the renewal's answer gives a sure
+ * deadline.  So a claimed run never arrives already lost. */
+static void lease_claimed(struct run *r, usec_t sent, unsigned ttl_s)
+{
+	usec_t now = ev_now(r->w->ev);
+	char d[TIME_DURATION_MAX];
+
+	if (now - sent <= lease_local(ttl_s) / 2) {
+		lease_granted(r, sent, ttl_s);
+		return;
+	}
+	run_log(r, LOG_DEBUG,
+		"claim answered after %s: lease counted from its arrival, renewing now",
+		time_format_duration(d, sizeof(d), now - sent));
+	lease_granted(r, now, ttl_s);
+	ev_timer_arm(r->renew_timer, 0);
 }
 
 static void lease_lost(struct run *r, const char *why)
@@ -115,18 +163,57 @@ static void lease_lost(struct run *r, const char *why)
 	run_dispatch(r, RE_LEASE_LOST);
 }
 
+/* Half of what is left of the local lease, so a stalled attempt is abandoned
+ * while a retry still fits; past the deadline (a result still offered), the
+ * server's lease has about the margin left. */
+static usec_t renew_timeout(const struct run *r)
+{
+	usec_t rt = run_conf(r)->api.request_timeout, left = lease_left(r);
+
+	if (!left)
+		return MIN(rt, MAX(lease_margin(r->lease_ttl_s) / 2, RENEW_ATTEMPT_MIN));
+	return MIN(rt, MAX(left / 2, RENEW_ATTEMPT_MIN));
+}
+
+static usec_t renew_retry_delay(const struct run *r, const struct http_response *resp)
+{
+	usec_t left = lease_left(r), d;
+	usec_t cap = left ? RENEW_RETRY_CAP
+			  : MIN(RENEW_RETRY_CAP, lease_margin(r->lease_ttl_s) / 4);
+
+	/* our own bound gave up on a stalled attempt: again now, on a new connection */
+	if (resp->error == -ETIMEDOUT && resp->elapsed >= RENEW_ATTEMPT_MIN / 2)
+		return 0;
+	d = backoff_full_jitter(RENEW_RETRY_BASE, cap, r->lease_retries, 0);
+	/* Retry-After is honoured only while two more retries fit before the deadline */
+	if (resp->retry_after > d)
+		d = MAX(d, MIN(resp->retry_after, left / 3));
+	return left ? MAX(MIN(d, left / 2), MIN(d, RENEW_RETRY_MIN)) : d;
+}
+
+/* The API answers renewals again: a result waiting out its report backoff goes now. */
+static void lease_recovered(struct run *r)
+{
+	if (r->state == RUN_REPORTING && !r->req)
+		ev_timer_arm(r->timer, 0);
+}
+
 static void on_lease(http_req_t *req, const struct http_response *resp, void *userdata)
 {
 	struct run *r = userdata;
 	unsigned ttl;
-	bool cancel;
+	bool cancel, recovered;
 	char why[160];
 
 	r->lease_req = NULL;
 	if (resp->status == 200 && proto_lease_parse(resp->body, resp->body_len, &ttl, &cancel) >= 0) {
 		metric_add(r->w->m_renewals, 1, "ok");
+		recovered = r->lease_retries > 0;
 		r->lease_retries = 0;
+		r->lease_fresh = false;
 		lease_granted(r, r->lease_sent_at, ttl);
+		if (recovered)
+			lease_recovered(r);
 		if (cancel)
 			run_dispatch(r, RE_CANCEL);
 		return;
@@ -141,22 +228,25 @@ static void on_lease(http_req_t *req, const struct http_response *resp, void *us
 	metric_add(r->w->m_renewals, 1, "error");
 	run_log(r, LOG_WARNING, "lease renewal failed (%s), retrying",
 		api_describe(resp, why, sizeof(why)));
-	ev_timer_arm(r->renew_timer,
-		     http_retry_delay(resp, r->lease_retries++, RETRY_BASE,
-				      run_conf(r)->worker.lease_refresh));
+	r->lease_fresh = resp->error != 0;
+	ev_timer_arm(r->renew_timer, renew_retry_delay(r, resp));
+	r->lease_retries++;
 }
 
 static void lease_renew(struct run *r)
 {
 	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/lease"), *body = NULL;
 	unsigned ttl = (unsigned)(run_conf(r)->worker.lease_ttl / USEC_PER_SEC);
+	int (*post)(struct api *, enum api_endpoint, const char *, const char *, usec_t, size_t,
+		    http_cb, void *, http_req_t **) = r->lease_fresh ? api_post_fresh : api_post;
 
 	if (r->lease_req || !url || proto_lease_body(r->token, ttl, &body) < 0)
 		return;
 	r->lease_sent_at = ev_now(r->w->ev);
-	if (api_post(&r->w->api, API_LEASE, url, body, 0, 4096, on_lease, r, &r->lease_req) < 0) {
+	if (post(&r->w->api, API_LEASE, url, body, renew_timeout(r), 4096, on_lease, r,
+		 &r->lease_req) < 0) {
 		r->lease_req = NULL;
-		ev_timer_arm(r->renew_timer, USEC_PER_SEC);
+		ev_timer_arm(r->renew_timer, MIN(RENEW_RETRY_CAP, MAX(lease_left(r) / 2, 1)));
 	}
 }
 
@@ -165,9 +255,46 @@ static void on_renew_timer(ev_timer_t *t, void *userdata)
 	lease_renew(userdata);
 }
 
+/* The child has exited: nothing runs on a lease that may be someone else's, and
+ * a late completion is safe (its token fences it), so the API decides, not the
+ * local clock.  Renewals go on; the result is offered until offer_until, then
+ * spooled (delivered at the next start). */
+static usec_t result_offer_bound(const struct run *r)
+{
+	return MAX(RESULT_OFFER_TTLS * r->lease_ttl_s * USEC_PER_SEC, RESULT_OFFER_MIN);
+}
+
+static void result_offer(struct run *r)
+{
+	usec_t now = ev_now(r->w->ev);
+	char d[TIME_DURATION_MAX];
+
+	if (!r->offer_until) {
+		r->offer_until = now + result_offer_bound(r);
+		run_log(r, LOG_WARNING,
+			"local lease deadline passed after the run ended: still offering its "
+			"result for up to %s, the API decides",
+			time_format_duration(d, sizeof(d), result_offer_bound(r)));
+	}
+	if (now < r->offer_until) {
+		ev_timer_arm_at(r->deadline_timer, r->offer_until);
+		return;
+	}
+	run_log(r, LOG_ERR,
+		"result not delivered within %s of the local lease deadline: spooling it",
+		time_format_duration(d, sizeof(d), result_offer_bound(r)));
+	snprintf(r->note, sizeof(r->note), "undelivered past the lease deadline, spooled");
+	run_dispatch(r, RE_HARD_STOP);
+}
+
 static void on_deadline(ev_timer_t *t, void *userdata)
 {
-	lease_lost(userdata, "local lease deadline passed without a renewal");
+	struct run *r = userdata;
+
+	if (r->state == RUN_FLUSHING || r->state == RUN_REPORTING)
+		result_offer(r);
+	else
+		lease_lost(r, "local lease deadline passed without a renewal");
 }
 
 static void lease_stop(struct run *r)
@@ -801,8 +928,11 @@ static enum run_state kill_for(struct run *r, enum kill_reason why)
 {
 	const struct conf *c = run_conf(r);
 
+	/* a lost lease is someone else's now: the whole group dies at once */
+	bool now = r->w->kill_now || why == KILL_LEASE_LOST;
+
 	r->kill_reason = why;
-	exec_kill(r->proc, r->w->kill_now ? 0 : c->worker.kill_grace);
+	exec_kill(r->proc, now ? 0 : c->worker.kill_grace);
 	ev_timer_disarm(r->timer);
 	return RUN_KILLING;
 }
@@ -840,6 +970,7 @@ static enum run_state act_lost_killing(struct run *r)
 {
 	go_silent(r);
 	r->kill_reason = KILL_LEASE_LOST;
+	exec_kill(r->proc, 0); /* no more grace: the lease is someone else's */
 	return RUN_KILLING;
 }
 
@@ -1085,6 +1216,6 @@ struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
 		run_free(r);
 		return NULL;
 	}
-	lease_granted(r, claim_sent_at, pr->ttl_s);
+	lease_claimed(r, claim_sent_at, pr->ttl_s);
 	return r;
 }

@@ -53,6 +53,11 @@ void api_done(struct api *a);
 /* body may be NULL; extra_headers NULL-terminated or NULL; timeout 0 = default. */
 int api_post(struct api *a, enum api_endpoint ep, const char *url, const char *body,
 	     usec_t timeout, size_t max_response, http_cb cb, void *userdata, http_req_t **ret);
+/* The same on a new connection: a retry after a stall must not queue behind
+ * (or reuse) a pooled connection that a load balancer black-holes. */
+int api_post_fresh(struct api *a, enum api_endpoint ep, const char *url, const char *body,
+		   usec_t timeout, size_t max_response, http_cb cb, void *userdata,
+		   http_req_t **ret);
 /* logship's sender: adds auth and accounting to a PATCH /log. */
 int api_send_log(void *api, const struct http_request *rq, http_cb cb, void *userdata,
 		 http_req_t **ret);
@@ -154,6 +159,10 @@ struct run {
 	usec_t lease_deadline;  /* monotonic, local */
 	usec_t lease_sent_at;   /* send time of the renewal in flight */
 	unsigned lease_retries;
+	unsigned lease_ttl_s;   /* of the last grant or renewal */
+	bool lease_fresh;       /* the last renewal failed in transport: new connection */
+	usec_t offer_until;     /* child gone, local deadline passed: the result is
+				 * offered until then (0 = not yet) */
 	ev_timer_t *renew_timer, *deadline_timer, *timer;
 	http_req_t *lease_req, *req;
 	unsigned req_attempts;
