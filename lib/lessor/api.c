@@ -37,11 +37,16 @@ int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret)
 {
 	lessor_api *a = calloc(1, sizeof(*a));
 
-	if (!a)
+	if (!a) {
+		lessor_tokens_free(cfg->tokens);
 		return -ENOMEM;
-	*a = (lessor_api){.store = cfg->store, .waiters = cfg->waiters, .max_body = cfg->max_body};
-	if ((cfg->token && !(a->token = strdup(cfg->token))) ||
-	    (cfg->enable_faults && !(a->faults = lessor_faults_new()))) {
+	}
+	*a = (lessor_api){.store = cfg->store,
+	                  .waiters = cfg->waiters,
+	                  .tokens = cfg->tokens,
+	                  .max_body = cfg->max_body};
+	pthread_mutex_init(&a->tokens_lock, NULL);
+	if (cfg->enable_faults && !(a->faults = lessor_faults_new())) {
 		lessor_api_free(a);
 		return -ENOMEM;
 	}
@@ -53,9 +58,8 @@ lessor_api *lessor_api_free(lessor_api *a)
 {
 	if (!a)
 		return NULL;
-	if (a->token)
-		explicit_bzero(a->token, strlen(a->token));
-	free(a->token);
+	lessor_tokens_free(a->tokens);
+	pthread_mutex_destroy(&a->tokens_lock);
 	lessor_faults_free(a->faults);
 	free(a);
 	return NULL;
@@ -64,6 +68,17 @@ lessor_api *lessor_api_free(lessor_api *a)
 size_t lessor_api_max_body(const lessor_api *a)
 {
 	return a->max_body;
+}
+
+void lessor_api_set_tokens(lessor_api *a, lessor_tokens *t)
+{
+	lessor_tokens *old;
+
+	pthread_mutex_lock(&a->tokens_lock);
+	old = a->tokens;
+	a->tokens = t;
+	pthread_mutex_unlock(&a->tokens_lock);
+	lessor_tokens_free(old);
 }
 
 int64_t lessor_now_ms(void)
@@ -251,30 +266,72 @@ static int route(lessor_call *c)
 
 /* ---- authentication, body ---- */
 
-static bool token_equal(const char *want, const char *got)
+/* The bearer token of the request, NULL when there is none. */
+static const char *bearer(lessor_call *c)
 {
-	size_t n = strlen(want), m = strlen(got);
-	unsigned char d = n != m;
+	const char *h = c->io.header(c->io.userdata, "Authorization");
 
-	/* constant time in the length of the expected token */
-	for (size_t i = 0; i < n; i++)
-		d |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
-	return d == 0;
-}
-
-static bool authorized(lessor_call *c)
-{
-	const char *h;
-
-	if (!c->api->token || c->route->handler == lessor_h_health)
-		return true;
-	h = c->io.header(c->io.userdata, "Authorization");
 	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-		return false;
+		return NULL;
 	h += 7;
 	while (*h == ' ')
 		h++;
-	return token_equal(c->api->token, h);
+	return h;
+}
+
+static void authenticate(lessor_call *c)
+{
+	pthread_mutex_lock(&c->api->tokens_lock);
+	lessor_tokens_check(c->api->tokens, bearer(c), &c->who);
+	pthread_mutex_unlock(&c->api->tokens_lock);
+}
+
+/* The worker endpoints; every other one but /healthz is the admin API. */
+static bool worker_endpoint(const struct lessor_route *r)
+{
+	return r->handler == lessor_h_claim || r->handler == lessor_h_claim_cancel ||
+	       r->handler == lessor_h_renew || r->handler == lessor_h_log_append ||
+	       r->handler == lessor_h_complete || r->handler == lessor_h_release;
+}
+
+/* 0, or LESSOR_CALL_REPLY with 401 (no valid token) or 403 (a token of the
+ * other kind). */
+static int authorize(lessor_call *c)
+{
+	bool worker;
+
+	if (c->route->handler == lessor_h_health)
+		return 0;
+	authenticate(c);
+	if (c->who.role == LESSOR_ROLE_NONE) {
+		lessor_reply_error(c, 401, "unauthorized", "a valid bearer token is required");
+		c->reply.auth_challenge = true;
+		return LESSOR_CALL_REPLY;
+	}
+	worker = worker_endpoint(c->route);
+	if (c->who.role == LESSOR_ROLE_ADMIN && worker)
+		return lessor_reply_error(
+		    c, 403, "forbidden", "this endpoint needs a worker token, not the admin token");
+	if (c->who.role == LESSOR_ROLE_WORKER && !worker)
+		return lessor_reply_error(c, 403, "forbidden",
+		                          "this endpoint needs the admin token");
+	return 0;
+}
+
+int lessor_call_check_holder(lessor_call *c, const char *lease_token)
+{
+	_cleanup_free_ char *holder = NULL;
+	int r;
+
+	if (c->who.role != LESSOR_ROLE_WORKER)
+		return 0;
+	r = lessor_store_lease_holder(c->api->store, c->arg, lease_token, &holder);
+	if (r >= 0 && streq(holder, c->who.name))
+		return 0;
+	if (r < 0 && r != -ENOENT)
+		return lessor_reply_store_error(c, r);
+	return lessor_reply_error(c, 409, "lease_lost",
+	                          "the lease token is not the run's current lease");
 }
 
 static int parse_json_body(lessor_call *c)
@@ -300,11 +357,9 @@ static int prepare(lessor_call *c, bool body_too_large)
 
 	if (r != 0)
 		return r;
-	if (!authorized(c)) {
-		lessor_reply_error(c, 401, "unauthorized", "a valid bearer token is required");
-		c->reply.auth_challenge = true;
-		return LESSOR_CALL_REPLY;
-	}
+	r = authorize(c);
+	if (r != 0)
+		return r;
 	if (body_too_large)
 		return lessor_reply_error(c, 413, "body_too_large",
 		                          "the request body exceeds %zu bytes", c->api->max_body);

@@ -303,19 +303,20 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	    .max_log_bytes = cfg->max_log_bytes,
 	};
 	struct lessor_api_config ac = {
-	    .token = cfg->token, .max_body = cfg->max_body, .enable_faults = cfg->enable_faults};
+	    .tokens = cfg->tokens, .max_body = cfg->max_body, .enable_faults = cfg->enable_faults};
 	int r;
 
 	s->waiters = lessor_waiters_new();
-	if (!s->waiters)
-		return -ENOMEM;
-	r = lessor_store_open(cfg->db_path, &sc, &s->store);
-	if (r < 0)
-		return log_errno(LOG_ERR, r, "cannot open database %s: %s", cfg->db_path,
-		                 r == -EBUSY ? "in use by another lessor" : strerror(-r));
-	r = lessor_store_recover(s->store, (int64_t)(time_real() / USEC_PER_MSEC));
-	if (r < 0)
+	r = s->waiters ? lessor_store_open(cfg->db_path, &sc, &s->store) : -ENOMEM;
+	if (r < 0 && s->waiters)
+		log_error("cannot open database %s: %s", cfg->db_path,
+		          r == -EBUSY ? "in use by another lessor" : strerror(-r));
+	if (r >= 0)
+		r = lessor_store_recover(s->store, (int64_t)(time_real() / USEC_PER_MSEC));
+	if (r < 0) {
+		lessor_tokens_free(cfg->tokens); /* lessor_api_new did not take them */
 		return r;
+	}
 	ac.store = s->store;
 	ac.waiters = s->waiters;
 	r = lessor_api_new(&ac, &s->api);
@@ -354,8 +355,10 @@ int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **
 	lessor_server *s = calloc(1, sizeof(*s));
 	int r;
 
-	if (!s)
+	if (!s) {
+		lessor_tokens_free(cfg->tokens);
 		return -ENOMEM;
+	}
 	s->listen_fd = -1;
 	atomic_init(&s->in_flight, 0);
 	atomic_init(&s->stopping, false);
@@ -373,6 +376,11 @@ int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **
 const char *lessor_server_address(const lessor_server *s)
 {
 	return s->address;
+}
+
+void lessor_server_set_tokens(lessor_server *s, lessor_tokens *t)
+{
+	lessor_api_set_tokens(s->api, t);
 }
 
 static void drain(lessor_server *s)
