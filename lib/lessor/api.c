@@ -318,6 +318,22 @@ static int authorize(lessor_call *c)
 	return 0;
 }
 
+/* A parked call (long poll) is checked again when it runs again: a token
+ * revoked meanwhile gets nothing more. */
+static int reauthorize(lessor_call *c)
+{
+	struct lessor_principal before = c->who;
+
+	if (c->route->handler == lessor_h_health)
+		return 0;
+	authenticate(c);
+	if (c->who.role == before.role && streq(c->who.name, before.name))
+		return 0;
+	lessor_reply_error(c, 401, "unauthorized", "the bearer token was revoked");
+	c->reply.auth_challenge = true;
+	return LESSOR_CALL_REPLY;
+}
+
 int lessor_call_check_holder(lessor_call *c, const char *lease_token)
 {
 	_cleanup_free_ char *holder = NULL;
@@ -395,11 +411,9 @@ int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_
 
 	c->body = body;
 	c->len = len;
-	if (!c->route) {
-		r = prepare(c, body_too_large);
-		if (r != 0)
-			return r;
-	}
+	r = c->route ? reauthorize(c) : prepare(c, body_too_large);
+	if (r != 0)
+		return r;
 	r = inject_fault(c);
 	if (r != 0)
 		return r;

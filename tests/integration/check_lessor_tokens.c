@@ -5,6 +5,7 @@
 #include <cJSON.h>
 #include <check.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -283,6 +284,83 @@ START_TEST(test_revoke_by_sighup)
 }
 END_TEST
 
+struct long_poll {
+	long status;
+	int n_runs;
+};
+
+static void *long_poll_beta(void *p)
+{
+	struct long_poll *lp = p;
+	cJSON *j = NULL;
+
+	lp->status = call(TOK_B, "POST", "/v1/claims",
+	                  "{\"claim_id\":\"c-b-long\",\"worker_id\":\"h\",\"max_runs\":1,"
+	                  "\"lease_ttl_s\":60,\"wait_s\":30}",
+	                  &j);
+	lp->n_runs = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "runs"));
+	cJSON_Delete(j);
+	return NULL;
+}
+
+/* beta has been seen by the server (its claim looked once, then parks) */
+static bool worker_seen(const char *name)
+{
+	cJSON *j = NULL, *w;
+	bool seen = false;
+
+	ck_assert_int_eq(call(ADMIN, "GET", "/v1/workers", NULL, &j), 200);
+	cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "workers")) seen =
+	    seen || streq(str_at(w, "worker_id"), name);
+	cJSON_Delete(j);
+	return seen;
+}
+
+START_TEST(test_revoke_parked_long_poll)
+{
+	_cleanup_free_ char *id = NULL;
+	struct long_poll lp = {0};
+	char lease[64], st[32];
+	pthread_t th;
+	usec_t end;
+
+	start_scoped();
+	ck_assert_int_eq(pthread_create(&th, NULL, long_poll_beta, &lp), 0);
+	end = time_mono() + tu_timeout(10 * SEC);
+	while (!worker_seen("beta") && time_mono() < end)
+		tu_sleep(10 * USEC_PER_MSEC);
+	ck_assert(worker_seen("beta"));
+	ck_assert_int_eq(tu_lessor_set_worker_tokens(L, "alpha " TOK_A "\n"), 0);
+	ck_assert_int_eq(tu_lessor_wait_log(L, "reloaded the tokens", 10 * SEC), 0);
+	/* the run wakes beta's parked claim, which must not get it */
+	id = tu_lessor_enqueue(L, "{\"workflow\":\"build\"}");
+	ck_assert_ptr_nonnull(id);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(lp.status, 401);
+	ck_assert_int_eq(lp.n_runs, 0);
+	ck_assert_str_eq(run_status(id, st), "pending");
+	ck_assert_int_eq(claim(TOK_A, "c-a1", lease), 200);
+	ck_assert_str_ne(lease, "");
+}
+END_TEST
+
+START_TEST(test_legacy_token_file)
+{
+	_cleanup_free_ char *id = NULL;
+	char lease[64];
+
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = ADMIN}, &L), 0);
+	ck_assert_int_eq(tu_lessor_wait_log(L, "--token-file is deprecated", 10 * SEC), 0);
+	id = tu_lessor_enqueue(L, "{\"workflow\":\"build\"}");
+	ck_assert_ptr_nonnull(id);
+	ck_assert_int_eq(claim(ADMIN, "c-1", lease), 200); /* one token, both roles */
+	ck_assert_int_eq(renew(ADMIN, id, lease), 200);
+	ck_assert(worker_seen("host-1")); /* the body's worker_id, as before */
+	ck_assert_int_eq(renew(ADMIN, "r-999", lease), 404);
+	ck_assert_int_eq(call(TOK_A, "GET", "/v1/runs", NULL, NULL), 401);
+}
+END_TEST
+
 START_TEST(test_lessee_with_named_token)
 {
 	_cleanup_free_ char *id = NULL, *conf = NULL, *tf = NULL;
@@ -410,6 +488,8 @@ static Suite *suite(void)
 	tcase_add_test(t, test_worker_touches_only_its_runs);
 	tcase_add_test(t, test_worker_name_is_identity);
 	tcase_add_test(t, test_revoke_by_sighup);
+	tcase_add_test(t, test_revoke_parked_long_poll);
+	tcase_add_test(t, test_legacy_token_file);
 	tcase_add_test(t, test_lessee_with_named_token);
 	tcase_add_test(t, test_cli_admin_token);
 	tcase_add_test(t, test_bad_token_configuration);
