@@ -33,6 +33,7 @@ extern char **environ;
 
 static struct tu_lessor *L;
 static char *dir;
+static char *out; /* the last cli()'s stdout */
 
 static void setup(void)
 {
@@ -45,6 +46,8 @@ static void teardown(void)
 	if (L && tu_lessor_pid(L) > 0)
 		ck_assert_int_eq(tu_lessor_stop(L), 0);
 	L = tu_lessor_free(L);
+	free(out);
+	out = NULL;
 	rm_rf(dir);
 	free(dir);
 }
@@ -418,7 +421,10 @@ static int cli(char **ret_err, const char *env, const char *first, ...)
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	free(*ret_err);
 	*ret_err = NULL;
+	free(out);
+	out = NULL;
 	ck_assert_int_ge(read_file_capped(ep, 1 << 20, ret_err, NULL), 0);
+	ck_assert_int_ge(read_file_capped(op, 1 << 20, &out, NULL), 0);
 	ck_assert(WIFEXITED(status));
 	return WEXITSTATUS(status);
 }
@@ -444,7 +450,10 @@ START_TEST(test_cli_admin_token)
 	ck_assert_int_eq(cli(&err, NULL, "stats", "--url", url, NULL), 1);
 	ck_assert_ptr_nonnull(strstr(err, "401"));
 	ck_assert_int_eq(cli(&err, NULL, "--help", NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "--admin-token-file"));
 	ck_assert_int_eq(cli(&err, NULL, "serve", "--help", NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "--admin-token-file"));
+	ck_assert_ptr_nonnull(strstr(out, "--worker-tokens-file"));
 }
 END_TEST
 
