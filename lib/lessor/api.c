@@ -37,16 +37,15 @@ int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret)
 {
 	lessor_api *a = calloc(1, sizeof(*a));
 
-	if (!a) {
-		lessor_tokens_free(cfg->tokens);
+	if (!a)
 		return -ENOMEM;
-	}
 	*a = (lessor_api){.store = cfg->store,
 	                  .waiters = cfg->waiters,
 	                  .tokens = cfg->tokens,
 	                  .max_body = cfg->max_body};
 	pthread_mutex_init(&a->tokens_lock, NULL);
 	if (cfg->enable_faults && !(a->faults = lessor_faults_new())) {
+		a->tokens = NULL; /* still the caller's */
 		lessor_api_free(a);
 		return -ENOMEM;
 	}

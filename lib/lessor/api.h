@@ -17,7 +17,7 @@ typedef struct lessor_call lessor_call;
 struct lessor_api_config {
 	lessor_store *store;     /* borrowed */
 	lessor_waiters *waiters; /* borrowed */
-	lessor_tokens *tokens;   /* taken (also on failure); NULL = no authentication */
+	lessor_tokens *tokens;   /* taken on success; NULL = no authentication */
 	size_t max_body;         /* request bodies above this are refused (413) */
 	bool enable_faults;      /* serve /v1/admin/faults */
 };

@@ -307,16 +307,15 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	int r;
 
 	s->waiters = lessor_waiters_new();
-	r = s->waiters ? lessor_store_open(cfg->db_path, &sc, &s->store) : -ENOMEM;
-	if (r < 0 && s->waiters)
-		log_error("cannot open database %s: %s", cfg->db_path,
-		          r == -EBUSY ? "in use by another lessor" : strerror(-r));
-	if (r >= 0)
-		r = lessor_store_recover(s->store, (int64_t)(time_real() / USEC_PER_MSEC));
-	if (r < 0) {
-		lessor_tokens_free(cfg->tokens); /* lessor_api_new did not take them */
+	if (!s->waiters)
+		return -ENOMEM;
+	r = lessor_store_open(cfg->db_path, &sc, &s->store);
+	if (r < 0)
+		return log_errno(LOG_ERR, r, "cannot open database %s: %s", cfg->db_path,
+		                 r == -EBUSY ? "in use by another lessor" : strerror(-r));
+	r = lessor_store_recover(s->store, (int64_t)(time_real() / USEC_PER_MSEC));
+	if (r < 0)
 		return r;
-	}
 	ac.store = s->store;
 	ac.waiters = s->waiters;
 	r = lessor_api_new(&ac, &s->api);
@@ -366,6 +365,8 @@ int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **
 	if (r >= 0)
 		r = start_http(s, cfg);
 	if (r < 0) {
+		if (!s->api) /* else they are the api's */
+			lessor_tokens_free(cfg->tokens);
 		lessor_server_stop(s);
 		return r;
 	}

@@ -440,9 +440,8 @@ static int owner_view(lessor_store *s, struct owner_ctx *c, char **ret)
 int lessor_store_lease_holder(lessor_store *s, const char *id, const char *lease_token,
                               char **ret_worker_id)
 {
-	struct owner_ctx c = {
-	    .sql = "SELECT worker_id FROM leases WHERE run_seq = ? AND token = ?",
-	    .key = lease_token};
+	struct owner_ctx c = {.sql = "SELECT worker_id FROM leases WHERE run_seq = ? AND token = ?",
+	                      .key = lease_token};
 
 	if (lessor_run_id_parse(id, &c.seq) < 0 || c.seq <= 0)
 		return -ENOENT;
