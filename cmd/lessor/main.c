@@ -37,7 +37,9 @@ static const char usage_text[] =
     "\n"
     "Client options (every command but serve):\n"
     "  --url URL                 server (default $LESSOR_URL or http://127.0.0.1:8080)\n"
-    "  --token-file FILE         bearer token (default $LESSOR_TOKEN_FILE)\n"
+    "  --admin-token-file FILE   the admin token (default $LESSOR_ADMIN_TOKEN_FILE)\n"
+    "  --token-file FILE         deprecated name of --admin-token-file\n"
+    "                            (default $LESSOR_TOKEN_FILE)\n"
     "  --json                    print the API's JSON instead of text\n"
     "\n"
     "enqueue: --workflow W [--input JSON] [--tag T]... [--max-attempts N]\n"
@@ -58,7 +60,15 @@ static const char serve_usage[] =
     "  --db FILE                 database (default $XDG_STATE_HOME/lessor/lessor.db, or\n"
     "                            /var/lib/lessor/lessor.db for root, or\n"
     "                            ~/.local/state/lessor/lessor.db)\n"
-    "  --token-file FILE         require this bearer token (default: no authentication)\n"
+    "  --admin-token-file FILE   the admin token: the admin API (enqueue, cancel,\n"
+    "                            requeue, runs, logs, stats, workers, faults) and only that\n"
+    "  --worker-tokens-file FILE worker tokens, one 'NAME TOKEN' a line ('#' comments);\n"
+    "                            the worker endpoints, each token only for the runs it\n"
+    "                            claimed; NAME is the worker's identity.  SIGHUP rereads\n"
+    "                            both files (a token removed is revoked; a file that does\n"
+    "                            not load keeps the previous tokens)\n"
+    "  --token-file FILE         deprecated: one token for everything, admin and worker\n"
+    "                            (default: no authentication at all)\n"
     "  --max-log-bytes SIZE      per-run log cap (default 64M)\n"
     "  --max-body-bytes SIZE     request body cap (default 4M)\n"
     "  --synchronous full|normal full: every answered write survives power loss (default);\n"
@@ -174,7 +184,7 @@ static int ensure_parent_dir(const char *path)
 
 struct serve_opts {
 	struct lessor_server_config cfg;
-	const char *token_file;
+	struct lessor_token_files tokens;
 	char *db;
 	int ready_fd;
 	enum log_format log_format;
@@ -185,6 +195,8 @@ enum {
 	OPT_LISTEN = 0x100,
 	OPT_DB,
 	OPT_TOKEN_FILE,
+	OPT_ADMIN_TOKEN_FILE,
+	OPT_WORKER_TOKENS_FILE,
 	OPT_MAX_LOG,
 	OPT_MAX_BODY,
 	OPT_SYNC,
@@ -229,7 +241,13 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 		o->db = strdup(arg);
 		return o->db ? 0 : 1;
 	case OPT_TOKEN_FILE:
-		o->token_file = arg;
+		o->tokens.legacy = arg;
+		return 0;
+	case OPT_ADMIN_TOKEN_FILE:
+		o->tokens.admin = arg;
+		return 0;
+	case OPT_WORKER_TOKENS_FILE:
+		o->tokens.workers = arg;
 		return 0;
 	case OPT_MAX_LOG:
 		if (parse_size(arg, &size) < 0 || size == 0)
@@ -296,6 +314,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
 	    {"listen", required_argument, NULL, OPT_LISTEN},
 	    {"db", required_argument, NULL, OPT_DB},
 	    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+	    {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},
+	    {"worker-tokens-file", required_argument, NULL, OPT_WORKER_TOKENS_FILE},
 	    {"max-log-bytes", required_argument, NULL, OPT_MAX_LOG},
 	    {"max-body-bytes", required_argument, NULL, OPT_MAX_BODY},
 	    {"synchronous", required_argument, NULL, OPT_SYNC},
@@ -342,7 +362,50 @@ static void announce(const struct serve_opts *o, const char *address)
 	}
 }
 
-static int wait_for_stop(const sigset_t *set)
+static int load_tokens(const struct lessor_token_files *f, lessor_tokens **ret)
+{
+	char err[640] = "";
+	int r = lessor_tokens_load(f, ret, err, sizeof(err));
+
+	if (r < 0)
+		log_error("%s", err);
+	return r;
+}
+
+static void warn_tokens(const struct serve_opts *o, const lessor_tokens *t, const char *address)
+{
+	if (!lessor_tokens_required(t))
+		log_warning("no token files: ANYONE who can connect to %s may claim, complete "
+		            "and enqueue runs; use --admin-token-file and --worker-tokens-file "
+		            "outside a test machine",
+		            address);
+	else if (lessor_tokens_legacy(t))
+		log_warning("--token-file is deprecated: its one token is the admin token and "
+		            "every worker's at once, so any worker may enqueue, cancel and read "
+		            "every run; use --admin-token-file and --worker-tokens-file");
+	else if (lessor_tokens_n_workers(t) == 0)
+		log_warning("no worker tokens: every worker endpoint answers 401");
+}
+
+/* SIGHUP: the token files again; a set that does not load changes nothing. */
+static void reload_tokens(const struct serve_opts *o, lessor_server *server)
+{
+	lessor_tokens *t = NULL;
+
+	if (!o->tokens.admin && !o->tokens.workers && !o->tokens.legacy) {
+		log_info("SIGHUP: no token files, nothing to reload");
+		return;
+	}
+	if (load_tokens(&o->tokens, &t) < 0) {
+		log_error("SIGHUP: keeping the previous tokens");
+		return;
+	}
+	log_info("SIGHUP: reloaded the tokens: %zu worker tokens", lessor_tokens_n_workers(t));
+	warn_tokens(o, t, lessor_server_address(server));
+	lessor_server_set_tokens(server, t);
+}
+
+static int wait_for_stop(const struct serve_opts *o, lessor_server *server, const sigset_t *set)
 {
 	int sig = 0;
 
@@ -350,7 +413,7 @@ static int wait_for_stop(const sigset_t *set)
 		if (sigwait(set, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
-			log_info("SIGHUP: nothing to reload, ignoring");
+			reload_tokens(o, server);
 			continue;
 		}
 		return sig;
@@ -359,22 +422,25 @@ static int wait_for_stop(const sigset_t *set)
 
 static int serve_run(struct serve_opts *o)
 {
-	_cleanup_free_ char *token = NULL;
+	lessor_tokens *tokens = NULL;
 	lessor_server *server = NULL;
 	sigset_t set;
 	int r, sig;
 
-	if (o->token_file && read_token(o->token_file, &token) < 0)
+	if (load_tokens(&o->tokens, &tokens) < 0)
 		return EXIT_CONFIG;
-	if (!o->db && !(o->db = default_db_path()))
+	if (!o->db && !(o->db = default_db_path())) {
+		lessor_tokens_free(tokens);
 		return 1;
+	}
 	r = ensure_parent_dir(o->db);
 	if (r < 0) {
 		log_error("cannot create the directory of %s: %s", o->db, strerror(-r));
+		lessor_tokens_free(tokens);
 		return EXIT_CONFIG;
 	}
 	o->cfg.db_path = o->db;
-	o->cfg.token = token;
+	o->cfg.tokens = tokens;
 	/* blocked before any thread starts, so all of them inherit the mask */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -382,15 +448,12 @@ static int serve_run(struct serve_opts *o)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	r = lessor_server_start(&o->cfg, &server);
+	r = lessor_server_start(&o->cfg, &server); /* takes tokens */
 	if (r < 0)
 		return 1;
-	if (!token)
-		log_warning("no --token-file: ANYONE who can connect to %s may claim, complete "
-		            "and enqueue runs; use --token-file outside a test machine",
-		            lessor_server_address(server));
+	warn_tokens(o, tokens, lessor_server_address(server));
 	announce(o, lessor_server_address(server));
-	sig = wait_for_stop(&set);
+	sig = wait_for_stop(o, server, &set);
 	log_info("%s: draining and stopping", strsignal(sig));
 	lessor_server_stop(server);
 	log_info("stopped");
@@ -419,6 +482,7 @@ static int cmd_serve(int argc, char **argv)
 #define CLIENT_OPTIONS                                                                             \
 	{"url", required_argument, NULL, OPT_URL},                                                 \
 	    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},                               \
+	    {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},                   \
 	    {"json", no_argument, NULL, OPT_JSON},                                                 \
 	{                                                                                          \
 		"help", no_argument, NULL, 'h'                                                     \
@@ -443,6 +507,7 @@ static int client_option(struct client_opts *o, int c, const char *arg)
 		o->cli.url = arg;
 		return 0;
 	case OPT_TOKEN_FILE:
+	case OPT_ADMIN_TOKEN_FILE:
 		o->token_file = arg;
 		return 0;
 	case OPT_JSON:
@@ -508,11 +573,15 @@ static int client_parse(int argc, char **argv, const struct option *opts, struct
 static int client_cmd(int argc, char **argv, const struct option *opts, bool want_arg,
                       int (*fn)(struct client_opts *o, const char *arg))
 {
-	const char *env_token = getenv("LESSOR_TOKEN_FILE");
+	const char *env_token = getenv("LESSOR_ADMIN_TOKEN_FILE");
 	struct client_opts o = {.cli = {.url = getenv("LESSOR_URL"), .out = stdout, .err = stderr},
 	                        .token_file = env_token && *env_token ? env_token : NULL};
 	int r;
 
+	if (!o.token_file) {
+		env_token = getenv("LESSOR_TOKEN_FILE"); /* deprecated */
+		o.token_file = env_token && *env_token ? env_token : NULL;
+	}
 	if (!o.cli.url || !*o.cli.url)
 		o.cli.url = "http://127.0.0.1:8080";
 	r = client_parse(argc, argv, opts, &o);

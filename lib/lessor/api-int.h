@@ -2,17 +2,20 @@
 #pragma once
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "lessor/api.h"
 #include "lessor/faults.h"
 #include "lessor/fields.h"
+#include "lessor/tokens.h"
 #include "util/macro.h"
 
 struct lessor_api {
 	lessor_store *store;
 	lessor_waiters *waiters;
-	char *token;
+	pthread_mutex_t tokens_lock; /* tokens is replaced on SIGHUP */
+	lessor_tokens *tokens;
 	size_t max_body;
 	lessor_faults *faults; /* NULL unless --enable-faults */
 };
@@ -32,6 +35,7 @@ struct lessor_call {
 	struct lessor_call_io io;
 	char *method, *path;
 	const struct lessor_route *route;
+	struct lessor_principal who; /* set before the handler runs */
 	char arg[LESSOR_ARG_MAX];
 	char allow[48];
 	const char *body;
@@ -61,6 +65,11 @@ int lessor_reply_store_error(lessor_call *c, int r);
 /* Parks the call until woken or c->waiter.deadline: 0 parked, -EAGAIN (a wake
  * happened since seen_gen: look again), -ESHUTDOWN. */
 int lessor_call_park(lessor_call *c, uint64_t seen_gen);
+
+/* A named worker token may touch only the runs whose lease (lease_token)
+ * was granted to it: 0 when the caller may go on, else LESSOR_CALL_REPLY
+ * with 409 lease_lost, the answer for a run that does not exist too. */
+int lessor_call_check_holder(lessor_call *c, const char *lease_token);
 
 /* handlers: api_worker.c */
 int lessor_h_claim(lessor_call *c);

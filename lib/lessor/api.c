@@ -39,9 +39,13 @@ int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret)
 
 	if (!a)
 		return -ENOMEM;
-	*a = (lessor_api){.store = cfg->store, .waiters = cfg->waiters, .max_body = cfg->max_body};
-	if ((cfg->token && !(a->token = strdup(cfg->token))) ||
-	    (cfg->enable_faults && !(a->faults = lessor_faults_new()))) {
+	*a = (lessor_api){.store = cfg->store,
+	                  .waiters = cfg->waiters,
+	                  .tokens = cfg->tokens,
+	                  .max_body = cfg->max_body};
+	pthread_mutex_init(&a->tokens_lock, NULL);
+	if (cfg->enable_faults && !(a->faults = lessor_faults_new())) {
+		a->tokens = NULL; /* still the caller's */
 		lessor_api_free(a);
 		return -ENOMEM;
 	}
@@ -53,9 +57,8 @@ lessor_api *lessor_api_free(lessor_api *a)
 {
 	if (!a)
 		return NULL;
-	if (a->token)
-		explicit_bzero(a->token, strlen(a->token));
-	free(a->token);
+	lessor_tokens_free(a->tokens);
+	pthread_mutex_destroy(&a->tokens_lock);
 	lessor_faults_free(a->faults);
 	free(a);
 	return NULL;
@@ -64,6 +67,17 @@ lessor_api *lessor_api_free(lessor_api *a)
 size_t lessor_api_max_body(const lessor_api *a)
 {
 	return a->max_body;
+}
+
+void lessor_api_set_tokens(lessor_api *a, lessor_tokens *t)
+{
+	lessor_tokens *old;
+
+	pthread_mutex_lock(&a->tokens_lock);
+	old = a->tokens;
+	a->tokens = t;
+	pthread_mutex_unlock(&a->tokens_lock);
+	lessor_tokens_free(old);
 }
 
 int64_t lessor_now_ms(void)
@@ -251,30 +265,88 @@ static int route(lessor_call *c)
 
 /* ---- authentication, body ---- */
 
-static bool token_equal(const char *want, const char *got)
+/* The bearer token of the request, NULL when there is none. */
+static const char *bearer(lessor_call *c)
 {
-	size_t n = strlen(want), m = strlen(got);
-	unsigned char d = n != m;
+	const char *h = c->io.header(c->io.userdata, "Authorization");
 
-	/* constant time in the length of the expected token */
-	for (size_t i = 0; i < n; i++)
-		d |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
-	return d == 0;
-}
-
-static bool authorized(lessor_call *c)
-{
-	const char *h;
-
-	if (!c->api->token || c->route->handler == lessor_h_health)
-		return true;
-	h = c->io.header(c->io.userdata, "Authorization");
 	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-		return false;
+		return NULL;
 	h += 7;
 	while (*h == ' ')
 		h++;
-	return token_equal(c->api->token, h);
+	return h;
+}
+
+static void authenticate(lessor_call *c)
+{
+	pthread_mutex_lock(&c->api->tokens_lock);
+	lessor_tokens_check(c->api->tokens, bearer(c), &c->who);
+	pthread_mutex_unlock(&c->api->tokens_lock);
+}
+
+/* The worker endpoints; every other one but /healthz is the admin API. */
+static bool worker_endpoint(const struct lessor_route *r)
+{
+	return r->handler == lessor_h_claim || r->handler == lessor_h_claim_cancel ||
+	       r->handler == lessor_h_renew || r->handler == lessor_h_log_append ||
+	       r->handler == lessor_h_complete || r->handler == lessor_h_release;
+}
+
+/* 0, or LESSOR_CALL_REPLY with 401 (no valid token) or 403 (a token of the
+ * other kind). */
+static int authorize(lessor_call *c)
+{
+	bool worker;
+
+	if (c->route->handler == lessor_h_health)
+		return 0;
+	authenticate(c);
+	if (c->who.role == LESSOR_ROLE_NONE) {
+		lessor_reply_error(c, 401, "unauthorized", "a valid bearer token is required");
+		c->reply.auth_challenge = true;
+		return LESSOR_CALL_REPLY;
+	}
+	worker = worker_endpoint(c->route);
+	if (c->who.role == LESSOR_ROLE_ADMIN && worker)
+		return lessor_reply_error(
+		    c, 403, "forbidden", "this endpoint needs a worker token, not the admin token");
+	if (c->who.role == LESSOR_ROLE_WORKER && !worker)
+		return lessor_reply_error(c, 403, "forbidden",
+		                          "this endpoint needs the admin token");
+	return 0;
+}
+
+/* A parked call (long poll) is checked again when it runs again: a token
+ * revoked meanwhile gets nothing more. */
+static int reauthorize(lessor_call *c)
+{
+	struct lessor_principal before = c->who;
+
+	if (c->route->handler == lessor_h_health)
+		return 0;
+	authenticate(c);
+	if (c->who.role == before.role && streq(c->who.name, before.name))
+		return 0;
+	lessor_reply_error(c, 401, "unauthorized", "the bearer token was revoked");
+	c->reply.auth_challenge = true;
+	return LESSOR_CALL_REPLY;
+}
+
+int lessor_call_check_holder(lessor_call *c, const char *lease_token)
+{
+	_cleanup_free_ char *holder = NULL;
+	int r;
+
+	if (c->who.role != LESSOR_ROLE_WORKER)
+		return 0;
+	r = lessor_store_lease_holder(c->api->store, c->arg, lease_token, &holder);
+	if (r >= 0 && streq(holder, c->who.name))
+		return 0;
+	if (r < 0 && r != -ENOENT)
+		return lessor_reply_store_error(c, r);
+	return lessor_reply_error(c, 409, "lease_lost",
+	                          "the lease token is not the run's current lease");
 }
 
 static int parse_json_body(lessor_call *c)
@@ -300,11 +372,9 @@ static int prepare(lessor_call *c, bool body_too_large)
 
 	if (r != 0)
 		return r;
-	if (!authorized(c)) {
-		lessor_reply_error(c, 401, "unauthorized", "a valid bearer token is required");
-		c->reply.auth_challenge = true;
-		return LESSOR_CALL_REPLY;
-	}
+	r = authorize(c);
+	if (r != 0)
+		return r;
 	if (body_too_large)
 		return lessor_reply_error(c, 413, "body_too_large",
 		                          "the request body exceeds %zu bytes", c->api->max_body);
@@ -340,11 +410,9 @@ int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_
 
 	c->body = body;
 	c->len = len;
-	if (!c->route) {
-		r = prepare(c, body_too_large);
-		if (r != 0)
-			return r;
-	}
+	r = c->route ? reauthorize(c) : prepare(c, body_too_large);
+	if (r != 0)
+		return r;
 	r = inject_fault(c);
 	if (r != 0)
 		return r;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "lessor/store.h"
+#include "lessor/tokens.h"
 #include "lessor/waiters.h"
 
 typedef struct lessor_api lessor_api;
@@ -16,7 +17,7 @@ typedef struct lessor_call lessor_call;
 struct lessor_api_config {
 	lessor_store *store;     /* borrowed */
 	lessor_waiters *waiters; /* borrowed */
-	const char *token;       /* bearer token; NULL = no authentication */
+	lessor_tokens *tokens;   /* taken on success; NULL = no authentication */
 	size_t max_body;         /* request bodies above this are refused (413) */
 	bool enable_faults;      /* serve /v1/admin/faults */
 };
@@ -24,6 +25,8 @@ struct lessor_api_config {
 int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret);
 lessor_api *lessor_api_free(lessor_api *a);
 size_t lessor_api_max_body(const lessor_api *a);
+/* Replaces the token set (takes t) for every request from now on. */
+void lessor_api_set_tokens(lessor_api *a, lessor_tokens *t);
 
 /* How a call reads its request and parks itself.  suspend() is called with
  * the waiters' lock held; resume() from any thread. */

@@ -65,6 +65,9 @@ static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wai
 		return r;
 	cs->req.max_runs = (unsigned)max_runs;
 	cs->req.ttl_s = (unsigned)ttl;
+	/* a named worker token is the worker's identity, whatever the body says */
+	if (c->who.role == LESSOR_ROLE_WORKER)
+		cs->req.worker_id = c->who.name;
 	return 0;
 }
 
@@ -174,23 +177,51 @@ int lessor_h_claim(lessor_call *c)
 	}
 }
 
+static int released_reply(lessor_call *c, unsigned released)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(o, "released", released);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* 1 when the caller may cancel the claim c->arg: anyone but a named worker,
+ * which may cancel only its own claims (or one not made yet).  Another
+ * worker's claim is answered like an unknown one, and left alone. */
+static int claim_cancel_allowed(lessor_call *c)
+{
+	_cleanup_free_ char *owner = NULL;
+	int r;
+
+	if (c->who.role != LESSOR_ROLE_WORKER)
+		return 1;
+	r = lessor_store_claim_owner(c->api->store, c->arg, &owner);
+	if (r == -ENOENT)
+		return 1;
+	if (r < 0)
+		return r;
+	return streq(owner, c->who.name) || streq(owner, "");
+}
+
 int lessor_h_claim_cancel(lessor_call *c)
 {
 	unsigned released = 0;
-	cJSON *o;
 	int r;
 
 	if (!lessor_valid_id(c->arg))
 		return lessor_reply_error(c, 400, "invalid_request", "malformed claim_id");
+	r = claim_cancel_allowed(c);
+	if (r < 0)
+		return lessor_reply_store_error(c, r);
+	if (r == 0)
+		return released_reply(c, 0);
 	r = lessor_store_claim_cancel(c->api->store, c->arg, lessor_now_ms(), &released);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	lessor_waiters_wake_claim(c->api->waiters, c->arg);
 	if (released > 0)
 		lessor_waiters_wake(c->api->waiters, NULL, NULL);
-	o = cJSON_CreateObject();
-	cJSON_AddNumberToObject(o, "released", released);
-	return lessor_reply_json(c, 200, o);
+	return released_reply(c, released);
 }
 
 /* ---- lease ---- */
@@ -211,6 +242,8 @@ int lessor_h_renew(lessor_call *c)
 	if (token_field(c, &token) < 0 ||
 	    lessor_field_int(c->json, "ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg) < 0)
 		return lessor_reply_invalid(c);
+	if ((r = lessor_call_check_holder(c, token)) != 0)
+		return r;
 	r = lessor_store_renew(c->api->store, c->arg, token, (unsigned)ttl, lessor_now_ms(),
 	                       &cancel);
 	if (r < 0)
@@ -285,6 +318,8 @@ int lessor_h_log_append(lessor_call *c)
 		return lessor_reply_error(c, 400, "invalid_request",
 		                          "Content-Range must be 'bytes <start>-<end>/*' "
 		                          "matching the body");
+	if ((r = lessor_call_check_holder(c, token)) != 0)
+		return r;
 	r = lessor_store_append_log(c->api->store, c->arg, token, start, c->body, c->len,
 	                            lessor_now_ms(), &length);
 	if (r == -ERANGE)
@@ -347,6 +382,8 @@ int lessor_h_complete(lessor_call *c)
 			return lessor_reply_store_error(c, -ENOMEM);
 		in.output_json = output_json;
 	}
+	if ((r = lessor_call_check_holder(c, in.token)) != 0)
+		return r;
 	r = lessor_store_complete(c->api->store, c->arg, &in, lessor_now_ms(), &run_status);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
@@ -368,6 +405,8 @@ int lessor_h_release(lessor_call *c)
 	    lessor_field_enum(c->json, "reason", true, release_reasons, &reason, c->msg) < 0 ||
 	    lessor_field_int(c->json, "delay_s", false, 0, MAX_TTL_S, 0, &delay, c->msg) < 0)
 		return lessor_reply_invalid(c);
+	if ((r = lessor_call_check_holder(c, token)) != 0)
+		return r;
 	r = lessor_store_release(c->api->store, c->arg, token, reason, (unsigned)delay,
 	                         lessor_now_ms());
 	if (r < 0)

@@ -303,7 +303,7 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	    .max_log_bytes = cfg->max_log_bytes,
 	};
 	struct lessor_api_config ac = {
-	    .token = cfg->token, .max_body = cfg->max_body, .enable_faults = cfg->enable_faults};
+	    .tokens = cfg->tokens, .max_body = cfg->max_body, .enable_faults = cfg->enable_faults};
 	int r;
 
 	s->waiters = lessor_waiters_new();
@@ -354,8 +354,10 @@ int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **
 	lessor_server *s = calloc(1, sizeof(*s));
 	int r;
 
-	if (!s)
+	if (!s) {
+		lessor_tokens_free(cfg->tokens);
 		return -ENOMEM;
+	}
 	s->listen_fd = -1;
 	atomic_init(&s->in_flight, 0);
 	atomic_init(&s->stopping, false);
@@ -363,6 +365,8 @@ int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **
 	if (r >= 0)
 		r = start_http(s, cfg);
 	if (r < 0) {
+		if (!s->api) /* else they are the api's */
+			lessor_tokens_free(cfg->tokens);
 		lessor_server_stop(s);
 		return r;
 	}
@@ -373,6 +377,11 @@ int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **
 const char *lessor_server_address(const lessor_server *s)
 {
 	return s->address;
+}
+
+void lessor_server_set_tokens(lessor_server *s, lessor_tokens *t)
+{
+	lessor_api_set_tokens(s->api, t);
 }
 
 static void drain(lessor_server *s)

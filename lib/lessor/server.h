@@ -9,13 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lessor/tokens.h"
 #include "util/time.h"
 
 struct lessor_server_config {
 	const char *listen; /* "HOST:PORT" or "[V6]:PORT"; port 0 = any free port */
 	const char *db_path;
-	const char *token; /* bearer token; NULL = no authentication */
-	size_t max_body;   /* request body cap */
+	lessor_tokens *tokens; /* taken, also when start fails; NULL = no authentication */
+	size_t max_body;       /* request body cap */
 	uint64_t max_log_bytes;
 	bool sync_full;    /* synchronous=FULL (else NORMAL) */
 	unsigned threads;  /* HTTP polling threads */
@@ -44,6 +45,9 @@ typedef struct lessor_server lessor_server;
 int lessor_server_start(const struct lessor_server_config *cfg, lessor_server **ret);
 /* The bound address, "127.0.0.1:41234" (the real port when 0 was asked). */
 const char *lessor_server_address(const lessor_server *s);
+/* Replaces the token set (takes t): requests from now on are checked against
+ * it (SIGHUP reload; the old tokens are wiped). */
+void lessor_server_set_tokens(lessor_server *s, lessor_tokens *t);
 /* Graceful stop: stop accepting, answer parked long polls, let in-flight
  * requests finish (bounded), stop the threads, close the database. */
 lessor_server *lessor_server_stop(lessor_server *s);

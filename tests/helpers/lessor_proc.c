@@ -27,6 +27,8 @@ struct tu_lessor {
 	char *log;
 	char *token;
 	char *token_file;
+	bool scoped; /* token_file is --admin-token-file */
+	char *workers_file;
 	char **args;
 	bool sync_normal;
 	char listen[128]; /* "127.0.0.1:0" first, then the port it got */
@@ -67,8 +69,13 @@ static char **build_argv(const struct tu_lessor *l)
 	for (size_t i = 0; i < ELEMENTSOF(base) && r >= 0; i++)
 		r = strv_extend(&argv, base[i]);
 	if (r >= 0 && l->token_file)
-		r = strv_extend(&argv, "--token-file") < 0 ? -ENOMEM
-		                                           : strv_extend(&argv, l->token_file);
+		r = strv_extend(&argv, l->scoped ? "--admin-token-file" : "--token-file") < 0
+		        ? -ENOMEM
+		        : strv_extend(&argv, l->token_file);
+	if (r >= 0 && l->workers_file)
+		r = strv_extend(&argv, "--worker-tokens-file") < 0
+		        ? -ENOMEM
+		        : strv_extend(&argv, l->workers_file);
 	if (r >= 0 && l->sync_normal)
 		r = strv_extend(&argv, "--synchronous") < 0 ? -ENOMEM
 		                                            : strv_extend(&argv, "normal");
@@ -189,6 +196,56 @@ static int write_token(struct tu_lessor *l)
 	return write_file_atomic(l->token_file, l->token, strlen(l->token), 0600);
 }
 
+static int write_workers(struct tu_lessor *l, const char *text)
+{
+	if (!l->workers_file && asprintf(&l->workers_file, "%s/worker-tokens", l->dir) < 0) {
+		l->workers_file = NULL;
+		return -ENOMEM;
+	}
+	return write_file_atomic(l->workers_file, text, strlen(text), 0600);
+}
+
+static int write_tokens(struct tu_lessor *l, const struct tu_lessor_opts *opts)
+{
+	const char *t = opts->admin_token ? opts->admin_token : opts->token;
+	int r;
+
+	l->scoped = opts->admin_token != NULL;
+	if (t) {
+		l->token = strdup(t);
+		if (!l->token)
+			return -ENOMEM;
+		r = write_token(l);
+		if (r < 0)
+			return r;
+	}
+	return opts->worker_tokens ? write_workers(l, opts->worker_tokens) : 0;
+}
+
+int tu_lessor_set_worker_tokens(struct tu_lessor *l, const char *text)
+{
+	int r = write_workers(l, text);
+
+	if (r < 0)
+		return r;
+	return l->pid > 0 && kill(l->pid, SIGHUP) < 0 ? -errno : 0;
+}
+
+int tu_lessor_wait_log(const struct tu_lessor *l, const char *needle, usec_t timeout)
+{
+	usec_t end = time_mono() + tu_timeout(timeout);
+
+	do {
+		_cleanup_free_ char *text = NULL;
+
+		if (read_file_capped(l->log, 16 << 20, &text, NULL) >= 0 && text &&
+		    strstr(text, needle))
+			return 0;
+		tu_sleep(20 * USEC_PER_MSEC);
+	} while (time_mono() < end);
+	return -ETIMEDOUT;
+}
+
 int tu_lessor_start(const struct tu_lessor_opts *opts, struct tu_lessor **ret)
 {
 	struct tu_lessor *l = calloc(1, sizeof(*l));
@@ -205,11 +262,8 @@ int tu_lessor_start(const struct tu_lessor_opts *opts, struct tu_lessor **ret)
 		goto fail;
 	if (opts && opts->args && !(l->args = strv_copy(opts->args)))
 		goto fail;
-	if (opts && opts->token) {
-		l->token = strdup(opts->token);
-		if (!l->token || (r = write_token(l)) < 0)
-			goto fail;
-	}
+	if (opts && (r = write_tokens(l, opts)) < 0)
+		goto fail;
 	r = launch(l);
 	if (r < 0)
 		goto fail;
@@ -261,6 +315,7 @@ struct tu_lessor *tu_lessor_free(struct tu_lessor *l)
 	free(l->log);
 	free(l->token);
 	free(l->token_file);
+	free(l->workers_file);
 	strv_free(l->args);
 	free(l);
 	return NULL;

@@ -29,7 +29,13 @@
 struct tu_lessor;
 
 struct tu_lessor_opts {
-	const char *token; /* NULL: no authentication; else required bearer token */
+	const char *token; /* NULL: no authentication; else required bearer token
+	                    * (--token-file: admin and worker at once, deprecated) */
+	/* Scoped tokens instead of .token: --admin-token-file (tu_lessor_token()
+	 * then returns it) and --worker-tokens-file with this text ("NAME TOKEN"
+	 * lines); either may be NULL. */
+	const char *admin_token;
+	const char *worker_tokens;
 	char *const *args; /* extra `lessor serve` arguments (NULL-terminated), or NULL */
 	bool sync_normal;  /* --synchronous normal (faster; still survives kill -9) */
 };
@@ -49,6 +55,11 @@ struct tu_lessor *tu_lessor_free(struct tu_lessor *l);
 const char *tu_lessor_url(const struct tu_lessor *l);   /* "http://127.0.0.1:PORT" */
 const char *tu_lessor_token(const struct tu_lessor *l); /* NULL when none */
 const char *tu_lessor_dir(const struct tu_lessor *l);   /* private temp dir */
+/* Replace the worker tokens file (atomically) and send SIGHUP; the reload is
+ * asynchronous: wait for its effect (or tu_lessor_wait_log). */
+int tu_lessor_set_worker_tokens(struct tu_lessor *l, const char *text);
+/* Wait until the server's log contains needle: 0 or -ETIMEDOUT. */
+int tu_lessor_wait_log(const struct tu_lessor *l, const char *needle, usec_t timeout);
 const char *tu_lessor_db(const struct tu_lessor *l);
 pid_t tu_lessor_pid(const struct tu_lessor *l); /* -1 when not running */
 
