@@ -137,7 +137,7 @@ valgrind-check:
 
 # tests/chaos/chaos.c; its parameters are environment variables (see there).
 CHAOS_RUNS   ?= 3000
-CHAOS_WINDOW ?= 240
+CHAOS_WINDOW ?= 600
 chaos:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory $(LESSEE) $(LESSOR) $(TEST_AUX) $(CHAOS)

@@ -6,7 +6,8 @@
  *   START|BEAT|TERM|END|OVERLAP <run id> <attempt> <pid> <CLOCK_MONOTONIC ns>
  *
  * then writes the run's deterministic output (tests/aux/ledger.h) to stdout,
- * one line per write() every LINE_US microseconds, and its result file.
+ * one line per write() every LINE_US x chaos_pause_factor() microseconds,
+ * and its result file.
  * OVERLAP: another process still held LOCKDIR/<run id> (an flock the kernel
  * drops when its holder dies, even by SIGKILL), i.e. two executions of one run
  * at once.  A quarter of the ids trap SIGTERM and carry on (a hostile child);
@@ -115,7 +116,7 @@ int main(int argc, char **argv)
 		write_all(STDOUT_FILENO, line, (size_t)len);
 		if (k % 10 == 9)
 			note("BEAT");
-		pause_us(atol(argv[3]));
+		pause_us(atol(argv[3]) * (long)chaos_pause_factor(run_id));
 	}
 	write_result(result);
 	note("END");

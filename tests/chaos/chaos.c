@@ -5,9 +5,11 @@
  *
  * Parameters (environment, defaults in brackets):
  *   CHAOS_RUNS [3000]      runs enqueued, spread over the first 3/4 of the window
- *   CHAOS_WINDOW [240]     seconds of faults
- *   CHAOS_CONCURRENCY [6]  runs per daemon
- *   CHAOS_LINE_US [10000]  pause between two output lines of a job (20..200 lines)
+ *   CHAOS_WINDOW [600]     seconds of faults
+ *   CHAOS_CONCURRENCY [8]  runs per daemon
+ *   CHAOS_LINE_US [10000]  pause unit between two output lines of a job (20..200
+ *                          lines, 1..6 units each: 0.2 s to 12 s, 4 s on average)
+ *   CHAOS_KILL_GRACE [2s]  lessee's kill_grace (lease_ttl is 6s, its margin 1s)
  *   CHAOS_SETTLE [300]     seconds allowed after the window for every run to end
  *   CHAOS_SEED [1]         the fault schedule's seed
  *   CHAOS_KEEP             keep the directories even when everything passed
@@ -51,6 +53,7 @@
 
 struct chaos_cfg {
 	unsigned runs, window_s, concurrency, line_us, settle_s, seed;
+	const char *kill_grace;
 	bool keep;
 };
 
@@ -133,10 +136,11 @@ static int start_lessee(struct chaos *c, int i)
 
 	if (!job || asprintf(&conf,
 	                     "[worker]\nid = chaos-%d\nconcurrency = %u\nlease_ttl = %ds\n"
+	                     "kill_grace = %s\n"
 	                     "[log]\nlevel = info\n"
 	                     "[workflow.chaos]\ncommand = %s %s %s %u\n",
-	                     i, c->cfg.concurrency, LEASE_TTL_S, job, c->ledger, c->locks,
-	                     c->cfg.line_us) < 0)
+	                     i, c->cfg.concurrency, LEASE_TTL_S, c->cfg.kill_grace, job, c->ledger,
+	                     c->locks, c->cfg.line_us) < 0)
 		return -ENOMEM;
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = c->lessor, .conf = conf},
 	                       &c->d[i]);
@@ -197,34 +201,65 @@ static void arm(struct chaos *c, const char *body)
 		printf("chaos: arming %s: HTTP %ld\n", body, status);
 }
 
-static void fault_5xx(struct chaos *c)
+static const char *const worker_eps[] = {"claims", "lease", "log", "complete", "release"};
+
+/* 5xx on every worker endpoint: a burst of a few each, or an outage. */
+static void fault_5xx_n(struct chaos *c, unsigned min, unsigned spread)
 {
-	static const char *const eps[] = {"claims", "lease", "log", "complete", "release"};
 	static const unsigned codes[] = {500, 502, 503};
 
-	for (size_t i = 0; i < ELEMENTSOF(eps); i++) {
+	for (size_t i = 0; i < ELEMENTSOF(worker_eps); i++) {
 		unsigned code = codes[rnd_below(c, ELEMENTSOF(codes))];
 		char body[160];
 
 		snprintf(body, sizeof(body),
 		         "{\"endpoint\":\"%s\",\"status\":%u,\"count\":%u,\"retry_after_s\":%u}",
-		         eps[i], code, 2 + rnd_below(c, 7), code == 503 ? 1 : 0);
+		         worker_eps[i], code, min + rnd_below(c, spread), code == 503 ? 1 : 0);
 		arm(c, body);
 	}
 	c->n_5xx++;
 }
 
-/* A stall longer than a lease, then handled normally. */
+static void fault_5xx(struct chaos *c)
+{
+	fault_5xx_n(c, 2, 7);
+}
+
+static void fault_outage(struct chaos *c)
+{
+	fault_5xx_n(c, 30, 100);
+}
+
+/* Requests held longer than a lease, then handled normally. */
+static void fault_stall_n(struct chaos *c, const char *ep, unsigned count)
+{
+	char body[160];
+
+	snprintf(body, sizeof(body), "{\"endpoint\":\"%s\",\"delay_ms\":%u,\"count\":%u}", ep,
+	         (LEASE_TTL_S + 2) * 1000 + rnd_below(c, 3000), count);
+	arm(c, body);
+	c->n_stall++;
+}
+
+/* A few requests to lease, complete or log. */
 static void fault_stall(struct chaos *c)
 {
 	static const char *const eps[] = {"lease", "complete", "log"};
-	char body[160];
 
-	snprintf(body, sizeof(body), "{\"endpoint\":\"%s\",\"delay_ms\":%u,\"count\":%u}",
-	         eps[rnd_below(c, ELEMENTSOF(eps))], (LEASE_TTL_S + 2) * 1000 + rnd_below(c, 2000),
-	         1 + rnd_below(c, 3));
-	arm(c, body);
-	c->n_stall++;
+	fault_stall_n(c, eps[rnd_below(c, ELEMENTSOF(eps))], 1 + rnd_below(c, 3));
+}
+
+/* Every renewal for a while: leases are lost while their children run. */
+static void fault_stall_leases(struct chaos *c)
+{
+	fault_stall_n(c, "lease", 20 + rnd_below(c, 60));
+}
+
+/* Every completion and log shipment for a while: finished runs wait. */
+static void fault_stall_results(struct chaos *c)
+{
+	fault_stall_n(c, "complete", 10 + rnd_below(c, 30));
+	fault_stall_n(c, "log", 10 + rnd_below(c, 30));
 }
 
 static void fault_kill_lessee(struct chaos *c)
@@ -269,31 +304,68 @@ static void fault_drain(struct chaos *c)
 	c->n_drain++;
 }
 
-static void fault_hard_stop(struct chaos *c)
+static void fault_hard_stop_n(struct chaos *c, bool quit)
 {
 	int i = (int)rnd_below(c, NDAEMONS);
 
-	if (rnd_below(c, 2)) {
+	if (!quit) {
 		tu_lessee_signal(c->d[i], SIGTERM);
 		tu_sleep((100 + rnd_below(c, 900)) * USEC_PER_MSEC);
 		tu_lessee_signal(c->d[i], SIGTERM);
 	} else
 		tu_lessee_signal(c->d[i], SIGQUIT);
-	stop_and_record(c, i, "hard stop", 60 * USEC_PER_SEC);
+	stop_and_record(c, i, quit ? "hard stop (SIGQUIT)" : "hard stop (2 x SIGTERM)",
+	                60 * USEC_PER_SEC);
 	restart_lessee(c, i);
 	c->n_hard++;
 }
 
-static void fault_any(struct chaos *c)
+static void fault_hard_stop(struct chaos *c)
 {
-	/* weights: 5xx 3, stall 3, kill lessee 2, kill lessor 1, drain 1, hard stop 2 */
-	static void (*const table[])(struct chaos *) = {
-	    fault_5xx,         fault_5xx,   fault_5xx,         fault_stall,
-	    fault_stall,       fault_stall, fault_kill_lessee, fault_kill_lessee,
-	    fault_kill_lessor, fault_drain, fault_hard_stop,   fault_hard_stop,
-	};
+	fault_hard_stop_n(c, false);
+}
 
-	table[rnd_below(c, ELEMENTSOF(table))](c);
+static void fault_quit(struct chaos *c)
+{
+	fault_hard_stop_n(c, true);
+}
+
+/* The faults are dealt from a shuffled deck, so that every kind comes up
+ * once in each round of ELEMENTSOF(deck) faults, even in a short window. */
+static void fault_any(struct chaos *c, usec_t t0)
+{
+	struct fault {
+		const char *name;
+		void (*fn)(struct chaos *);
+	};
+	static struct fault deck[] = {
+	    {"5xx burst", fault_5xx},
+	    {"5xx outage", fault_outage},
+	    {"stall", fault_stall},
+	    {"stall leases", fault_stall_leases},
+	    {"stall results", fault_stall_results},
+	    {"kill -9 lessee", fault_kill_lessee},
+	    {"kill -9 lessor", fault_kill_lessor},
+	    {"drain", fault_drain},
+	    {"hard stop", fault_hard_stop},
+	    {"quit", fault_quit},
+	    {"5xx burst", fault_5xx},
+	    {"stall leases", fault_stall_leases},
+	};
+	static size_t dealt = ELEMENTSOF(deck);
+
+	if (dealt == ELEMENTSOF(deck)) {
+		for (size_t i = ELEMENTSOF(deck) - 1; i > 0; i--) {
+			size_t j = rnd_below(c, (unsigned)i + 1);
+			struct fault t = deck[i];
+
+			deck[i] = deck[j];
+			deck[j] = t;
+		}
+		dealt = 0;
+	}
+	printf("chaos: %6.1fs %s\n", elapsed_s(t0), deck[dealt].name);
+	deck[dealt++].fn(c);
 }
 
 /* ---- runs ---- */
@@ -722,7 +794,7 @@ static void window(struct chaos *c)
 		enqueue_upto(c, frac >= 1 ? c->cfg.runs : (unsigned)(frac * c->cfg.runs));
 		check_crashed(c);
 		if (now >= next) {
-			fault_any(c);
+			fault_any(c, t0);
 			next = time_mono() + (2000 + rnd_below(c, 4000)) * USEC_PER_MSEC;
 		}
 		tu_sleep(100 * USEC_PER_MSEC);
@@ -749,11 +821,12 @@ int main(void)
 {
 	struct chaos c = {
 	    .cfg = {.runs = env_uint("CHAOS_RUNS", 3000),
-	            .window_s = env_uint("CHAOS_WINDOW", 240),
-	            .concurrency = env_uint("CHAOS_CONCURRENCY", 6),
+	            .window_s = env_uint("CHAOS_WINDOW", 600),
+	            .concurrency = env_uint("CHAOS_CONCURRENCY", 8),
 	            .line_us = env_uint("CHAOS_LINE_US", 10000),
 	            .settle_s = env_uint("CHAOS_SETTLE", 300),
 	            .seed = env_uint("CHAOS_SEED", 1),
+	            .kill_grace = getenv("CHAOS_KILL_GRACE") ? getenv("CHAOS_KILL_GRACE") : "2s",
 	            .keep = getenv("CHAOS_KEEP") != NULL},
 	};
 	struct chaos_result res = {0};
@@ -763,9 +836,10 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	c.rng = chaos_mix(c.cfg.seed ? c.cfg.seed : 1);
-	printf("chaos: runs=%u window=%us concurrency=%u x %d daemons, lease_ttl=%ds, seed=%u, "
-	       "backend=%s\n",
-	       c.cfg.runs, c.cfg.window_s, c.cfg.concurrency, NDAEMONS, LEASE_TTL_S, c.cfg.seed,
+	printf("chaos: runs=%u window=%us concurrency=%u x %d daemons, lease_ttl=%ds, "
+	       "kill_grace=%s, seed=%u, backend=%s\n",
+	       c.cfg.runs, c.cfg.window_s, c.cfg.concurrency, NDAEMONS, LEASE_TTL_S,
+	       c.cfg.kill_grace, c.cfg.seed,
 	       getenv("LESSEE_IO_BACKEND") ? getenv("LESSEE_IO_BACKEND") : "auto");
 	if (setup(&c) < 0)
 		return 2;
