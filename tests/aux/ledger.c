@@ -66,8 +66,10 @@ static void write_result(const char *path)
 	int n = chaos_result(run_id, buf, sizeof(buf));
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
-	if (fd < 0)
+	if (fd < 0) {
+		fprintf(stderr, "ledger: cannot create the result file %s: %m\n", path);
 		_exit(5);
+	}
 	write_all(fd, buf, (size_t)n);
 	if (close(fd) < 0)
 		_exit(5);
