@@ -19,11 +19,12 @@
  * its log and result are pure functions of the run id (tests/aux/ledger.h).
  *
  * Faults during the window, one every 2-6 s, in a seeded random order: 5xx
- * on every worker endpoint, stalls longer than a lease on lease/complete/log,
- * kill -9 of a lessee (restarted on its spool), kill -9 of lessor (restarted
- * on its database), a drain (SIGTERM, restart) and a hard stop (SIGTERM twice
- * or SIGQUIT, restart).  Then every run must end, every daemon drains, lessor
- * stops, and the checks below are printed.  Safety checks (their failure
+ * on every worker endpoint (a burst, an outage, or sprinkled: every N-th
+ * request), stalls longer than a lease on lease/complete/log (a few, or all
+ * renewals / all results for a while), kill -9 of a lessee (restarted on its
+ * spool), kill -9 of lessor (restarted on its database), a drain (SIGTERM,
+ * restart) and a hard stop (SIGTERM twice or SIGQUIT, restart).  Then every run must end, every
+ * daemon drains, lessor stops, and the checks below are printed.  Safety checks (their failure
  * fails the program): runs lost, overlapping executions, results and logs not
  * byte-exact, leftover job processes, non-empty spools, nonzero exit codes.
  * Re-executions are counted, not failed. */
@@ -230,6 +231,19 @@ static void fault_outage(struct chaos *c)
 	fault_5xx_n(c, 30, 100);
 }
 
+/* 503 on every N-th request to every endpoint, for a while. */
+static void fault_sprinkle(struct chaos *c)
+{
+	char body[160];
+
+	snprintf(body, sizeof(body),
+	         "{\"endpoint\":\"all\",\"status\":503,\"retry_after_s\":1,\"count\":%u,"
+	         "\"every\":%u}",
+	         10 + rnd_below(c, 30), 2 + rnd_below(c, 5));
+	arm(c, body);
+	c->n_5xx++;
+}
+
 /* Requests held longer than a lease, then handled normally. */
 static void fault_stall_n(struct chaos *c, const char *ep, unsigned count)
 {
@@ -341,6 +355,7 @@ static void fault_any(struct chaos *c, usec_t t0)
 	static struct fault deck[] = {
 	    {"5xx burst", fault_5xx},
 	    {"5xx outage", fault_outage},
+	    {"5xx sprinkle", fault_sprinkle},
 	    {"stall", fault_stall},
 	    {"stall leases", fault_stall_leases},
 	    {"stall results", fault_stall_results},
