@@ -637,6 +637,57 @@ static void explain_log(const char *id, const char *log, size_t len)
 	       id, len, flen, d, d < len ? log + d : "(end)");
 }
 
+/* The log check on made-up logs, so that a change to the marker's wording
+ * cannot silently make it accept everything or nothing. */
+static bool log_check_self_test(void)
+{
+	static const char id[] = "r-self";
+	static const char marker[] = "[lessee: attempt 2, execution restarted]\n";
+	size_t flen = 0, cut;
+	_cleanup_free_ char *full = chaos_output(id, &flen);
+	_cleanup_free_ char *buf = malloc(3 * flen + 256);
+	unsigned m = 0;
+	bool ok = true;
+	size_t n;
+
+	if (!full || !buf)
+		return false;
+	cut = (size_t)((const char *)memchr(full + flen / 2, '\n', flen / 2) - full) + 1;
+	ok &= log_exact(id, full, flen, &m) && m == 0;
+	/* a first execution cut after a whole line, the marker, the second in full */
+	n = 0;
+	memcpy(buf + n, full, cut), n += cut;
+	memcpy(buf + n, marker, strlen(marker)), n += strlen(marker);
+	memcpy(buf + n, full, flen), n += flen;
+	ok &= log_exact(id, buf, n, &m) && m == 1;
+	/* cut in the middle of a line: lessee adds the '\n' before its marker */
+	n = 0;
+	memcpy(buf + n, full, cut - 5), n += cut - 5;
+	buf[n++] = '\n';
+	memcpy(buf + n, marker, strlen(marker)), n += strlen(marker);
+	memcpy(buf + n, full, flen), n += flen;
+	ok &= log_exact(id, buf, n, &m) && m == 1;
+	/* no marker: today's duplicated log (issue 10, item 9) */
+	n = 0;
+	memcpy(buf + n, full, cut), n += cut;
+	memcpy(buf + n, full, flen), n += flen;
+	ok &= !log_exact(id, buf, n, &m);
+	/* the output resumed where the server's log ended instead of from the start */
+	n = 0;
+	memcpy(buf + n, full, cut), n += cut;
+	memcpy(buf + n, marker, strlen(marker)), n += strlen(marker);
+	memcpy(buf + n, full + cut, flen - cut), n += flen - cut;
+	ok &= !log_exact(id, buf, n, &m);
+	/* incomplete, empty, another marker */
+	ok &= !log_exact(id, full, cut, &m) && !log_exact(id, "", 0, &m);
+	n = 0;
+	memcpy(buf + n, full, cut), n += cut;
+	n += (size_t)sprintf(buf + n, "[lessee: 12 bytes dropped: log shipping fell behind]\n");
+	memcpy(buf + n, full + cut, flen - cut), n += flen - cut;
+	ok &= !log_exact(id, buf, n, &m);
+	return ok;
+}
+
 /* ---- runs at the end ---- */
 
 static const char *str_field(const cJSON *o, const char *name)
@@ -741,7 +792,9 @@ static unsigned verdict(const char *name, unsigned value, bool safety, unsigned 
 	return !bad && safety;
 }
 
-static int report(const struct chaos *c, const struct chaos_result *r, double secs)
+/* The table and the figures; the number of failed checks, *ret_passed the others. */
+static unsigned report(const struct chaos *c, const struct chaos_result *r, double secs,
+                       unsigned *ret_passed)
 {
 	unsigned passed = 0, failed = 0;
 
@@ -764,8 +817,8 @@ static int report(const struct chaos *c, const struct chaos_result *r, double se
 	       "log_mismatch=%u leftover=%u spool=%u exit_nonzero=%u\n",
 	       c->cfg.runs, r->lost, r->overlaps, r->reexecuted, r->result_mismatch,
 	       r->log_mismatch, r->leftover, r->spool, c->exit_nonzero);
-	printf("%u passed, %u failed\n", passed, failed);
-	return failed ? 1 : 0;
+	*ret_passed = passed;
+	return failed;
 }
 
 /* ---- main ---- */
@@ -846,7 +899,7 @@ int main(void)
 	};
 	struct chaos_result res = {0};
 	usec_t t0 = time_mono();
-	int rc;
+	unsigned passed = 0, failed;
 
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -856,22 +909,29 @@ int main(void)
 	       c.cfg.runs, c.cfg.window_s, c.cfg.concurrency, NDAEMONS, LEASE_TTL_S,
 	       c.cfg.kill_grace, c.cfg.seed,
 	       getenv("LESSEE_IO_BACKEND") ? getenv("LESSEE_IO_BACKEND") : "auto");
+	if (!log_check_self_test()) {
+		printf("chaos: the log check fails its self-test (is_restart_marker?)\n");
+		return 2;
+	}
 	if (setup(&c) < 0)
 		return 2;
 	window(&c);
 	if (wait_all_terminal(&c, c.cfg.settle_s * USEC_PER_SEC) < 0)
 		printf("chaos: runs still not terminal %us after the window\n", c.cfg.settle_s);
-	printf("chaos: all runs ended after %.0fs\n", elapsed_s(t0));
+	else
+		printf("chaos: all runs ended after %.0fs\n", elapsed_s(t0));
 	finish(&c, &res);
-	rc = report(&c, &res, elapsed_s(t0));
-	if (rc != 0 || c.cfg.keep) {
+	failed = report(&c, &res, elapsed_s(t0), &passed);
+	if (failed || c.cfg.keep) {
 		printf("chaos: kept: %s (ledger), lessor %s, lessees", c.dir,
 		       tu_lessor_dir(c.lessor));
 		for (int i = 0; i < NDAEMONS; i++)
 			printf(" %s", tu_lessee_dir(c.d[i]));
 		printf("\n");
-		return rc;
 	}
+	printf("%u passed, %u failed\n", passed, failed);
+	if (failed || c.cfg.keep)
+		return failed ? 1 : 0;
 	for (int i = 0; i < NDAEMONS; i++)
 		tu_lessee_free(c.d[i]);
 	tu_lessor_free(c.lessor);
