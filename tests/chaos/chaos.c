@@ -62,6 +62,7 @@ struct chaos {
 	struct chaos_cfg cfg;
 	struct tu_lessor *lessor;
 	struct tu_lessee *d[NDAEMONS];
+	bool broken[NDAEMONS]; /* could not be restarted: left alone */
 	char *dir, *ledger, *locks;
 	char **ids;
 	unsigned enqueued;
@@ -149,15 +150,18 @@ static int start_lessee(struct chaos *c, int i)
 
 static void restart_lessee(struct chaos *c, int i)
 {
-	for (int try = 0; try < 3; try++) {
+	for (int try = 0; try < 3 && !c->broken[i]; try++) {
 		int r = tu_lessee_restart(c->d[i]);
 
 		if (r >= 0)
 			return;
+		/* -ECHILD: it died before READY=1 and the helper reaped it, but still
+		 * holds its pid (then -EBUSY): give up on this daemon */
+		c->broken[i] = r == -ECHILD || r == -EBUSY;
 		printf("chaos: lessee %d did not restart: %s\n", i, strerror(-r));
 		c->exits++;
 		c->exit_nonzero++;
-		if (tu_lessee_pid(c->d[i]) > 0) {
+		if (r == -ETIMEDOUT) { /* started, never READY: still our child */
 			tu_lessee_signal(c->d[i], SIGKILL);
 			tu_lessee_wait(c->d[i], 10 * USEC_PER_SEC);
 		}
@@ -181,10 +185,17 @@ static void restart_lessor(struct chaos *c)
 static void check_crashed(struct chaos *c)
 {
 	for (int i = 0; i < NDAEMONS; i++) {
-		int st = tu_lessee_wait(c->d[i], 0);
+		int st = c->broken[i] ? -ETIMEDOUT : tu_lessee_wait(c->d[i], 0);
 
 		if (st == -ETIMEDOUT)
 			continue;
+		if (st < 0) { /* not our child any more (reaped by a failed restart) */
+			printf("chaos: lessee %d is lost: %s\n", i, strerror(-st));
+			c->broken[i] = true;
+			c->exits++;
+			c->exit_nonzero++;
+			continue;
+		}
 		c->n_crash++;
 		record_exit(c, "lessee (unasked)", i, st == 0 ? -1 : st);
 		restart_lessee(c, i);
@@ -874,6 +885,8 @@ static void window(struct chaos *c)
 static void finish(struct chaos *c, struct chaos_result *res)
 {
 	for (int i = 0; i < NDAEMONS; i++) {
+		if (c->broken[i])
+			continue;
 		tu_lessee_signal(c->d[i], SIGTERM);
 		stop_and_record(c, i, "final drain", 120 * USEC_PER_SEC);
 		res->spool += count_spool(c->d[i]);
