@@ -3,7 +3,7 @@
  * Appends one line per event to the shared LEDGER (O_APPEND, one write() per
  * line, so lines from concurrent jobs never interleave):
  *
- *   START|BEAT|TERM|END|OVERLAP <run id> <attempt> <pid> <CLOCK_MONOTONIC ns>
+ *   START|BEAT|TERM|END|OVERLAP <run id> <attempt> <pid> <CLOCK_MONOTONIC ns> <worker id>
  *
  * then writes the run's deterministic output (tests/aux/ledger.h) to stdout,
  * one line per write() every LINE_US x chaos_pause_factor() microseconds,
@@ -25,7 +25,7 @@
 #include "ledger.h"
 
 static int ledger_fd = -1;
-static const char *run_id = "?", *attempt = "?";
+static const char *run_id = "?", *attempt = "?", *worker = "?";
 static volatile sig_atomic_t got_term;
 
 static void note(const char *kind)
@@ -35,8 +35,8 @@ static void note(const char *kind)
 	int n;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	n = snprintf(line, sizeof(line), "%s %s %s %d %lld\n", kind, run_id, attempt, (int)getpid(),
-	             (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+	n = snprintf(line, sizeof(line), "%s %s %s %d %lld %s\n", kind, run_id, attempt,
+	             (int)getpid(), (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, worker);
 	if (n > 0 && write(ledger_fd, line, (size_t)n) != n)
 		_exit(3);
 }
@@ -97,6 +97,7 @@ int main(int argc, char **argv)
 	}
 	run_id = getenv("LESSEE_RUN_ID");
 	attempt = getenv("LESSEE_ATTEMPT") ? getenv("LESSEE_ATTEMPT") : "?";
+	worker = getenv("LESSEE_WORKER_ID") ? getenv("LESSEE_WORKER_ID") : "?";
 	ledger_fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	snprintf(path, sizeof(path), "%s/%s", argv[2], run_id);
 	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);

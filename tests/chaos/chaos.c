@@ -74,8 +74,8 @@ struct chaos {
 };
 
 struct chaos_result {
-	unsigned lost, failed, succeeded, overlaps, reexecuted, executions, result_mismatch,
-	    log_mismatch, markers, leftover, spool, term_trapped;
+	unsigned lost, failed, succeeded, overlaps, overlaps_same_daemon, reexecuted, executions,
+	    result_mismatch, log_mismatch, markers, leftover, spool, term_trapped;
 };
 
 static unsigned env_uint(const char *name, unsigned def)
@@ -448,7 +448,7 @@ static int wait_all_terminal(struct chaos *c, usec_t timeout)
 
 struct lrec {
 	char kind; /* S(TART) B(EAT) T(ERM) E(ND) O(VERLAP) */
-	char *id;
+	char *id, *worker;
 	int pid;
 	long long t;
 };
@@ -467,8 +467,9 @@ static int lrec_cmp(const void *a, const void *b)
 
 struct lexec {
 	int pid;
+	const char *worker;
 	long long start, last; /* last: its last line; a lower bound of its end */
-	bool ended, overlap_flag;
+	bool overlap_flag;
 };
 
 static int lexec_cmp(const void *a, const void *b)
@@ -478,33 +479,40 @@ static int lexec_cmp(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* One run id's executions (recs[0..n), sorted by pid then time): did two of
- * them run at once?  The flock says so directly (OVERLAP); the intervals
- * [START, last line] say so when one started before another's last line. */
-static bool id_overlaps(const struct lrec *recs, size_t n, struct lexec *ex, size_t *ret_nex)
+/* One run id's executions (recs[0..n), sorted by pid then time) into ex[],
+ * sorted by start: did two of them run at once?  The flock says so directly
+ * (OVERLAP); the intervals [START, last line] say so when one started before
+ * another's last line.  Returns the index of the first execution that began
+ * while another lived (*ret_other: that one, the earlier with the latest
+ * line), or -1. */
+static ssize_t id_overlaps(const struct lrec *recs, size_t n, struct lexec *ex, size_t *ret_nex,
+                           size_t *ret_other)
 {
-	size_t nex = 0;
-	bool overlap = false;
+	size_t nex = 0, holder = 0;
 	long long horizon = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		if (i == 0 || recs[i].pid != recs[i - 1].pid)
-			ex[nex++] = (struct lexec){.pid = recs[i].pid, .start = recs[i].t};
+			ex[nex++] = (struct lexec){
+			    .pid = recs[i].pid, .worker = recs[i].worker, .start = recs[i].t};
 		struct lexec *e = &ex[nex - 1];
 
-		if (recs[i].kind == 'S' && recs[i].t < e->start)
-			e->start = recs[i].t;
 		e->last = recs[i].t > e->last ? recs[i].t : e->last;
-		e->ended |= recs[i].kind == 'E';
 		e->overlap_flag |= recs[i].kind == 'O';
 	}
 	qsort(ex, nex, sizeof(*ex), lexec_cmp);
-	for (size_t i = 0; i < nex; i++) {
-		overlap |= ex[i].overlap_flag || (i > 0 && ex[i].start < horizon);
-		horizon = ex[i].last > horizon ? ex[i].last : horizon;
-	}
 	*ret_nex = nex;
-	return overlap;
+	for (size_t i = 0; i < nex; i++) {
+		if (nex > 1 && ((i > 0 && ex[i].start < horizon) || ex[i].overlap_flag)) {
+			*ret_other = i > 0 ? holder : 1; /* 0: its holder wrote START late */
+			return (ssize_t)i;
+		}
+		if (ex[i].last > horizon) {
+			horizon = ex[i].last;
+			holder = i;
+		}
+	}
+	return -1;
 }
 
 static bool pid_is_job(const struct chaos *c, int pid)
@@ -533,13 +541,14 @@ static int check_ledger(struct chaos *c, struct chaos_result *res)
 	if (read_file_capped(c->ledger, 1u << 30, &text, &len) < 0)
 		return -EIO;
 	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char kind[16], *id = NULL;
+		char kind[16], *id = NULL, *worker = NULL;
 		int pid;
 		long long t;
 
-		if (sscanf(line, "%15s %ms %*s %d %lld", kind, &id, &pid, &t) != 4) {
+		if (sscanf(line, "%15s %ms %*s %d %lld %ms", kind, &id, &pid, &t, &worker) != 5) {
 			printf("chaos: bad ledger line: %s\n", line);
 			free(id);
+			free(worker);
 			continue;
 		}
 		if (n == cap) {
@@ -550,21 +559,31 @@ static int check_ledger(struct chaos *c, struct chaos_result *res)
 				return -ENOMEM;
 			recs = nr;
 		}
-		recs[n++] = (struct lrec){.kind = kind[0], .id = id, .pid = pid, .t = t};
+		recs[n++] =
+		    (struct lrec){.kind = kind[0], .id = id, .worker = worker, .pid = pid, .t = t};
 	}
 	qsort(recs, n, sizeof(*recs), lrec_cmp);
 	ex = calloc(n ? n : 1, sizeof(*ex));
 	if (!ex)
 		return -ENOMEM;
 	for (size_t i = 0, j; i < n; i = j) {
-		size_t nex = 0;
+		size_t nex = 0, other = 0;
+		ssize_t o;
 
 		for (j = i; j < n && streq(recs[j].id, recs[i].id); j++)
 			res->term_trapped += recs[j].kind == 'T';
-		if (id_overlaps(recs + i, j - i, ex, &nex)) {
-			if (res->overlaps++ < 5)
-				printf("chaos: overlap: run %s has %zu executions, two at once\n",
-				       recs[i].id, nex);
+		o = id_overlaps(recs + i, j - i, ex, &nex, &other);
+		if (o >= 0) {
+			bool same = streq(ex[o].worker, ex[other].worker);
+
+			res->overlaps++;
+			res->overlaps_same_daemon += same;
+			if (res->overlaps <= 5)
+				printf("chaos: overlap: run %s, %zu executions: pid %d (%s) "
+				       "started while "
+				       "pid %d (%s) lived%s\n",
+				       recs[i].id, nex, ex[o].pid, ex[o].worker, ex[other].pid,
+				       ex[other].worker, ex[o].overlap_flag ? " (flock)" : "");
 		}
 		res->executions += (unsigned)nex;
 		res->reexecuted += nex > 1;
@@ -575,8 +594,10 @@ static int check_ledger(struct chaos *c, struct chaos_result *res)
 				printf("chaos: leftover: job pid %d of run %s still alive\n",
 				       recs[i].pid, recs[i].id);
 		}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		free(recs[i].id);
+		free(recs[i].worker);
+	}
 	return 0;
 }
 
@@ -811,10 +832,10 @@ static unsigned report(const struct chaos *c, const struct chaos_result *r, doub
 
 	printf("chaos: %u runs, %.0fs, faults: 5xx=%u stall=%u kill_lessee=%u kill_lessor=%u "
 	       "drain=%u hard_stop=%u crash=%u; succeeded=%u failed=%u executions=%u "
-	       "term_trapped=%u markers=%u exits_checked=%u\n",
+	       "term_trapped=%u markers=%u exits_checked=%u overlaps_same_daemon=%u\n",
 	       c->cfg.runs, secs, c->n_5xx, c->n_stall, c->n_kill_lessee, c->n_kill_lessor,
 	       c->n_drain, c->n_hard, c->n_crash, r->succeeded, r->failed, r->executions,
-	       r->term_trapped, r->markers, c->exits);
+	       r->term_trapped, r->markers, c->exits, r->overlaps_same_daemon);
 	printf("  %-28s %8s  %s\n", "check", "count", "verdict");
 	passed += verdict("runs lost", r->lost, true, &failed);
 	passed += verdict("overlapping executions", r->overlaps, true, &failed);
