@@ -853,6 +853,22 @@ static unsigned report(const struct chaos *c, const struct chaos_result *r, doub
 	return failed;
 }
 
+/* The daemons' directories (logs, spools, lessor's database) into ours, which
+ * stays, before the helpers remove theirs. */
+static void keep_artifacts(const struct chaos *c)
+{
+	char cmd[8192];
+	int n =
+	    snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s/lessor'", tu_lessor_dir(c->lessor), c->dir);
+
+	for (int i = 0; i < NDAEMONS; i++)
+		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " && cp -a '%s' '%s/lessee-%d'",
+		              tu_lessee_dir(c->d[i]), c->dir, i);
+	if (n >= (int)sizeof(cmd) || system(cmd) != 0)
+		printf("chaos: could not copy the daemons' directories\n");
+	printf("chaos: kept: %s (ledger, lessor/, lessee-N/: logs, spools, database)\n", c->dir);
+}
+
 /* ---- main ---- */
 
 static int setup(struct chaos *c)
@@ -956,19 +972,20 @@ int main(void)
 		printf("chaos: all runs ended after %.0fs\n", elapsed_s(t0));
 	finish(&c, &res);
 	failed = report(&c, &res, elapsed_s(t0), &passed);
-	if (failed || c.cfg.keep) {
-		printf("chaos: kept: %s (ledger), lessor %s, lessees", c.dir,
-		       tu_lessor_dir(c.lessor));
-		for (int i = 0; i < NDAEMONS; i++)
-			printf(" %s", tu_lessee_dir(c.d[i]));
-		printf("\n");
-	}
-	printf("%u passed, %u failed\n", passed, failed);
 	if (failed || c.cfg.keep)
-		return failed ? 1 : 0;
+		keep_artifacts(&c);
 	for (int i = 0; i < NDAEMONS; i++)
-		tu_lessee_free(c.d[i]);
+		if (!c.broken[i])
+			tu_lessee_free(c.d[i]);
 	tu_lessor_free(c.lessor);
-	rm_rf(c.dir);
-	return 0;
+	if (!failed && !c.cfg.keep)
+		rm_rf(c.dir);
+	for (unsigned i = 0; i < c.enqueued; i++)
+		free(c.ids[i]);
+	free(c.ids);
+	free(c.dir);
+	free(c.ledger);
+	free(c.locks);
+	printf("%u passed, %u failed\n", passed, failed);
+	return failed ? 1 : 0;
 }
