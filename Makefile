@@ -4,6 +4,8 @@
 #   make check           build and run the whole test suite under both loop backends
 #   make demo            lessor + lessee working real runs on a temporary database
 #   make bench           build the benchmarks (run them from build/*/bench/)
+#   make chaos           lessor + three lessees + thousands of runs under faults (10-20 min)
+#   make chaos-short     the same, small (a few minutes; .ci/run runs it)
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make WERROR=1 SANITIZE=address,undefined check
 #
@@ -67,6 +69,8 @@ LESSEE    := $(BUILD)/lessee
 LESSOR    := $(BUILD)/lessor
 TESTS     := $(patsubst %.c,$(BUILD)/%,$(TEST_SRC))
 BENCHES   := $(patsubst %.c,$(BUILD)/%,$(BENCH_SRC))
+# tests/chaos/chaos.c: not a check_* test, so `make check` does not run it.
+CHAOS     := $(BUILD)/tests/chaos/chaos
 TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
 
 # `make V=1` shows full command lines.
@@ -74,7 +78,7 @@ Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
 .PHONY: all deps deps-test build check check-build demo bench install clean valgrind-check \
-	check-systemd format
+	check-systemd format chaos chaos-short
 .DEFAULT_GOAL := all
 
 all: deps
@@ -130,6 +134,19 @@ valgrind-check:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory check-build
 	@BUILD=$(BUILD) VALGRIND=1 tests/run.sh $(T)
+
+# tests/chaos/chaos.c; its parameters are environment variables (see there).
+CHAOS_RUNS   ?= 3000
+CHAOS_WINDOW ?= 600
+chaos:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory $(LESSEE) $(LESSOR) $(TEST_AUX) $(CHAOS)
+	@LESSEE_BIN=$(abspath $(LESSEE)) LESSOR_BIN=$(abspath $(LESSOR)) \
+		LESSEE_TEST_AUX=$(abspath $(BUILD))/tests/aux LESSEE_SRCDIR=$(CURDIR) \
+		CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_WINDOW=$(CHAOS_WINDOW) $(CHAOS)
+
+chaos-short:
+	@$(MAKE) --no-print-directory chaos CHAOS_RUNS=300 CHAOS_WINDOW=60
 
 # lessee under a real systemd in a container, as `make install` puts it
 # (tests/systemd/run.sh, docs/systemd.md).  Root; slow the first time.

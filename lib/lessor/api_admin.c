@@ -227,13 +227,17 @@ static int faults_disabled(lessor_call *c)
 	                          "fault injection is off (lessor serve --enable-faults)");
 }
 
+/* {"endpoint": NAME or "all", "status", "count", "retry_after_s", "delay_ms",
+ * "every"}: "all" arms the same fault on every worker endpoint, each with its
+ * own count. */
 int lessor_h_faults_set(lessor_call *c)
 {
 	const char *name;
-	int64_t status, count, retry_after, delay;
+	int64_t status, count, retry_after, delay, every;
+	struct lessor_fault x;
 	enum lessor_endpoint ep;
-	static const char *const endpoints[] = {"claims",   "lease",   "log",
-	                                        "complete", "release", NULL};
+	static const char *const endpoints[] = {"claims",  "lease", "log", "complete",
+	                                        "release", "all",   NULL};
 
 	if (!c->api->faults)
 		return faults_disabled(c);
@@ -242,17 +246,22 @@ int lessor_h_faults_set(lessor_call *c)
 	    lessor_field_int(c->json, "count", false, 1, 1000000, 1, &count, c->msg) < 0 ||
 	    lessor_field_int(c->json, "retry_after_s", false, 0, 3600, 0, &retry_after, c->msg) <
 	        0 ||
-	    lessor_field_int(c->json, "delay_ms", false, 0, 600000, 0, &delay, c->msg) < 0)
+	    lessor_field_int(c->json, "delay_ms", false, 0, 600000, 0, &delay, c->msg) < 0 ||
+	    lessor_field_int(c->json, "every", false, 1, 1000000, 1, &every, c->msg) < 0)
 		return lessor_reply_invalid(c);
 	if ((status != 0 && status < 100) || (status == 0 && delay == 0))
 		return lessor_reply_error(c, 400, "invalid_request",
 		                          "a fault needs a status in 100..599 or a delay_ms");
-	(void)lessor_endpoint_from_name(name, &ep);
-	lessor_faults_set(c->api->faults, ep,
-	                  &(struct lessor_fault){.status = (unsigned)status,
-	                                         .count = (unsigned)count,
-	                                         .retry_after_s = (unsigned)retry_after,
-	                                         .delay_ms = (unsigned)delay});
+	x = (struct lessor_fault){.status = (unsigned)status,
+	                          .count = (unsigned)count,
+	                          .retry_after_s = (unsigned)retry_after,
+	                          .delay_ms = (unsigned)delay,
+	                          .every = (unsigned)every};
+	if (lessor_endpoint_from_name(name, &ep) == 0)
+		lessor_faults_set(c->api->faults, ep, &x);
+	else
+		for (int i = 0; i < _LESSOR_EP_MAX; i++)
+			lessor_faults_set(c->api->faults, (enum lessor_endpoint)i, &x);
 	return faults_reply(c);
 }
 

@@ -54,6 +54,7 @@ void lessor_faults_set(lessor_faults *f, enum lessor_endpoint ep, const struct l
 {
 	pthread_mutex_lock(&f->lock);
 	f->armed[ep] = *x;
+	f->armed[ep].seen = 0;
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -73,9 +74,14 @@ bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor
 		return false;
 	pthread_mutex_lock(&f->lock);
 	if (f->armed[ep].count > 0) {
-		f->armed[ep].count--;
-		*ret = f->armed[ep];
-		hit = true;
+		struct lessor_fault *x = &f->armed[ep];
+
+		x->seen++;
+		if (x->every <= 1 || x->seen % x->every == 0) {
+			x->count--;
+			*ret = *x;
+			hit = true;
+		}
 	}
 	pthread_mutex_unlock(&f->lock);
 	return hit;
@@ -101,6 +107,7 @@ cJSON *lessor_faults_json(lessor_faults *f)
 		cJSON_AddNumberToObject(e, "count", x->count);
 		cJSON_AddNumberToObject(e, "retry_after_s", x->retry_after_s);
 		cJSON_AddNumberToObject(e, "delay_ms", x->delay_ms);
+		cJSON_AddNumberToObject(e, "every", x->every > 1 ? x->every : 1);
 	}
 	pthread_mutex_unlock(&f->lock);
 	return o;

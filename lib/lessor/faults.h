@@ -1,5 +1,6 @@
 /* Fault injection for tests (lessor serve --enable-faults): the next `count`
- * requests to a worker endpoint are delayed and/or answered with a status. */
+ * requests to a worker endpoint (or every `every`-th of them, until `count`
+ * were affected) are delayed and/or answered with a status. */
 #pragma once
 
 #include <cjson/cJSON.h>
@@ -20,6 +21,8 @@ struct lessor_fault {
 	unsigned count;         /* requests left to affect */
 	unsigned retry_after_s; /* 0 = no Retry-After header */
 	unsigned delay_ms;
+	unsigned every; /* affect every every-th request; 0 and 1: each one */
+	unsigned seen;  /* requests counted since the fault was armed */
 };
 
 typedef struct lessor_faults lessor_faults;
