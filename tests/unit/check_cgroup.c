@@ -446,11 +446,14 @@ START_TEST(test_tree_fallbacks)
 	ck_assert_ptr_null(t);
 	ck_assert_msg(strstr(why, "no cgroup v2 directory"), "%s", why);
 	if (mount_dir[0] && !exists("%s/cgroup.events", mount_dir)) {
-		/* the real root: never ours to organise */
+		/* the real root: never ours to organise.  systemd-nspawn, started
+		 * from the root cgroup, makes a supervisor/ there of its own. */
+		bool had = exists("%s/supervisor", mount_dir);
+
 		ck_assert_int_eq(cgroup_tree_open(e, mount_dir, &t, why, sizeof(why)), 0);
 		ck_assert_ptr_null(t);
 		ck_assert_msg(strstr(why, "root cgroup"), "%s", why);
-		ck_assert(!exists("%s/supervisor", mount_dir));
+		ck_assert(had || !exists("%s/supervisor", mount_dir));
 	}
 	ev_free(e);
 }
