@@ -117,8 +117,8 @@ static void setup(void)
 {
 	ck_assert_msg(test_nginx_binary(), "nginx-light is not installed (scripts/deps.sh test)");
 	ck_assert_int_eq(
-	    tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests", .sync_normal = true},
-	                    &L),
+	    tu_lessor_start(
+	        &(struct tu_lessor_opts){.token = "t0ken-for-tests", .sync_normal = true}, &L),
 	    0);
 	ngxdir = tu_tmpdir("tls-nginx");
 	ck_assert_ptr_nonnull(ngxdir);
@@ -307,13 +307,13 @@ END_TEST
 
 START_TEST(test_mtls_with_client_cert)
 {
-	_cleanup_free_ char *ca = cert("ca.pem"), *crt = cert("client.pem"), *key = cert("client.key");
+	_cleanup_free_ char *ca = cert("ca.pem"), *crt = cert("client.pem"),
+	                    *key = cert("client.key");
 	_cleanup_free_ char *extra = NULL, *id = NULL;
 
 	nginx_start("good", "clientca.pem");
-	ck_assert_int_ge(asprintf(&extra, "ca_file = %s\nclient_cert = %s\nclient_key = %s\n", ca,
-	                          crt, key),
-	                 0);
+	ck_assert_int_ge(
+	    asprintf(&extra, "ca_file = %s\nclient_cert = %s\nclient_key = %s\n", ca, crt, key), 0);
 	lessee_start("127.0.0.1", extra);
 	id = enqueue_ok();
 	expect_succeeded(id);
@@ -327,9 +327,8 @@ START_TEST(test_mtls_wrong_client_cert)
 	_cleanup_free_ char *extra = NULL, *id = NULL;
 
 	nginx_start("good", "clientca.pem");
-	ck_assert_int_ge(asprintf(&extra, "ca_file = %s\nclient_cert = %s\nclient_key = %s\n", ca,
-	                          crt, key),
-	                 0);
+	ck_assert_int_ge(
+	    asprintf(&extra, "ca_file = %s\nclient_cert = %s\nclient_key = %s\n", ca, crt, key), 0);
 	lessee_start("127.0.0.1", extra);
 	id = enqueue_ok();
 	expect_refused(id, "The SSL certificate error");
@@ -368,7 +367,7 @@ static int check_config(const char *text, char **out)
 }
 
 #define PLAIN_REMOTE                                                                               \
-	"[api]\nurl = http://192.0.2.1:8080\n%s[worker]\nspool_dir = /nonexistent/s\n"            \
+	"[api]\nurl = http://192.0.2.1:8080\n%s[worker]\nspool_dir = /nonexistent/s\n"             \
 	"run_dir = /nonexistent/r\n[workflow.w]\ncommand = /bin/true\n"
 
 START_TEST(test_check_config_plain_http_remote)
@@ -380,7 +379,8 @@ START_TEST(test_check_config_plain_http_remote)
 	st = check_config(refused, &out1);
 	ck_assert_msg(st == 78 && strstr(out1, "api.url: plain http:// to 192.0.2.1") &&
 	                  strstr(out1, "api.allow_insecure_http = yes"),
-	              "--check-config of a plain http:// URL to 192.0.2.1 exited %d:\n%s", st, out1);
+	              "--check-config of a plain http:// URL to 192.0.2.1 exited %d:\n%s", st,
+	              out1);
 	ck_assert_int_ge(asprintf(&allowed, PLAIN_REMOTE, "allow_insecure_http = yes\n"), 0);
 	st = check_config(allowed, &out2);
 	ck_assert_msg(st == 0 && strstr(out2, "\nallow_insecure_http = yes\n") &&

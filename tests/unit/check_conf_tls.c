@@ -123,13 +123,14 @@ START_TEST(test_plain_http_message)
 	char *env[] = {"LESSEE_API_URL=http://ci.example/x", NULL};
 	_cleanup_free_ char *err_env = load_err(text, env);
 
-	ck_assert_int_ge(asprintf(&want,
-	                          "%s/lessee.conf:2: api.url: plain http:// to 192.0.2.1, which is "
-	                          "not loopback: the API token, run inputs and logs would cross the "
-	                          "network unencrypted; use https://, or set "
-	                          "api.allow_insecure_http = yes to accept that",
-	                          tmp),
-	                 0);
+	ck_assert_int_ge(
+	    asprintf(&want,
+	             "%s/lessee.conf:2: api.url: plain http:// to 192.0.2.1, which is "
+	             "not loopback: the API token, run inputs and logs would cross the "
+	             "network unencrypted; use https://, or set "
+	             "api.allow_insecure_http = yes to accept that",
+	             tmp),
+	    0);
 	ck_assert_str_eq(err, want);
 	/* the origin is wherever the URL came from */
 	ck_assert_msg(startswith(err_env, "LESSEE_API_URL: api.url: plain http:// to ci.example,"),
@@ -140,10 +141,11 @@ END_TEST
 START_TEST(test_plain_http_loopback_and_https_accepted)
 {
 	static const char *const ok[] = {
-	    "http://127.0.0.1:1",     "http://127.1.2.3",      "http://localhost",
-	    "http://LocalHost:80/api", "http://localhost./x",  "http://[::1]:8080",
-	    "http://[::1]",           "http://[::ffff:127.0.0.1]:80",
-	    "https://ci.example",     "https://192.0.2.1:8443",
+	    "http://127.0.0.1:1",  "http://127.1.2.3",
+	    "http://localhost",    "http://LocalHost:80/api",
+	    "http://localhost./x", "http://[::1]:8080",
+	    "http://[::1]",        "http://[::ffff:127.0.0.1]:80",
+	    "https://ci.example",  "https://192.0.2.1:8443",
 	};
 
 	for (size_t i = 0; i < ELEMENTSOF(ok); i++) {
@@ -159,7 +161,8 @@ END_TEST
 START_TEST(test_allow_insecure_http)
 {
 	_cleanup_free_ char *tok = put_mode("tok", "t0ken\n", 0600), *extra = NULL, *text = NULL;
-	_cleanup_free_ char *no = conf_with_url("http://192.0.2.1:8080", "allow_insecure_http = no\n");
+	_cleanup_free_ char *no =
+	    conf_with_url("http://192.0.2.1:8080", "allow_insecure_http = no\n");
 	_cleanup_free_ char *bad = conf_with_url("https://x", "allow_insecure_http = maybe\n");
 	_cleanup_free_ char *err_no = load_err(no, NULL), *err_bad = load_err(bad, NULL);
 	_cleanup_conf_ struct conf *c = NULL, *e = NULL;
@@ -247,8 +250,7 @@ START_TEST(test_client_cert_errors)
 	ck_assert_int_ge(asprintf(&b, "client_key = %s\n", key), 0);
 	expect_cert_error("https://x", b, ":3: api.client_key is set but api.client_cert is not");
 	ck_assert_int_ge(asprintf(&d, "client_cert = %s\nclient_key = %s\n", cert, open_key), 0);
-	expect_cert_error("https://x", d,
-	                  ":4: api.client_key: ");
+	expect_cert_error("https://x", d, ":4: api.client_key: ");
 	expect_cert_error("https://x", d, "is accessible by others (mode 0604): chmod o-rwx it");
 	ck_assert_int_ge(asprintf(&e, "client_cert = %s/none.pem\nclient_key = %s\n", tmp, key), 0);
 	expect_cert_error("https://x", e, ":3: api.client_cert: ");
