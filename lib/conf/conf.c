@@ -945,8 +945,11 @@ static int check_client_cert(struct loader *L)
 
 static int check_transport(struct loader *L)
 {
-	int r = check_client_cert(L);
+	const char *ca = L->c->api.ca_file;
+	int r = ca ? check_tls_file(L, "ca_file", ca, false) : 0;
 
+	if (r >= 0)
+		r = check_client_cert(L);
 	return r < 0 ? r : check_plain_http(L);
 }
 

@@ -260,6 +260,9 @@ START_TEST(test_client_cert_errors)
 	                  ":3: api.client_cert: client certificates need an https:// api.url");
 	expect_cert_error("https://x", "client_cert = rel.pem\n",
 	                  ":3: api.client_cert: 'rel.pem' is not an absolute path");
+	/* ca_file too is read at load, so --check-config finds a wrong path */
+	expect_cert_error("https://x", "ca_file = /nonexistent/ca.pem\n",
+	                  ":3: api.ca_file: /nonexistent/ca.pem: No such file or directory");
 }
 END_TEST
 
