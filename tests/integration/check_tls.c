@@ -335,6 +335,22 @@ START_TEST(test_mtls_wrong_client_cert)
 }
 END_TEST
 
+/* A key that does not belong to the certificate: curl cannot use the pair. */
+START_TEST(test_mtls_mismatched_key)
+{
+	_cleanup_free_ char *ca = cert("ca.pem"), *crt = cert("client.pem"),
+	                    *key = cert("good.key");
+	_cleanup_free_ char *extra = NULL, *id = NULL;
+
+	nginx_start("good", "clientca.pem");
+	ck_assert_int_ge(
+	    asprintf(&extra, "ca_file = %s\nclient_cert = %s\nclient_key = %s\n", ca, crt, key), 0);
+	lessee_start("127.0.0.1", extra);
+	id = enqueue_ok();
+	expect_refused(id, "TLS: cannot use the client certificate or key");
+}
+END_TEST
+
 /* ---- plain http to a remote host: --check-config only ---- */
 
 /* lessee --check-config --config FILE: exit status, stdout+stderr in *out. */
@@ -406,6 +422,7 @@ int main(void)
 	tcase_add_test(tc, test_mtls_without_client_cert_refused);
 	tcase_add_test(tc, test_mtls_with_client_cert);
 	tcase_add_test(tc, test_mtls_wrong_client_cert);
+	tcase_add_test(tc, test_mtls_mismatched_key);
 	suite_add_tcase(s, tc);
 	tcase_add_test(cc, test_check_config_plain_http_remote);
 	suite_add_tcase(s, cc);
