@@ -499,6 +499,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (o.check_config) {
+		for (char **w = conf->warnings; *w; w++)
+			printf("# warning: %s\n", *w);
 		r = conf_print(conf, stdout) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 		conf_free(conf);
 		goto out;

@@ -30,6 +30,7 @@ enum conf_type {
 	CONF_COMMAND,  /* char ** argv, ExecStart-style words */
 	CONF_ENV,      /* char ** NAME=value, assignments accumulate, empty clears */
 	CONF_USER,     /* char * user name, resolving uid/gid of the conf_workflow */
+	CONF_BOOL,     /* bool: yes/no true/false on/off 1/0 */
 };
 
 enum {

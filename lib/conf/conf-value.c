@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util/buf.h"
 #include "util/macro.h"
@@ -610,6 +611,21 @@ static int parse_env(const char *v, char ***field, char *p)
 	return r;
 }
 
+/* ---- booleans ---- */
+
+static int parse_bool(const char *v, bool *ret, char *p)
+{
+	static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {"no", "false",
+	                                                                            "off", "0"};
+
+	for (size_t i = 0; i < ELEMENTSOF(yes); i++)
+		if (strcasecmp(v, yes[i]) == 0 || strcasecmp(v, no[i]) == 0) {
+			*ret = strcasecmp(v, yes[i]) == 0;
+			return 0;
+		}
+	return problem(p, "'%.80s' is not a boolean (yes, no, true, false, on, off, 1, 0)", v);
+}
+
 /* ---- dispatch ---- */
 
 static int parse_text(const struct conf_key *k, void *base, const char *v, char *p)
@@ -672,6 +688,8 @@ int conf_value_parse(const struct conf_key *k, void *base, const char *v, char p
 		return parse_command(v, FIELD(base, k, char **), p);
 	case CONF_ENV:
 		return parse_env(v, FIELD(base, k, char **), p);
+	case CONF_BOOL:
+		return parse_bool(v, FIELD(base, k, bool), p);
 	case CONF_LEVEL:
 		if (log_parse_level(v, &level) < 0)
 			return problem(p,
@@ -708,6 +726,9 @@ void conf_value_write(FILE *f, const struct conf_key *k, const void *base, bool 
 	case CONF_COMMAND:
 	case CONF_ENV:
 		write_words(f, *CFIELD(base, k, char **), redact && k->type == CONF_ENV);
+		break;
+	case CONF_BOOL:
+		fputs(*CFIELD(base, k, bool) ? "yes" : "no", f);
 		break;
 	case CONF_LEVEL:
 		fputs(log_level_name(*CFIELD(base, k, int)), f);

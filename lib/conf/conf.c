@@ -3,12 +3,14 @@
  * came from, so each error names path:line, the variable or the flag. */
 #include "conf/conf.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,9 @@ const struct conf_key conf_keys[] = {
     {"api", "url", CONF_URL, C(api.url), 0, 0, 0, NULL},
     {"api", "token_file", CONF_PATH, C(api.token_file), 0, 0, 0, NULL},
     {"api", "ca_file", CONF_PATH, C(api.ca_file), 0, 0, 0, NULL},
+    {"api", "client_cert", CONF_PATH, C(api.client_cert), 0, 0, 0, NULL},
+    {"api", "client_key", CONF_PATH, C(api.client_key), 0, 0, 0, NULL},
+    {"api", "allow_insecure_http", CONF_BOOL, C(api.allow_insecure_http), 0, 0, 0, "no"},
     {"api", "request_timeout", CONF_DURATION, C(api.request_timeout), SEC, HOUR, LIVE, "30s"},
     {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
     {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
@@ -858,6 +863,125 @@ static int load_token(struct loader *L)
 	return token_take(L, fd, path, origin);
 }
 
+/* ---- transport: plain http, client certificates ---- */
+
+/* The host of an http(s) URL (check_url() validated it): "[::1]" -> "::1". */
+static char *url_host(const char *url)
+{
+	const char *h = strstr(url, "://") + 3;
+	size_t n = strcspn(h, "/");
+
+	if (h[0] == '[') {
+		const char *end = memchr(h, ']', n);
+
+		return end ? strndup(h + 1, (size_t)(end - h - 1)) : strndup(h, n);
+	}
+	return strndup(h, strcspn(h, ":/"));
+}
+
+/* 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z) and the name localhost.  IP
+ * literals are read strictly (inet_pton): "127.1" or "127.evil.example" are
+ * names, and names other than localhost are remote. */
+static bool host_is_loopback(const char *host)
+{
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6) ||
+		       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+	return false;
+}
+
+/* NULL when url is https:// or plain http:// to loopback, else its host. */
+static char *url_plain_remote_host(const char *url, int *ret)
+{
+	char *host;
+
+	*ret = 0;
+	if (!startswith(url, "http://"))
+		return NULL;
+	host = url_host(url);
+	if (!host)
+		*ret = -ENOMEM;
+	else if (host_is_loopback(host))
+		host = mfree(host);
+	return host;
+}
+
+static bool url_is_plain_remote(const char *url)
+{
+	int r;
+	_cleanup_free_ char *host = url_plain_remote_host(url, &r);
+
+	return host || r < 0;
+}
+
+static int check_plain_http(struct loader *L)
+{
+	const struct conf_api *a = &L->c->api;
+	int r;
+	_cleanup_free_ char *host = url_plain_remote_host(a->url, &r);
+
+	if (r < 0 || !host || a->allow_insecure_http)
+		return r;
+	return fail(L, origin_of(L, "api", "url"),
+	            "api.url: plain http:// to %s, which is not loopback: the API token, run "
+	            "inputs and logs would cross the network unencrypted; use https://, or set "
+	            "api.allow_insecure_http = yes to accept that",
+	            host);
+}
+
+/* Readable now, so --check-config finds it; the key not open to others. */
+static int check_tls_file(struct loader *L, const char *name, const char *path, bool secret)
+{
+	const char *origin = origin_of(L, "api", name);
+	struct stat st;
+	_cleanup_close_ int fd = open_regular(path, &st);
+
+	if (fd < 0)
+		return fail(L, origin, "api.%s: %s: %s", name, path, io_problem(fd, 0));
+	if (secret && (st.st_mode & (S_IROTH | S_IWOTH)))
+		return fail(L, origin,
+		            "api.%s: %s is accessible by others (mode %04o): chmod o-rwx it", name,
+		            path, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
+static int check_client_cert(struct loader *L)
+{
+	const struct conf_api *a = &L->c->api;
+	int r;
+
+	if (!a->client_cert && !a->client_key)
+		return 0;
+	if (!a->client_key)
+		return fail(L, origin_of(L, "api", "client_cert"),
+		            "api.client_cert is set but api.client_key is not");
+	if (!a->client_cert)
+		return fail(L, origin_of(L, "api", "client_key"),
+		            "api.client_key is set but api.client_cert is not");
+	if (!startswith(a->url, "https://"))
+		return fail(L, origin_of(L, "api", "client_cert"),
+		            "api.client_cert: client certificates need an https:// api.url");
+	r = check_tls_file(L, "client_cert", a->client_cert, false);
+	return r < 0 ? r : check_tls_file(L, "client_key", a->client_key, true);
+}
+
+static int check_transport(struct loader *L)
+{
+	const char *ca = L->c->api.ca_file;
+	int r = ca ? check_tls_file(L, "ca_file", ca, false) : 0;
+
+	if (r >= 0)
+		r = check_client_cert(L);
+	return r < 0 ? r : check_plain_http(L);
+}
+
 /* ---- warnings ---- */
 
 _printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...)
@@ -872,30 +996,16 @@ _printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...)
 	return n < 0 ? -ENOMEM : strv_push(&L->c->warnings, msg);
 }
 
-static bool url_is_loopback(const char *url)
-{
-	const char *h = startswith(url, "http://");
-	static const char *const loop[] = {"localhost", "127.", "[::1]"};
-
-	if (!h)
-		return true; /* https */
-	for (size_t i = 0; i < ELEMENTSOF(loop); i++) {
-		const char *rest = startswith(h, loop[i]);
-
-		if (rest && (loop[i][strlen(loop[i]) - 1] == '.' || strchr(":/", *rest)))
-			return true;
-	}
-	return false;
-}
-
 static int collect_warnings(struct loader *L)
 {
 	const struct conf *c = L->c;
 	int r = 0;
 
-	if (c->api.token && !url_is_loopback(c->api.url))
-		r = warn(L, "api.url is plain http:// to a remote host: the API token crosses the "
-		            "network unencrypted");
+	if (url_is_plain_remote(c->api.url))
+		r = warn(L,
+		         "api.url is plain http:// to a remote host (api.allow_insecure_http = "
+		         "yes): %srun inputs, results and logs cross the network unencrypted",
+		         c->api.token ? "the API token, " : "");
 	for (size_t i = 0; i < c->n_workflows && r >= 0; i++)
 		if (c->workflows[i].user && geteuid() != 0 && c->workflows[i].uid != geteuid())
 			r = warn(L,
@@ -933,9 +1043,9 @@ static void loader_done(struct loader *L)
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
 {
 	static int (*const steps[])(struct loader *) = {
-	    loader_init,        load_defaults,   load_main,       load_dropins,
-	    load_env,           load_overrides,  check_url_given, finalize_id,
-	    finalize_workflows, check_relations, load_token,      collect_warnings,
+	    loader_init,     load_defaults,   load_main,        load_dropins,       load_env,
+	    load_overrides,  check_url_given, finalize_id,      finalize_workflows, check_relations,
+	    check_transport, load_token,      collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};

@@ -28,6 +28,12 @@ struct conf_api {
 	char *token_path;       /* where the token was read from (token_file or credential) */
 	char *ca_file;          /* NULL = system store only */
 	usec_t request_timeout; /* per request; a long poll adds worker.long_poll */
+
+	/* Mutual TLS: PEM certificate and its unencrypted key, both or neither
+	 * (checked at load, https:// only); NULL = none. */
+	char *client_cert;
+	char *client_key;
+	bool allow_insecure_http; /* accept plain http:// to a host that is not loopback */
 };
 
 struct conf_worker {

@@ -64,6 +64,8 @@ struct http {
 	ev_timer_t *timer;
 	char *ca_file;
 	char *ca_path;
+	char *client_cert;
+	char *client_key;
 	char *user_agent;
 	bool insecure;
 	void (*observer)(const char *label, const struct http_response *resp, void *ctx);
@@ -494,6 +496,10 @@ static int req_set_tls(const http_t *h, CURL *e)
 		if (h->ca_path)
 			SETOPT(e, CURLOPT_CAPATH, h->ca_path);
 	}
+	if (h->client_cert) {
+		SETOPT(e, CURLOPT_SSLCERT, h->client_cert);
+		SETOPT(e, CURLOPT_SSLKEY, h->client_key);
+	}
 	return 0;
 }
 
@@ -626,6 +632,53 @@ static long http_version_major(long v)
 	}
 }
 
+/* OpenSSL's X509_V_ERR_* values (stable ABI), as curl reports them in
+ * CURLINFO_SSL_VERIFYRESULT.  curl checks the host name itself and reports a
+ * mismatch as X509_V_ERR_APPLICATION_VERIFICATION. */
+static const char *tls_verify_cause(long v)
+{
+	switch (v) {
+	case 1:  /* APPLICATION_VERIFICATION: curl's host name check */
+	case 62: /* HOSTNAME_MISMATCH */
+	case 64: /* IP_ADDRESS_MISMATCH */
+		return "is not for this host name (host name mismatch)";
+	case 2:  /* UNABLE_TO_GET_ISSUER_CERT */
+	case 18: /* DEPTH_ZERO_SELF_SIGNED_CERT */
+	case 19: /* SELF_SIGNED_CERT_IN_CHAIN */
+	case 20: /* UNABLE_TO_GET_ISSUER_CERT_LOCALLY */
+	case 21: /* UNABLE_TO_VERIFY_LEAF_SIGNATURE */
+		return "is not signed by a trusted CA (unknown CA; ca_file adds one)";
+	case 9: /* CERT_NOT_YET_VALID */
+		return "is not valid yet (is the clock right?)";
+	case 10: /* CERT_HAS_EXPIRED */
+		return "has expired";
+	case 23: /* CERT_REVOKED */
+		return "was revoked";
+	case 26: /* INVALID_PURPOSE */
+		return "is not for a TLS server";
+	default:
+		return "was refused";
+	}
+}
+
+/* Say why in words an operator acts on, curl's own text after them. */
+static void tls_explain(http_req_t *req, CURLcode rc)
+{
+	char curl_text[CURL_ERROR_SIZE];
+	long v = 0;
+
+	snprintf(curl_text, sizeof(curl_text), "%s",
+	         req->errbuf[0] ? req->errbuf : curl_easy_strerror(rc));
+	if (rc == CURLE_PEER_FAILED_VERIFICATION) {
+		curl_easy_getinfo(req->easy, CURLINFO_SSL_VERIFYRESULT, &v);
+		snprintf(req->errbuf, sizeof(req->errbuf),
+		         "TLS: the server's certificate %s: %.150s", tls_verify_cause(v),
+		         curl_text);
+	} else if (rc == CURLE_SSL_CERTPROBLEM)
+		snprintf(req->errbuf, sizeof(req->errbuf),
+		         "TLS: cannot use the client certificate or key: %.150s", curl_text);
+}
+
 static void response_error(http_req_t *req, CURLcode rc, struct http_response *r)
 {
 	long os_errno = 0;
@@ -637,6 +690,8 @@ static void response_error(http_req_t *req, CURLcode rc, struct http_response *r
 	if (r->error == -EMSGSIZE)
 		snprintf(req->errbuf, sizeof(req->errbuf),
 		         "response body larger than the cap of %zu bytes", req->resp.cap);
+	else if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CERTPROBLEM)
+		tls_explain(req, rc);
 	else if (!req->errbuf[0])
 		snprintf(req->errbuf, sizeof(req->errbuf), "%s", curl_easy_strerror(rc));
 	r->error_message = req->errbuf;
@@ -749,6 +804,16 @@ static int http_set_opts(http_t *h, const struct http_opts *opts)
 		if (!h->ca_file)
 			return -ENOMEM;
 	}
+	if (opts && (opts->client_cert || opts->client_key)) {
+		if (!opts->client_cert || !opts->client_key)
+			return -EINVAL;
+		if (access(opts->client_cert, R_OK) < 0 || access(opts->client_key, R_OK) < 0)
+			return -errno;
+		h->client_cert = strdup(opts->client_cert);
+		h->client_key = strdup(opts->client_key);
+		if (!h->client_cert || !h->client_key)
+			return -ENOMEM;
+	}
 	h->user_agent =
 	    opts && opts->user_agent ? strdup(opts->user_agent) : strdup("lessee/" LESSEE_VERSION);
 	if (!h->user_agent)
@@ -811,6 +876,8 @@ http_t *http_free(http_t *h)
 	h->timer = ev_timer_del(h->timer);
 	free(h->ca_file);
 	free(h->ca_path);
+	free(h->client_cert);
+	free(h->client_key);
 	free(h->user_agent);
 	if (h->dispatching > 0)
 		h->freed = true; /* the dispatcher up the stack frees h */

@@ -16,6 +16,8 @@ struct http_response;
 
 struct http_opts {
 	const char *ca_file;         /* extra CA bundle (PEM), NULL = system store only */
+	const char *client_cert;     /* PEM client certificate (mutual TLS), NULL = none */
+	const char *client_key;      /* its unencrypted PEM key; needed with client_cert */
 	bool insecure;               /* disable TLS verification: tests only, logged loudly */
 	const char *user_agent;      /* NULL = "lessee/<version>" */
 	long max_host_connections;   /* 0 = unlimited */
@@ -43,7 +45,10 @@ struct http_response {
 	int error;                   /* 0, or -errno-style transport error:
 				      * -ECONNREFUSED -ETIMEDOUT -EMSGSIZE (over cap)
 				      * -EHOSTUNREACH -ECONNRESET -EPROTO (TLS/protocol) -ECANCELED ... */
-	const char *error_message;   /* human text when error != 0 */
+	const char *error_message;   /* human text when error != 0; a refused server
+				      * certificate starts "TLS: the server's certificate"
+				      * and names the cause (unknown CA, host name mismatch,
+				      * expired, ...), then curl's own words */
 	long status;                 /* HTTP status, 0 on transport error */
 	const char *body;            /* NUL-terminated; valid only during the callback */
 	size_t body_len;

@@ -42,7 +42,11 @@ int api_init(struct api *a, ev_t *e, const struct conf *c, metrics_t *m)
 {
 	static const double buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 					 1,     2.5,  5,     10,   30,  60};
-	struct http_opts o = {.ca_file = c->api.ca_file, .observer = api_observe, .observer_ctx = a};
+	struct http_opts o = {.ca_file = c->api.ca_file,
+			      .client_cert = c->api.client_cert,
+			      .client_key = c->api.client_key,
+			      .observer = api_observe,
+			      .observer_ctx = a};
 	int r;
 
 	*a = (struct api){.ev = e, .timeout = c->api.request_timeout};
