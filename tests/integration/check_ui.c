@@ -7,7 +7,8 @@
  * page ends it cancelled in the API.
  *
  * The browser part needs node, chromium and playwright-core (installed with
- * npm into build/ui-node on first use).  When one is missing the binary runs
+ * npm into build/ui-node, or $UI_NODE_CACHE, on first use; $CHROMIUM names
+ * another browser binary).  When one is missing the binary runs
  * the rest and exits 77 (skipped).  UI_SCREENSHOT_DIR=docs refreshes
  * docs/ui.png and docs/ui-run.png. */
 #include <cJSON.h>
@@ -280,13 +281,17 @@ static bool have(const char *cmd)
 static const char *browser_missing(void)
 {
 	const char *src = getenv("LESSEE_SRCDIR"), *chromium = getenv("CHROMIUM");
+	const char *cache = getenv("UI_NODE_CACHE");
 	_cleanup_free_ char *pkg = NULL, *install = NULL;
 
 	if (!have("node --version"))
 		return "node is not installed (apt-get install nodejs npm)";
 	if (access(chromium && *chromium ? chromium : "/usr/bin/chromium", X_OK) < 0)
 		return "chromium is not installed (apt-get install chromium)";
-	snprintf(node_cache, sizeof(node_cache), "%s/build/ui-node", src ? src : ".");
+	if (cache && *cache)
+		snprintf(node_cache, sizeof(node_cache), "%s", cache);
+	else
+		snprintf(node_cache, sizeof(node_cache), "%s/build/ui-node", src ? src : ".");
 	if (asprintf(&pkg, "%s/node_modules/playwright-core/package.json", node_cache) < 0)
 		return "out of memory";
 	if (access(pkg, R_OK) == 0)
@@ -297,7 +302,7 @@ static const char *browser_missing(void)
 	if (mkdir_p(node_cache, 0755) < 0 ||
 	    asprintf(&install,
 	             "timeout 300 npm install --prefix '%s' --no-audit --no-fund --no-save "
-	             "--loglevel=error %s",
+	             "--fetch-retries=1 --loglevel=error %s",
 	             node_cache, PLAYWRIGHT) < 0 ||
 	    !have(install) || access(pkg, R_OK) < 0)
 		return "cannot install playwright-core from the npm registry";

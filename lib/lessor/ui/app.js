@@ -79,7 +79,7 @@ function why(run) {
   if (!run.reason) return run.outcome || '-';
   if (run.reason === 'exit' && run.exit_code !== null && run.exit_code !== undefined)
     return run.exit_code === 0 ? run.outcome : 'exit ' + run.exit_code;
-  if (run.signal) return run.reason + ' ' + run.signal;
+  if (run.reason === 'crash' && run.signal) return 'crash ' + run.signal;
   return run.reason;
 }
 
@@ -294,7 +294,7 @@ async function start() {
   $('logout').addEventListener('click', () => needLogin('Token forgotten.'));
   $('r-cancel').addEventListener('click', () => action('cancel'));
   $('r-requeue').addEventListener('click', () => action('requeue'));
-  $('live').addEventListener('change', refresh);
+  $('live').addEventListener('change', () => { generation++; refresh(); });
   for (const id of ['f-status', 'f-workflow', 'f-worker'])
     $(id).addEventListener(id === 'f-status' ? 'change' : 'input', () => { generation++; refresh(); });
   $('r-log').addEventListener('scroll', (ev) => {
