@@ -127,11 +127,19 @@ function field(dl, name, value) {
 function pretty(v) { return v === null || v === undefined ? '-' : JSON.stringify(v, null, 2); }
 
 let logFollow = true;
+let logCache = { id: null, len: -1, text: '' };
 
 async function renderRun(gen, id) {
   const path = '/v1/runs/' + encodeURIComponent(id);
-  const [run, log] = await Promise.all([api('GET', path), api('GET', path + '/log', true)]);
+  const run = await api('GET', path);
   if (gen !== generation) return;
+  // the log again only when it grew (the API has no range read: the whole log)
+  if (logCache.id !== id || logCache.len !== run.log_length) {
+    const text = await api('GET', path + '/log', true);
+    if (gen !== generation) return;
+    logCache = { id, len: run.log_length, text };
+  }
+  const log = logCache.text;
   $('r-id').textContent = run.id;
   const badge = $('r-status');
   badge.textContent = run.status;
