@@ -3,8 +3,9 @@
  * hold no data; the API behind them still wants the admin token.  In a real
  * browser (Debian's chromium, headless, driven by tests/ui/ui_test.mjs with
  * playwright-core): a run enqueued through the API appears in the list, its
- * log tail grows on its page while a real lessee runs it, and cancel from the
- * page ends it cancelled in the API.
+ * log tail grows on its page while a real lessee runs it, requeue from the
+ * page revokes its lease, and cancel from the page ends it cancelled in the
+ * API.
  *
  * The browser part needs node, chromium and playwright-core (installed with
  * npm into build/ui-node, or $UI_NODE_CACHE, on first use; $CHROMIUM names

@@ -1,7 +1,7 @@
 // The dashboard in a real browser (Debian's chromium, headless, driven by
 // playwright-core).  Started by tests/integration/check_ui.c, which runs a
 // real lessor and lessee and enqueued RUN_ID, a job printing a line every
-// 200 ms, and is running now:
+// 200 ms, and is running now.  Requeue and then cancel it from its page:
 //
 //   node tests/ui/ui_test.mjs URL TOKEN RUN_ID
 //
@@ -118,6 +118,16 @@ try {
   check(n2 > n1 && n1 > n0, `the log tail grows live (${n0} -> ${n1} -> ${n2} lines)`);
   await page.screenshot({ path: path.join(shots, 'ui-run.png'), fullPage: true });
 
+  // requeue from the page: the lease is revoked, the worker claims it again
+  page.once('dialog', (d) => d.accept());
+  await page.click('#r-requeue');
+  await page.waitForFunction(() => {
+    const rows = document.querySelectorAll('#r-leases tbody tr');
+    return rows.length === 2 && /revoked/.test(rows[0].textContent) &&
+      /held/.test(rows[1].textContent);
+  });
+  check(true, 'requeue from the page: the first lease revoked, a second one held');
+  await page.waitForFunction(() => document.getElementById('r-status').textContent === 'running');
   check(await page.isHidden('#r-cancel-requested'), 'no cancel requested yet');
   // cancel from the page: confirm, then the worker stops it
   page.once('dialog', (d) => d.accept());
