@@ -60,7 +60,10 @@ BENCH_SRC  := $(wildcard bench/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$1)
 LIB_OBJ    := $(call obj,$(LIB_SRC))
-LESSOR_OBJ := $(call obj,$(LESSOR_SRC))
+# The dashboard's files (lib/lessor/ui/) become a C table in the binary.
+UI_FILES   := $(sort $(wildcard lib/lessor/ui/*))
+UI_GEN     := $(BUILD)/gen/lessor_ui_files.c
+LESSOR_OBJ := $(call obj,$(LESSOR_SRC)) $(BUILD)/gen/lessor_ui_files.o
 HELPER_OBJ := $(call obj,$(HELPER_SRC))
 
 LIBLESSEE := $(BUILD)/liblessee.a
@@ -93,6 +96,26 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# od and sed only (no xxd): one byte array per file, then the table.
+$(UI_GEN): $(UI_FILES) Makefile
+	@mkdir -p $(@D)
+	$(call say,GEN,$@)
+	$(Q){ echo '#include "lessor/ui.h"'; i=0; \
+	  for f in $(UI_FILES); do \
+	    echo "static const unsigned char f$$i[] = {"; \
+	    od -An -v -tx1 "$$f" | sed -e 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	    echo "};"; i=$$((i + 1)); \
+	  done; \
+	  echo 'const struct lessor_ui_file lessor_ui_files[] = {'; i=0; \
+	  for f in $(UI_FILES); do \
+	    echo "{\"$${f##*/}\", f$$i, sizeof(f$$i)},"; i=$$((i + 1)); \
+	  done; \
+	  echo '{0}};'; } >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/lessor_ui_files.o: $(UI_GEN)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -c -o $@ $<
 
 $(LIBLESSEE): $(LIB_OBJ)
 	@mkdir -p $(@D)

@@ -2,7 +2,9 @@
  * This file only parses options and wires lib/lessor together. */
 #include <errno.h>
 #include <getopt.h>
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@ static const char usage_text[] =
     "  show ID                   show one run, its outcome and its leases\n"
     "  log ID                    print a run's log\n"
     "  stats                     count runs by status\n"
+    "  workers                   list the workers and their last contact\n"
     "  cancel ID                 cancel a pending run, or ask its worker to stop it\n"
     "  requeue ID                revoke a running run's lease and queue it again\n"
     "\n"
@@ -226,6 +229,61 @@ static int serve_duration(const char *arg, usec_t *ret)
 	return time_parse_duration(arg, ret) < 0 || *ret == USEC_INFINITY ? -EINVAL : 0;
 }
 
+/* --listen: HOST:PORT, [IPv6]:PORT; HOST an IPv4 address or a name (the
+ * server resolves it), PORT 0..65535 in decimal. */
+static int check_listen(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	unsigned long port;
+	struct in6_addr a6;
+	char host[64];
+	size_t hl;
+
+	if (!colon || parse_uint(colon + 1, 0, 65535, &port) < 0 || strlen(colon + 1) > 5)
+		return -EINVAL;
+	hl = (size_t)(colon - s);
+	if (hl == 0 || hl >= sizeof(host))
+		return -EINVAL;
+	if (s[0] == '[') {
+		if (hl < 3 || s[hl - 1] != ']')
+			return -EINVAL;
+		snprintf(host, sizeof(host), "%.*s", (int)(hl - 2), s + 1);
+		return inet_pton(AF_INET6, host, &a6) == 1 ? 0 : -EINVAL;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)hl, s);
+	/* an IPv4 address or a DNS name: no ':' (IPv6 needs brackets), no blank */
+	return host[strspn(host,
+	                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")]
+	           ? -EINVAL
+	           : 0;
+}
+
+/* The listen address resolves: 0, or 1 after saying why (before the
+ * database is touched, so a typo leaves nothing behind). */
+static int resolve_listen(const char *s)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+	                         .ai_socktype = SOCK_STREAM,
+	                         .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	const char *colon = strrchr(s, ':');
+	struct addrinfo *ai = NULL;
+	char host[64];
+	int r;
+
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - s), s);
+	if (host[0] == '[') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	r = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (r != 0) {
+		log_error("cannot listen on %s: %s", s, gai_strerror(r));
+		return 1;
+	}
+	freeaddrinfo(ai);
+	return 0;
+}
+
 /* One option of `serve`; 0, or an exit code. */
 static int serve_option(struct serve_opts *o, int c, const char *arg)
 {
@@ -234,6 +292,11 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 
 	switch (c) {
 	case OPT_LISTEN:
+		if (check_listen(arg) < 0)
+			return usage_error(
+			    "bad --listen '%s' (ADDR:PORT, [IPv6]:PORT or NAME:PORT, "
+			    "port 0..65535)",
+			    arg);
 		o->cfg.listen = arg;
 		return 0;
 	case OPT_DB:
@@ -427,6 +490,8 @@ static int serve_run(struct serve_opts *o)
 	sigset_t set;
 	int r, sig;
 
+	if (resolve_listen(o->cfg.listen) != 0)
+		return 1;
 	if (load_tokens(&o->tokens, &tokens) < 0)
 		return EXIT_CONFIG;
 	if (!o->db && !(o->db = default_db_path())) {
@@ -625,6 +690,11 @@ static int do_stats(struct client_opts *o, const char *arg)
 	return lessor_cli_stats(&o->cli);
 }
 
+static int do_workers(struct client_opts *o, const char *arg)
+{
+	return lessor_cli_workers(&o->cli);
+}
+
 static int do_cancel(struct client_opts *o, const char *arg)
 {
 	return lessor_cli_cancel(&o->cli, arg);
@@ -662,8 +732,8 @@ static const struct {
 } commands[] = {
     {"enqueue", enqueue_opts, false, do_enqueue}, {"list", list_opts, false, do_list},
     {"show", plain_opts, true, do_show},          {"log", plain_opts, true, do_log},
-    {"stats", plain_opts, false, do_stats},       {"cancel", plain_opts, true, do_cancel},
-    {"requeue", plain_opts, true, do_requeue},
+    {"stats", plain_opts, false, do_stats},       {"workers", plain_opts, false, do_workers},
+    {"cancel", plain_opts, true, do_cancel},      {"requeue", plain_opts, true, do_requeue},
 };
 
 int main(int argc, char **argv)

@@ -91,3 +91,5 @@ int lessor_h_faults_set(lessor_call *c);
 int lessor_h_faults_clear(lessor_call *c);
 int lessor_h_faults_get(lessor_call *c);
 int lessor_h_health(lessor_call *c);
+/* handler: ui.c */
+int lessor_h_ui(lessor_call *c);

@@ -31,6 +31,9 @@ static const struct lessor_route routes[] = {
     {"DELETE", "/v1/admin/faults", lessor_h_faults_clear, LESSOR_EP_NONE, false},
     {"GET", "/v1/admin/faults", lessor_h_faults_get, LESSOR_EP_NONE, false},
     {"GET", "/healthz", lessor_h_health, LESSOR_EP_NONE, false},
+    {"GET", "/ui", lessor_h_ui, LESSOR_EP_NONE, false},
+    {"GET", "/ui/", lessor_h_ui, LESSOR_EP_NONE, false},
+    {"GET", "/ui/*", lessor_h_ui, LESSOR_EP_NONE, false},
 };
 
 int lessor_api_new(const struct lessor_api_config *cfg, lessor_api **ret)
@@ -285,12 +288,19 @@ static void authenticate(lessor_call *c)
 	pthread_mutex_unlock(&c->api->tokens_lock);
 }
 
-/* The worker endpoints; every other one but /healthz is the admin API. */
+/* The worker endpoints; every other one but the public ones is the admin API. */
 static bool worker_endpoint(const struct lessor_route *r)
 {
 	return r->handler == lessor_h_claim || r->handler == lessor_h_claim_cancel ||
 	       r->handler == lessor_h_renew || r->handler == lessor_h_log_append ||
 	       r->handler == lessor_h_complete || r->handler == lessor_h_release;
+}
+
+/* No token: /healthz, and the dashboard's static files (they hold no data;
+ * the page sends the admin token on its own API calls). */
+static bool public_endpoint(const struct lessor_route *r)
+{
+	return r->handler == lessor_h_health || r->handler == lessor_h_ui;
 }
 
 /* 0, or LESSOR_CALL_REPLY with 401 (no valid token) or 403 (a token of the
@@ -299,7 +309,7 @@ static int authorize(lessor_call *c)
 {
 	bool worker;
 
-	if (c->route->handler == lessor_h_health)
+	if (public_endpoint(c->route))
 		return 0;
 	authenticate(c);
 	if (c->who.role == LESSOR_ROLE_NONE) {
@@ -323,7 +333,7 @@ static int reauthorize(lessor_call *c)
 {
 	struct lessor_principal before = c->who;
 
-	if (c->route->handler == lessor_h_health)
+	if (public_endpoint(c->route))
 		return 0;
 	authenticate(c);
 	if (c->who.role == before.role && streq(c->who.name, before.name))

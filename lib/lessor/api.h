@@ -60,6 +60,8 @@ struct lessor_reply {
 	unsigned retry_after_s; /* 0 = no Retry-After */
 	const char *allow;      /* Allow: for 405 */
 	bool auth_challenge;    /* WWW-Authenticate: Bearer */
+	const char *csp;        /* Content-Security-Policy: (the dashboard's files) */
+	bool no_cache;          /* Cache-Control: no-cache */
 };
 struct lessor_reply *lessor_call_reply(lessor_call *c);
 const char *lessor_call_method(const lessor_call *c);

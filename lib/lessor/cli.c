@@ -117,23 +117,91 @@ static char *render(const cJSON *j, const char *name)
 	return cJSON_PrintUnformatted(v);
 }
 
-static char *tags_text(const cJSON *j)
+/* A JSON array of strings as "a,b", empty_text when empty, null_text when
+ * absent or null. */
+static char *strings_text(const cJSON *j, const char *name, const char *empty_text,
+                          const char *null_text)
 {
-	const cJSON *tags = cJSON_GetObjectItemCaseSensitive(j, "tags"), *t;
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, name), *t;
 	struct {
 		char *p;
 		size_t n;
 	} b = {NULL, 0};
-	FILE *f = open_memstream(&b.p, &b.n);
+	FILE *f;
 
+	if (!a || cJSON_IsNull(a))
+		return strdup(null_text);
+	if (!a->child)
+		return strdup(empty_text);
+	f = open_memstream(&b.p, &b.n);
 	if (!f)
 		return NULL;
-	cJSON_ArrayForEach(t, tags) fprintf(f, "%s%s", t == tags->child ? "" : ",",
-	                                    cJSON_IsString(t) ? t->valuestring : "?");
-	if (!tags || !tags->child)
-		fputs("-", f);
+	cJSON_ArrayForEach(t, a)
+	    fprintf(f, "%s%s", t == a->child ? "" : ",", cJSON_IsString(t) ? t->valuestring : "?");
 	fclose(f);
 	return b.p;
+}
+
+static char *tags_text(const cJSON *j)
+{
+	return strings_text(j, "tags", "-", "-");
+}
+
+/* Why a run ended as it did (its last outcome): "exit 3", "timeout",
+ * "crash SIGSEGV", "spawn_error", ...; "-" for none or a clean exit. */
+static char *reason_text(const cJSON *run)
+{
+	const char *reason = str_or(run, "reason", NULL), *sig = str_or(run, "signal", NULL);
+	long code = num_or(run, "exit_code", -1);
+	char *s = NULL;
+
+	if (!reason || (streq(reason, "exit") && code <= 0))
+		return strdup("-");
+	if (streq(reason, "exit"))
+		return asprintf(&s, "exit %ld", code) < 0 ? NULL : s;
+	if (streq(reason, "crash") && sig)
+		return asprintf(&s, "crash %s", sig) < 0 ? NULL : s;
+	return strdup(reason);
+}
+
+/* A table: a header, then n rows of ncols cells (NULL prints "?"), each
+ * column as wide as its widest cell. */
+static void print_table(FILE *out, const char *const *head, size_t ncols, char **cells, size_t n)
+{
+	_cleanup_free_ size_t *w = calloc(ncols, sizeof(*w));
+
+	if (!w)
+		return;
+	for (size_t c = 0; c < ncols; c++) {
+		w[c] = strlen(head[c]);
+		for (size_t r = 0; r < n; r++)
+			w[c] = MAX(w[c], strlen(cells[r * ncols + c] ? cells[r * ncols + c] : "?"));
+	}
+	for (size_t c = 0; c < ncols; c++)
+		fprintf(out, "%-*s%s", (int)w[c], head[c], c + 1 < ncols ? "  " : "\n");
+	for (size_t r = 0; r < n; r++)
+		for (size_t c = 0; c < ncols; c++)
+			fprintf(out, "%-*s%s", (int)w[c],
+			        cells[r * ncols + c] ? cells[r * ncols + c] : "?",
+			        c + 1 < ncols ? "  " : "\n");
+}
+
+/* Prints one row per member of rows with fill_row(member, its ncols cells). */
+static int print_rows(const struct lessor_cli *o, const char *const *head, size_t ncols,
+                      const cJSON *rows, void (*fill_row)(const cJSON *j, char **cells))
+{
+	size_t n = (size_t)cJSON_GetArraySize(rows), i = 0;
+	char **cells = calloc((n + 1) * ncols, sizeof(*cells));
+	const cJSON *j;
+
+	if (!cells)
+		return 1;
+	cJSON_ArrayForEach(j, rows) fill_row(j, cells + ncols * i++);
+	print_table(o->out, head, ncols, cells, n);
+	for (i = 0; i < n * ncols; i++)
+		free(cells[i]);
+	free(cells);
+	return 0;
 }
 
 /* ---- enqueue ---- */
@@ -194,14 +262,15 @@ enum {
 	COL_ATTEMPT,
 	COL_WORKER,
 	COL_OUTCOME,
+	COL_REASON,
 	COL_CREATED,
 	N_COLS
 };
 
 static const char *const list_head[N_COLS] = {"ID",     "STATUS",  "WORKFLOW", "ATTEMPT",
-                                              "WORKER", "OUTCOME", "CREATED"};
+                                              "WORKER", "OUTCOME", "REASON",   "CREATED"};
 
-static void list_row(const cJSON *run, char *cells[N_COLS])
+static void list_row(const cJSON *run, char **cells)
 {
 	cells[COL_ID] = render(run, "id");
 	cells[COL_STATUS] = render(run, "status");
@@ -211,41 +280,8 @@ static void list_row(const cJSON *run, char *cells[N_COLS])
 		cells[COL_ATTEMPT] = NULL;
 	cells[COL_WORKER] = render(run, "worker_id");
 	cells[COL_OUTCOME] = render(run, "outcome");
+	cells[COL_REASON] = reason_text(run);
 	cells[COL_CREATED] = render(run, "created_at");
-}
-
-static void print_table(FILE *out, char *(*cells)[N_COLS], size_t n)
-{
-	size_t w[N_COLS];
-
-	for (size_t c = 0; c < N_COLS; c++) {
-		w[c] = strlen(list_head[c]);
-		for (size_t r = 0; r < n; r++)
-			w[c] = MAX(w[c], strlen(cells[r][c] ? cells[r][c] : "?"));
-	}
-	for (size_t c = 0; c < N_COLS; c++)
-		fprintf(out, "%-*s%s", (int)w[c], list_head[c], c + 1 < N_COLS ? "  " : "\n");
-	for (size_t r = 0; r < n; r++)
-		for (size_t c = 0; c < N_COLS; c++)
-			fprintf(out, "%-*s%s", (int)w[c], cells[r][c] ? cells[r][c] : "?",
-			        c + 1 < N_COLS ? "  " : "\n");
-}
-
-static int list_print(const struct lessor_cli *o, const cJSON *runs)
-{
-	size_t n = (size_t)cJSON_GetArraySize(runs), i = 0;
-	char *(*cells)[N_COLS] = calloc(n + 1, sizeof(*cells));
-	const cJSON *run;
-
-	if (!cells)
-		return 1;
-	cJSON_ArrayForEach(run, runs) list_row(run, cells[i++]);
-	print_table(o->out, cells, n);
-	for (i = 0; i < n; i++)
-		for (size_t c = 0; c < N_COLS; c++)
-			free(cells[i][c]);
-	free(cells);
-	return 0;
 }
 
 int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *workflow,
@@ -266,7 +302,8 @@ int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *
 		return 1;
 	if (o->json)
 		return print_json(o, j);
-	return list_print(o, cJSON_GetObjectItemCaseSensitive(j, "runs"));
+	return print_rows(o, list_head, N_COLS, cJSON_GetObjectItemCaseSensitive(j, "runs"),
+	                  list_row);
 }
 
 /* ---- show ---- */
@@ -358,6 +395,35 @@ int lessor_cli_show(const struct lessor_cli *o, const char *id)
 		return print_json(o, run);
 	show_text(o->out, run);
 	return 0;
+}
+
+/* ---- workers ---- */
+
+static const char *const workers_head[] = {"WORKER", "LAST CONTACT", "WORKFLOWS", "TAGS",
+                                           "SLOTS",  "HELD",         "GRANTED",   "CLAIMS"};
+
+static void workers_row(const cJSON *w, char **cells)
+{
+	static const char *const nums[] = {"max_runs", "runs_held", "runs_granted", "claims"};
+
+	cells[0] = render(w, "worker_id");
+	cells[1] = render(w, "last_claim_at");
+	cells[2] = strings_text(w, "workflows", "none", "any");
+	cells[3] = strings_text(w, "tags", "-", "-");
+	for (size_t i = 0; i < ELEMENTSOF(nums); i++)
+		cells[4 + i] = render(w, nums[i]);
+}
+
+int lessor_cli_workers(const struct lessor_cli *o)
+{
+	_cleanup_(cJSON_Deletep) cJSON *j = call_json(o, "GET", "/v1/workers", NULL);
+
+	if (!j)
+		return 1;
+	if (o->json)
+		return print_json(o, j);
+	return print_rows(o, workers_head, ELEMENTSOF(workers_head),
+	                  cJSON_GetObjectItemCaseSensitive(j, "workers"), workers_row);
 }
 
 /* ---- log, stats, actions ---- */

@@ -1,4 +1,4 @@
-/* The `lessor enqueue|list|show|log|stats|cancel|requeue` commands: talk to a
+/* The `lessor enqueue|list|show|log|stats|workers|cancel|requeue` commands: talk to a
  * running server and print for people (tables, key: value) or, with --json,
  * the API's JSON.  Each returns an exit code: 0 ok, 1 failure. */
 #pragma once
@@ -28,5 +28,6 @@ int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *
 int lessor_cli_show(const struct lessor_cli *o, const char *id);
 int lessor_cli_log(const struct lessor_cli *o, const char *id);
 int lessor_cli_stats(const struct lessor_cli *o);
+int lessor_cli_workers(const struct lessor_cli *o);
 int lessor_cli_cancel(const struct lessor_cli *o, const char *id);
 int lessor_cli_requeue(const struct lessor_cli *o, const char *id);

@@ -145,6 +145,9 @@ static enum MHD_Result send_reply(struct request *rq)
 	add_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rp->content_type);
 	add_header(resp, MHD_HTTP_HEADER_ALLOW, rp->allow);
 	add_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, rp->auth_challenge ? "Bearer" : NULL);
+	add_header(resp, "X-Content-Type-Options", "nosniff");
+	add_header(resp, "Content-Security-Policy", rp->csp);
+	add_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rp->no_cache ? "no-cache" : NULL);
 	if (rp->retry_after_s) {
 		snprintf(retry, sizeof(retry), "%u", rp->retry_after_s);
 		add_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);

@@ -226,6 +226,7 @@ static const struct col list_cols[] = {
     {"worker_id", COL_STR},    {"outcome", COL_STR},
     {"exit_code", COL_INT},    {"cancel_requested", COL_BOOL},
     {"created_at", COL_TIME},  {"updated_at", COL_TIME},
+    {"reason", COL_STR},       {"signal", COL_STR},
 };
 
 struct list_ctx {
@@ -248,7 +249,7 @@ static int list_tx(lessor_store *s, void *userdata)
 	    "SELECT r.seq, r.workflow, r.status,"
 	    " (SELECT COALESCE(MAX(attempt), 0) FROM leases WHERE run_seq = r.seq),"
 	    " r.max_attempts, r.tags, l.worker_id, r.outcome, r.exit_code, r.cancel_requested,"
-	    " r.created_at, r.updated_at"
+	    " r.created_at, r.updated_at, r.reason, r.signal"
 	    " FROM runs r LEFT JOIN leases l ON l.id = r.lease_id"
 	    " WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
 	    " ORDER BY r.seq DESC LIMIT ?3",

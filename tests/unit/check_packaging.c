@@ -157,6 +157,59 @@ START_TEST(test_man_lessee)
 }
 END_TEST
 
+/* Every --option that `lessor ARGS --help` prints is in the page; the number
+ * of options found. */
+static int assert_lessor_options(const char *page, const char *cmd)
+{
+	_cleanup_free_ char *bin = strdup(tu_lessor_bin()), *first = strdup(cmd ? cmd : "--help");
+	char *const argv[] = {bin, first, cmd ? "--help" : NULL, NULL};
+	struct output o = {0};
+	int options = 0;
+
+	run(argv, NULL, &o);
+	ck_assert_int_eq(o.status, 0);
+	for (const char *p = o.out; (p = strstr(p, "--")); options++) {
+		size_t n = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+		char opt[64];
+
+		snprintf(opt, sizeof(opt), "%.*s", (int)MIN(n, sizeof(opt) - 1), p);
+		ck_assert_msg(n > 2 && strstr(page, opt), "lessor(8) does not describe %s", opt);
+		p += n;
+	}
+	/* each command of `lessor --help` has its own entry */
+	for (const char *p = cmd ? NULL : strstr(o.out, "Commands:\n");
+	     p && *(p = strchr(p, '\n') + 1) == ' ';) {
+		char name[32], entry[48];
+
+		ck_assert_int_eq(sscanf(p, " %31s", name), 1);
+		snprintf(entry, sizeof(entry), "\n       %s", name);
+		ck_assert_msg(strstr(page, entry), "lessor(8) has no entry for the command %s",
+		              name);
+	}
+	output_done(&o);
+	return options;
+}
+
+START_TEST(test_man_lessor)
+{
+	_cleanup_free_ char *page = render("docs/man/lessor.8");
+	static const char *const sections[] = {
+	    "SYNOPSIS", "COMMANDS",    "SERVE OPTIONS", "CLIENT OPTIONS", "TOKENS",  "DASHBOARD",
+	    "SIGNALS",  "EXIT STATUS", "ENVIRONMENT",   "FILES",          "SEE ALSO"};
+
+	for (size_t i = 0; i < ELEMENTSOF(sections); i++)
+		ck_assert_msg(strstr(page, sections[i]), "lessor(8) has no %s", sections[i]);
+	ck_assert_int_ge(assert_lessor_options(page, NULL), 10);
+	ck_assert_int_ge(assert_lessor_options(page, "serve"), 18);
+	for (const char *const *v =
+	         (const char *const[]){"LESSOR_URL", "LESSOR_ADMIN_TOKEN_FILE", "LESSOR_TOKEN_FILE",
+	                               "XDG_STATE_HOME", "/var/lib/lessor/lessor.db", "SIGHUP",
+	                               "/ui", NULL};
+	     *v; v++)
+		ck_assert_msg(strstr(page, *v), "lessor(8) does not mention %s", *v);
+}
+END_TEST
+
 /* A key's entry starts a line: 7 blanks, the name, " (". */
 static void assert_key(const char *page, const char *section, const char *name)
 {
@@ -765,6 +818,7 @@ int main(void)
 
 	tcase_add_test(tm, test_man_lessee);
 	tcase_add_test(tm, test_man_conf);
+	tcase_add_test(tm, test_man_lessor);
 	tcase_add_test(td, test_dockerfile);
 	tcase_add_test(td, test_dockerfile_runtime_libraries);
 	tcase_add_test(td, test_kubernetes);
