@@ -106,6 +106,10 @@ struct conf_source {
 	/* worker.id when none is configured; NULL = "<hostname>-<8 random hex>".
 	 * On reload pass the running id so an unset id stays the same. */
 	const char *default_worker_id;
+	/* Also check what the first run would trip over: each workflow's command is an
+	 * executable regular file, its working_directory a directory.  cmd/lessee sets
+	 * it (--check-config, start, reload); tests of parsing alone leave it off. */
+	bool check_files;
 };
 
 /* Load and validate.  0 on success.  -EINVAL for any configuration problem, with

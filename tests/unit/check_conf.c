@@ -584,7 +584,8 @@ START_TEST(test_file_errors)
 	    {"[api]\nurl = http://x\n", "%1$s: no [workflow.NAME] section: this worker would run "
 	                                "nothing"},
 	    {"[workflow.w]\ncommand = /bin/true\n", "%1$s: api.url is not set"},
-	    {"", "%1$s: api.url is not set"},
+	    {"", "%1$s: api.url is not set\n%1$s: no [workflow.NAME] section: this worker would "
+	         "run nothing"},
 	    {"[api]\ntoken_file = /nonexistent/token\nurl = http://x\n[workflow.w]\ncommand = /x\n",
 	     "%1$s:2: api.token_file: /nonexistent/token: No such file or directory"},
 	};
