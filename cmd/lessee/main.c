@@ -178,13 +178,25 @@ static int load_conf(const struct opts *o, const char *worker_id, struct conf **
 		.overrides = o->overrides,
 		.n_overrides = o->n_overrides,
 		.default_worker_id = worker_id,
+		.check_files = true,
 	};
 	_cleanup_free_ char *err = NULL;
 	int r = conf_load(&src, ret, &err);
 
-	if (r < 0)
-		log_error("configuration: %s", err ? err : strerror(-r));
+	if (r < 0 && !err)
+		log_error("configuration: %s", strerror(-r));
+	/* every error, one a line */
+	for (char *line = err, *nl; r < 0 && line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		log_error("configuration: %.*s", nl ? (int)(nl - line) : (int)strlen(line), line);
+	}
 	return r;
+}
+
+static void log_conf_warnings(const struct conf *c)
+{
+	for (char **w = c->warnings; *w; w++)
+		log_warning("configuration: %s", *w);
 }
 
 static void update_status(struct daemon *d)
@@ -250,6 +262,8 @@ static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *user
 	notify_reloading(d->notify);
 	if (load_conf(d->opts, worker_conf(d->worker)->worker.id, &next) < 0)
 		log_error("reload failed: keeping the running configuration");
+	else if (log_conf_warnings(next), false)
+		;
 	else if (worker_reload(d->worker, next) < 0)
 		log_error("reload could not be applied: keeping the running configuration");
 	notify_ready(d->notify);
@@ -493,20 +507,28 @@ int main(int argc, char **argv)
 		r = EXIT_CONFIG;
 		goto out;
 	}
+	if (!ev_backend_known(getenv("LESSEE_IO_BACKEND"))) {
+		log_error("configuration: LESSEE_IO_BACKEND=%s is not a loop backend: io_uring or "
+			  "epoll (unset: io_uring, else epoll)",
+			  getenv("LESSEE_IO_BACKEND"));
+		conf_free(conf);
+		r = EXIT_CONFIG;
+		goto out;
+	}
 	if (o.status_cmd) {
 		r = run_status_cli(conf, &o);
 		conf_free(conf);
 		goto out;
 	}
 	if (o.check_config) {
+		log_conf_warnings(conf); /* on stderr: stdout stays loadable INI */
 		r = conf_print(conf, stdout) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 		conf_free(conf);
 		goto out;
 	}
 	log_setup("lessee", conf->log.format, conf->log.level);
 	log_set_worker_id(conf->worker.id);
-	for (char **w = conf->warnings; *w; w++)
-		log_warning("configuration: %s", *w);
+	log_conf_warnings(conf);
 	if (!conf->api.token)
 		log_warning("no API token configured (api.token_file, or the api-token credential): "
 			    "requests are sent without authentication");

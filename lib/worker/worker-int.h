@@ -222,6 +222,11 @@ struct worker {
 	long queue_depth;
 	unsigned claim_cancels; /* /v1/claims/{id}/cancel requests in flight */
 	bool in_arrival;        /* handling a claim's runs: no nested claim */
+	/* failed claim attempts: the first of a streak is logged, then a summary a minute */
+	unsigned claim_fail_streak;   /* failures since the last answer we could use */
+	unsigned claim_fail_unlogged; /* of those, not yet in a log line */
+	usec_t claim_fail_logged_at;
+	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
 
 	/* spool delivery */
 	struct spool_item *spool_items;

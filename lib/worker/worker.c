@@ -829,6 +829,8 @@ const char *worker_not_ready_reason(const worker_t *w)
 		return NULL;
 	if (w->api.auth_denied)
 		return "the API refuses our credentials";
+	if (w->claim_error[0]) /* the why, not only the what */
+		return w->claim_error;
 	return w->api.last_ok ? "API not reached recently" : "API not reached yet";
 }
 
