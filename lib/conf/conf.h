@@ -113,8 +113,10 @@ struct conf_source {
 };
 
 /* Load and validate.  0 on success.  -EINVAL for any configuration problem, with
- * *ret_error = "origin: section.key: what is wrong", origin being "path:line",
- * the environment variable, or the override's flag (cmd/lessee exits 78).
+ * *ret_error = every problem found, one a line ("\n" between them, at most 64
+ * and then a count), each "origin: section.key: what is wrong", origin being
+ * "path:line", the environment variable, or the override's flag (cmd/lessee
+ * exits 78).  Non-fatal findings go to conf->warnings.
  * Other -errno (-ENOMEM) may leave *ret_error NULL.  ret_error may be NULL. */
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error);
 struct conf *conf_free(struct conf *c);
