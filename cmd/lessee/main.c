@@ -189,7 +189,9 @@ static int load_conf(const struct opts *o, const char *worker_id, struct conf **
 		.overrides = o->overrides,
 		.n_overrides = o->n_overrides,
 		.default_worker_id = worker_id,
-		.check_files = true,
+		/* `lessee status` only needs the listen address: a command gone
+		 * missing under a running daemon must not stop it from asking */
+		.check_files = !o->status_cmd,
 	};
 	_cleanup_free_ char *err = NULL;
 	int r = conf_load(&src, ret, &err);
