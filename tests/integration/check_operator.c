@@ -6,6 +6,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,31 @@ START_TEST(test_bad_io_backend)
 	ck_assert_int_eq(run_lessee(args, "LESSEE_IO_BACKEND=kqueue", &out, &err), 78);
 	ck_assert_msg(strstr(err, "LESSEE_IO_BACKEND"), "stderr: %s", err);
 	ck_assert_msg(strstr(err, "kqueue"), "stderr: %s", err);
+}
+END_TEST
+
+/* A reload to a command that is not there is refused, with the reason, and
+ * the daemon keeps the configuration it runs. */
+START_TEST(test_reload_checks_commands)
+{
+	ck_assert_int_ge(tu_lessor_start(&(struct tu_lessor_opts){0}, &L), 0);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                                          .conf = "[workflow.a]\ncommand = "
+	                                                                  "/bin/true\n"},
+	                                 &D),
+	                 0);
+	ck_assert_int_eq(tu_lessee_set_conf(D, "[workflow.a]\ncommand = /nonexistent/lessee-x\n"),
+	                 0);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
+	ck_assert_int_eq(
+	    tu_lessee_wait_log(D,
+	                       "workflow.a.command: /nonexistent/lessee-x: No such file "
+	                       "or directory",
+	                       tu_timeout(10 * SEC)),
+	    0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "reload failed: keeping the running configuration",
+	                                    tu_timeout(10 * SEC)),
+	                 0);
 }
 END_TEST
 
@@ -379,6 +405,7 @@ int main(void)
 	tcase_add_test(tc, test_check_config_prints_warnings);
 	tcase_add_test(tc, test_bad_io_backend);
 	tcase_add_test(tc, test_cli);
+	tcase_add_test(tc, test_reload_checks_commands);
 	tcase_add_test(tc, test_claim_failures_logged_counted_and_ready_says_why);
 	tcase_add_test(tc, test_journal_without_journald_falls_back);
 	tcase_add_test(tc, test_metrics_complete_from_the_start);
