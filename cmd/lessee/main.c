@@ -14,6 +14,7 @@
 #include "log/log.h"
 #include "obs/heartbeat.h"
 #include "obs/notify.h"
+#include "obs/procmetrics.h"
 #include "obs/status.h"
 #include "obs/status_cli.h"
 #include "util/macro.h"
@@ -31,6 +32,7 @@ struct opts {
 	bool status_cmd; /* `lessee status` */
 	bool json;
 	bool healthz; /* `lessee status --healthz` */
+	bool help;
 	struct conf_override overrides[64];
 	size_t n_overrides;
 	char *owned[64];
@@ -42,6 +44,7 @@ struct daemon {
 	notify_t *notify;
 	status_t *status;
 	heartbeat_t *heartbeat;
+	procmetrics_t *proc;
 	struct opts *opts;
 	ev_timer_t *status_timer;
 	metric_t *m_orphans;
@@ -53,7 +56,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: lessee [OPTIONS]\n"
-		"       lessee status [--json|--healthz] [-c FILE]\n"
+		"       lessee status [--json|--healthz] [-c FILE]   (see lessee status --help)\n"
 		"Claim runs from an orchestration API under leases and execute them.\n"
 		"`lessee status` asks the running daemon (its [status] listen address) what it\n"
 		"is doing and prints it as tables, or the raw JSON with --json; --healthz only\n"
@@ -67,8 +70,8 @@ static void usage(FILE *f)
 		"      --tags T1,T2         = --set worker.tags=T1,T2\n"
 		"      --log-level LEVEL    = --set log.level=LEVEL (error warning notice info debug)\n"
 		"      --log-format FMT     = --set log.format=FMT (auto logfmt json journal)\n"
-		"  -h, --help               this text\n"
-		"      --version            version\n\n"
+		"  -h, --help               this text (`lessee status --help`: the status command's)\n"
+		"  -V, --version            version\n\n"
 		"Signals: TERM/INT drain (twice: hard stop), QUIT hard stop now, HUP reload.\n"
 		"Exit codes: 0 clean, 1 runtime failure, 2 usage, 78 configuration error.\n"
 		"See lessee(8) and lessee.conf(5).\n",
@@ -122,7 +125,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	};
 	int c;
 
-	while ((c = getopt_long(argc, argv, "c:h", longopts, NULL)) >= 0) {
+	while ((c = getopt_long(argc, argv, "c:hV", longopts, NULL)) >= 0) {
 		switch (c) {
 		case 'c':
 			o->config = optarg;
@@ -137,8 +140,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->healthz = true;
 			continue;
 		case 'h':
-			usage(stdout);
-			exit(EXIT_SUCCESS);
+			o->help = true; /* `lessee status --help` has its own */
+			continue;
+		case 'V':
 		case O_VERSION:
 			printf("lessee %s\n", LESSEE_VERSION);
 			exit(EXIT_SUCCESS);
@@ -153,6 +157,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (optind < argc && streq(argv[optind], "status")) {
 		o->status_cmd = true;
 		optind++;
+	}
+	if (o->help) {
+		if (o->status_cmd)
+			status_cli_usage(stdout);
+		else
+			usage(stdout);
+		exit(EXIT_SUCCESS);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "lessee: unexpected argument '%s'\n", argv[optind]);
@@ -178,13 +189,27 @@ static int load_conf(const struct opts *o, const char *worker_id, struct conf **
 		.overrides = o->overrides,
 		.n_overrides = o->n_overrides,
 		.default_worker_id = worker_id,
+		/* `lessee status` only needs the listen address: a command gone
+		 * missing under a running daemon must not stop it from asking */
+		.check_files = !o->status_cmd,
 	};
 	_cleanup_free_ char *err = NULL;
 	int r = conf_load(&src, ret, &err);
 
-	if (r < 0)
-		log_error("configuration: %s", err ? err : strerror(-r));
+	if (r < 0 && !err)
+		log_error("configuration: %s", strerror(-r));
+	/* every error, one a line */
+	for (char *line = err, *nl; r < 0 && line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		log_error("configuration: %.*s", nl ? (int)(nl - line) : (int)strlen(line), line);
+	}
 	return r;
+}
+
+static void log_conf_warnings(const struct conf *c)
+{
+	for (char **w = c->warnings; *w; w++)
+		log_warning("configuration: %s", *w);
 }
 
 static void update_status(struct daemon *d)
@@ -250,6 +275,8 @@ static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *user
 	notify_reloading(d->notify);
 	if (load_conf(d->opts, worker_conf(d->worker)->worker.id, &next) < 0)
 		log_error("reload failed: keeping the running configuration");
+	else if (log_conf_warnings(next), false)
+		;
 	else if (worker_reload(d->worker, next) < 0)
 		log_error("reload could not be applied: keeping the running configuration");
 	notify_ready(d->notify);
@@ -287,6 +314,7 @@ static int obs_metrics(struct buf *out, void *userdata)
 	struct daemon *d = userdata;
 
 	sync_orphans(d);
+	procmetrics_update(d->proc);
 	return metrics_render(worker_metrics(d->worker), out);
 }
 
@@ -421,6 +449,8 @@ static int run_daemon(struct opts *o, struct conf *conf)
 		log_info("event loop: %s", ev_backend(d.ev));
 	r = worker_new(d.ev, conf, on_worker_exit, &d, &d.worker);
 	if (r >= 0)
+		r = procmetrics_new(worker_metrics(d.worker), &d.proc);
+	if (r >= 0)
 		r = setup_reaping(&d);
 	if (r >= 0)
 		r = notify_new(d.ev, &d.notify);
@@ -442,6 +472,7 @@ static int run_daemon(struct opts *o, struct conf *conf)
 	heartbeat_free(d.heartbeat);
 	status_free(d.status); /* its callbacks use the worker */
 	worker_free(d.worker);
+	procmetrics_free(d.proc);
 	notify_free(d.notify);
 	ev_free(d.ev);
 	return r < 0 ? EXIT_FAILURE : d.exit_code;
@@ -482,6 +513,8 @@ int main(int argc, char **argv)
 	struct conf *conf = NULL;
 	int r;
 
+	/* one program name in every message, getopt's included, whatever the path */
+	argv[0] = (char *)"lessee";
 	block_signals();
 	log_setup("lessee", LOG_FORMAT_AUTO, LOG_INFO);
 	if (parse_args(argc, argv, &o) < 0) {
@@ -493,22 +526,28 @@ int main(int argc, char **argv)
 		r = EXIT_CONFIG;
 		goto out;
 	}
+	if (!ev_backend_known(getenv("LESSEE_IO_BACKEND"))) {
+		log_error("configuration: LESSEE_IO_BACKEND=%s is not a loop backend: io_uring or "
+			  "epoll (unset: io_uring, else epoll)",
+			  getenv("LESSEE_IO_BACKEND"));
+		conf_free(conf);
+		r = EXIT_CONFIG;
+		goto out;
+	}
 	if (o.status_cmd) {
 		r = run_status_cli(conf, &o);
 		conf_free(conf);
 		goto out;
 	}
 	if (o.check_config) {
-		for (char **w = conf->warnings; *w; w++)
-			printf("# warning: %s\n", *w);
+		log_conf_warnings(conf); /* on stderr: stdout stays loadable INI */
 		r = conf_print(conf, stdout) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 		conf_free(conf);
 		goto out;
 	}
 	log_setup("lessee", conf->log.format, conf->log.level);
 	log_set_worker_id(conf->worker.id);
-	for (char **w = conf->warnings; *w; w++)
-		log_warning("configuration: %s", *w);
+	log_conf_warnings(conf);
 	if (!conf->api.token)
 		log_warning("no API token configured (api.token_file, or the api-token credential): "
 			    "requests are sent without authentication");

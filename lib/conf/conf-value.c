@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -189,7 +190,7 @@ int conf_split_words(const char *s, char ***ret, char p[CONF_PROBLEM_MAX])
 
 void conf_write_word(FILE *f, const char *w)
 {
-	if (*w && !strpbrk(w, " \t'\"\\")) {
+	if (*w && !strpbrk(w, " \t'\"\\$")) {
 		bool plain = true;
 
 		for (const char *c = w; *c && plain; c++)
@@ -203,6 +204,8 @@ void conf_write_word(FILE *f, const char *w)
 	for (const unsigned char *c = (const unsigned char *)w; *c; c++) {
 		if (*c == '"' || *c == '\\')
 			fprintf(f, "\\%c", *c);
+		else if (*c == '$') /* env refuses a bare "$NAME" */
+			fputs("\\x24", f);
 		else if (*c == '\n')
 			fputs("\\n", f);
 		else if (*c == '\t')
@@ -399,6 +402,30 @@ static int check_path(const char *v, char *p)
 	return 0;
 }
 
+/* The rest in full, by the parser that will use the URL (libcurl's): a host,
+ * a port 1..65535 in digits, brackets that close, a valid path. */
+static int check_url_parts(const char *v, char *p)
+{
+	CURLU *u = curl_url();
+	CURLUcode rc;
+	char *port = NULL;
+	int r = 0;
+
+	if (!u)
+		return -ENOMEM;
+	rc = curl_url_set(u, CURLUPART_URL, v, 0);
+	if (rc == CURLUE_OUT_OF_MEMORY)
+		r = -ENOMEM;
+	else if (rc != CURLUE_OK)
+		r = problem(p, "'%.80s' is not a valid URL: %s", v, curl_url_strerror(rc));
+	else if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_NO_DEFAULT_PORT) == CURLUE_OK &&
+	         streq(port, "0"))
+		r = problem(p, "'%.80s' is not a valid URL: port 0 is not a port to connect to", v);
+	curl_free(port);
+	curl_url_cleanup(u);
+	return r;
+}
+
 static int check_url(const char *v, char *p)
 {
 	const char *rest = startswith(v, "https://");
@@ -420,7 +447,7 @@ static int check_url(const char *v, char *p)
 		return problem(p, "must not carry credentials (user@host): use api.token_file");
 	if (strpbrk(rest, "?#"))
 		return problem(p, "must not have a query or fragment");
-	return 0;
+	return check_url_parts(v, p);
 }
 
 /* "127.0.0.1:9464" or "[::1]:9464": IP literals only, the daemon resolves nothing. */
@@ -581,6 +608,30 @@ static int check_env_word(const char *w, char *p)
 	return 0;
 }
 
+/* "$NAME" or "${": what a shell or systemd would expand and we do not. */
+static const char *var_ref(const char *s)
+{
+	for (s = strchr(s, '$'); s; s = strchr(s + 1, '$'))
+		if (s[1] == '{' || s[1] == '_' || isalpha((unsigned char)s[1]))
+			return s;
+	return NULL;
+}
+
+/* Refused rather than passed on literally: "A=$HOME" almost always means an
+ * expansion that would silently not happen.  \x24 writes a literal '$'. */
+static int check_env_refs(const char *raw, char *const *words, char *p)
+{
+	if (!var_ref(raw))
+		return 0;
+	for (size_t i = 0; words[i]; i++)
+		if (var_ref(words[i]))
+			return problem(p,
+			               "'%.80s': values are not expanded ($VAR is passed as it is "
+			               "written); write \\x24 for a literal '$'",
+			               words[i]);
+	return 0;
+}
+
 static int parse_env(const char *v, char ***field, char *p)
 {
 	char **words = NULL;
@@ -596,6 +647,8 @@ static int parse_env(const char *v, char ***field, char *p)
 		return r;
 	for (size_t i = 0; r >= 0 && words[i]; i++)
 		r = check_env_word(words[i], p);
+	if (r >= 0)
+		r = check_env_refs(v, words, p);
 	if (r >= 0 && strv_length(*field) + strv_length(words) > ENV_MAX)
 		r = problem(p, "more than %d variables", ENV_MAX);
 	if (r < 0) {

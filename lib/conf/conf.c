@@ -29,6 +29,7 @@
 #define DROPINS_MAX 256
 #define WORKFLOWS_MAX 1024
 #define TOKEN_FILE_MAX (16 * 1024)
+#define ERRORS_MAX 64 /* reported at once; the rest are counted */
 
 #define MS USEC_PER_MSEC
 #define SEC USEC_PER_SEC
@@ -102,6 +103,7 @@ struct wf_state {
 	struct conf_workflow wf;
 	char *where;   /* where its section first appeared */
 	char **origin; /* per conf_wf_keys entry: where it was last set, NULL = never */
+	bool *bad;     /* per conf_wf_keys entry: a value was refused (already reported) */
 };
 
 struct loader {
@@ -110,9 +112,12 @@ struct loader {
 	bool main_missing;
 	struct conf *c;
 	char **origin; /* per conf_keys entry */
+	bool *bad;     /* per conf_keys entry: a value was refused (already reported) */
 	struct wf_state *wfs;
 	size_t n_wfs;
-	char *error;
+	char **errors; /* every problem found, in order, never NULL after loader_init */
+	size_t n_errors;
+	size_t parse_errors; /* of those, found while reading the sources */
 };
 
 static const char DEFAULT_ORIGIN[] = "built-in default";
@@ -120,19 +125,37 @@ static const char DEFAULT_ORIGIN[] = "built-in default";
 _printf_(3, 4) static int fail(struct loader *L, const char *origin, const char *fmt, ...)
 {
 	_cleanup_free_ char *msg = NULL;
+	char *line = NULL;
 	va_list ap;
 	int n;
 
-	if (L->error)
-		return -EINVAL;
+	if (++L->n_errors > ERRORS_MAX)
+		return -EINVAL; /* counted, named in the summary */
 	va_start(ap, fmt);
 	n = vasprintf(&msg, fmt, ap);
 	va_end(ap);
-	if (n < 0 || asprintf(&L->error, "%s: %s", origin, msg) < 0) {
-		L->error = NULL;
+	if (n < 0 || asprintf(&line, "%s: %s", origin, msg) < 0)
 		return -ENOMEM;
-	}
-	return -EINVAL;
+	return strv_push(&L->errors, line) < 0 ? -ENOMEM : -EINVAL;
+}
+
+/* Every error, one per line; NULL on ENOMEM. */
+static char *errors_join(const struct loader *L)
+{
+	struct buf b = BUF_INIT(0);
+
+	for (size_t i = 0; L->errors && L->errors[i]; i++)
+		if (buf_printf(&b, "%s%s", i ? "\n" : "", L->errors[i]) < 0)
+			goto oom;
+	if (L->n_errors > ERRORS_MAX &&
+	    buf_printf(&b, "\n(%zu more errors not shown)", L->n_errors - ERRORS_MAX) < 0)
+		goto oom;
+	if (!b.data && buf_appends(&b, "invalid configuration") < 0)
+		goto oom;
+	return buf_steal(&b);
+oom:
+	buf_done(&b);
+	return NULL;
 }
 
 static const char *env_get(char *const *env, const char *name)
@@ -184,12 +207,25 @@ static size_t distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/* The section a key of this exact name belongs to, when it is not ksection. */
+static const char *key_home(const char *ksection, const char *key)
+{
+	for (size_t i = 0; i < conf_n_keys; i++)
+		if (streq(conf_keys[i].name, key) && !streq(conf_keys[i].section, ksection))
+			return conf_keys[i].section;
+	if (!streq(ksection, "workflow") && find_key(conf_wf_keys, conf_n_wf_keys, "workflow", key))
+		return "workflow.NAME";
+	return NULL;
+}
+
 static int unknown_key(struct loader *L, const struct conf_key *keys, size_t n,
                        const char *ksection, const char *section, const char *key,
                        const char *origin)
 {
 	const char *best = NULL;
 	size_t bd = 3;
+
+	const char *home;
 
 	for (size_t i = 0; i < n; i++) {
 		size_t d =
@@ -198,6 +234,9 @@ static int unknown_key(struct loader *L, const struct conf_key *keys, size_t n,
 		if (d < bd)
 			bd = d, best = keys[i].name;
 	}
+	if (!best && (home = key_home(ksection, key)))
+		return fail(L, origin, "unknown key '%.80s' in [%.140s] (`%s` is a [%s] key)", key,
+		            section, key, home);
 	return fail(L, origin, "unknown key '%.80s' in [%.140s]%s%s%s", key, section,
 	            best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
 }
@@ -229,6 +268,7 @@ static void wf_state_done(struct wf_state *s)
 	for (size_t i = 0; s->origin && i < conf_n_wf_keys; i++)
 		free(s->origin[i]);
 	free(s->origin);
+	free(s->bad);
 }
 
 static int workflow_get(struct loader *L, const char *name, const char *origin,
@@ -255,9 +295,10 @@ static int workflow_get(struct loader *L, const char *name, const char *origin,
 	s->wf.name = strdup(name);
 	s->where = strdup(origin);
 	s->origin = calloc(conf_n_wf_keys, sizeof(char *));
+	s->bad = calloc(conf_n_wf_keys, sizeof(bool));
 	s->wf.env = calloc(1, sizeof(char *));
 	L->n_wfs++;
-	if (!s->wf.name || !s->where || !s->origin || !s->wf.env)
+	if (!s->wf.name || !s->where || !s->origin || !s->bad || !s->wf.env)
 		return -ENOMEM;
 	*ret = s;
 	return 0;
@@ -273,19 +314,45 @@ static bool section_known(const char *section)
 	return false;
 }
 
-static int assign(struct loader *L, const struct conf_key *k, void *base, char **slot,
+_printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...);
+
+/* " # note" or " ; note" after a value: a comment in most INI dialects, not here. */
+static const char *inline_comment(const char *value)
+{
+	for (const char *c = value; (c = strpbrk(c, "#;")); c++)
+		if (c > value && (c[-1] == ' ' || c[-1] == '\t'))
+			return c - 1;
+	return NULL;
+}
+
+static int assign(struct loader *L, const struct conf_key *k, void *base, char **slot, bool *bad,
                   const char *section, const char *value, const char *origin)
 {
 	char problem[CONF_PROBLEM_MAX];
-	const char *tp = conf_text_problem(value, strlen(value));
+	const char *tp = conf_text_problem(value, strlen(value)), *ic = inline_comment(value);
 	int r;
 
-	if (tp)
+	if (tp) {
+		*bad = true;
 		return fail(L, origin, "%.140s.%s: value %s", section, k->name, tp);
+	}
 	r = conf_value_parse(k, base, value, problem);
-	if (r == -EINVAL)
-		return fail(L, origin, "%.140s.%s: %s", section, k->name, problem);
-	return r < 0 ? r : set_origin(slot, origin);
+	if (r == -EINVAL) {
+		*bad = true;
+		return fail(L, origin, "%.140s.%s: %s%s", section, k->name, problem,
+		            ic ? " (inline comments are not supported: put the comment on a line "
+		                 "of its own)"
+		               : "");
+	}
+	if (r < 0)
+		return r;
+	*bad = false;
+	if (ic && (r = warn(L,
+	                    "%s: %.140s.%s: '%.2s' is part of the value (inline comments are not "
+	                    "supported)",
+	                    origin, section, k->name, ic)) < 0)
+		return r;
+	return set_origin(slot, origin);
 }
 
 static int apply(struct loader *L, const char *section, const char *key, const char *value,
@@ -303,14 +370,16 @@ static int apply(struct loader *L, const char *section, const char *key, const c
 		if (!k)
 			return unknown_key(L, conf_wf_keys, conf_n_wf_keys, "workflow", section,
 			                   key, origin);
-		return assign(L, k, &s->wf, &s->origin[k - conf_wf_keys], section, value, origin);
+		return assign(L, k, &s->wf, &s->origin[k - conf_wf_keys], &s->bad[k - conf_wf_keys],
+		              section, value, origin);
 	}
 	if (!section_known(section))
 		return fail(L, origin, "unknown section [%.140s]", section);
 	k = find_key(conf_keys, conf_n_keys, section, key);
 	if (!k)
 		return unknown_key(L, conf_keys, conf_n_keys, section, section, key, origin);
-	return assign(L, k, L->c, &L->origin[k - conf_keys], section, value, origin);
+	return assign(L, k, L->c, &L->origin[k - conf_keys], &L->bad[k - conf_keys], section, value,
+	              origin);
 }
 
 /* ---- INI text ---- */
@@ -318,7 +387,9 @@ static int apply(struct loader *L, const char *section, const char *key, const c
 struct ini {
 	struct loader *L;
 	const char *path;
-	char *section;
+	char *section;      /* NULL before the first, or after a refused header */
+	bool skipping;      /* in a refused section: its assignments say nothing more */
+	char **seen;        /* "section.key\tline" of each assignment, for duplicates */
 	struct buf logical; /* the current line with its continuations */
 	unsigned start;     /* its first line number */
 	bool more;          /* the last line ended with a backslash */
@@ -331,6 +402,8 @@ static int ini_section(struct ini *I, char *line, const char *origin)
 	struct wf_state *s;
 	int r;
 
+	I->section = mfree(I->section);
+	I->skipping = true; /* until the header is taken */
 	if (n < 3 || line[n - 1] != ']')
 		return fail(I->L, origin, "malformed section header '%.80s'", line);
 	line[n - 1] = '\0';
@@ -343,15 +416,40 @@ static int ini_section(struct ini *I, char *line, const char *origin)
 		return fail(I->L, origin, "a workflow section needs a name: [workflow.NAME]");
 	else if (!section_known(line))
 		return fail(I->L, origin, "unknown section [%.80s]", line);
-	free(I->section);
+	I->skipping = false;
 	I->section = strdup(line);
 	return I->section ? 0 : -ENOMEM;
+}
+
+/* The same key twice in one file is usually a mistake: the first one is dead.
+ * env is the exception, its assignments accumulate. */
+static int ini_duplicate(struct ini *I, const char *key, const char *origin)
+{
+	_cleanup_free_ char *id = NULL;
+	size_t n;
+	int r;
+
+	if (startswith(I->section, "workflow.") && streq(key, "env"))
+		return 0;
+	if (asprintf(&id, "%s.%s\t", I->section, key) < 0)
+		return -ENOMEM;
+	n = strlen(id);
+	for (char **s = I->seen; s && *s; s++)
+		if (strncmp(*s, id, n) == 0)
+			return warn(I->L,
+			            "%s: %s.%s is set again (first at line %s): the last one wins",
+			            origin, I->section, key, *s + n);
+	id = mfree(id);
+	if ((r = asprintf(&id, "%s.%s\t%u", I->section, key, I->start)) < 0)
+		return -ENOMEM;
+	return strv_push(&I->seen, TAKE_PTR(id));
 }
 
 static int ini_logical(struct ini *I, char *line)
 {
 	_cleanup_free_ char *origin = NULL;
 	char *eq, *key;
+	int r;
 
 	if (asprintf(&origin, "%s:%u", I->path, I->start) < 0)
 		return -ENOMEM;
@@ -361,12 +459,16 @@ static int ini_logical(struct ini *I, char *line)
 	if (!eq)
 		return fail(I->L, origin, "expected 'key = value' or '[section]', got '%.80s'",
 		            line);
+	if (I->skipping)
+		return 0; /* the header was reported */
 	if (!I->section)
 		return fail(I->L, origin, "assignment before the first [section]");
 	*eq = '\0';
 	key = str_trim(line);
 	if (!*key)
 		return fail(I->L, origin, "missing key before '='");
+	if ((r = ini_duplicate(I, key, origin)) < 0)
+		return r;
 	return apply(I->L, I->section, key, str_trim(eq + 1), origin);
 }
 
@@ -416,24 +518,51 @@ static int ini_physical(struct ini *I, const char *p, size_t n, unsigned lineno)
 	return ini_logical(I, I->logical.data);
 }
 
+/* Does this physical line end with a backslash (before trailing blanks)? */
+static bool line_continues(const char *p, size_t n)
+{
+	while (n > 0 && strchr(" \t\r", p[n - 1]))
+		n--;
+	return n > 0 && p[n - 1] == '\\';
+}
+
 static int ini_parse(struct loader *L, const char *path, const char *text, size_t len)
 {
 	struct ini I = {.L = L, .path = path, .logical = BUF_INIT(LINE_MAX_BYTES)};
 	const char *p = text, *end = text + len;
 	unsigned lineno = 0;
+	bool discard = false;
 	int r = 0;
 
-	while (p < end && r >= 0) {
+	/* a refused line is reported and the next one read: every error at once */
+	while (p < end && (r >= 0 || r == -EINVAL)) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		bool was_more = I.more;
+		int q;
 
-		r = ini_physical(&I, p, n, ++lineno);
+		++lineno;
+		if (discard) /* the rest of a refused continued line */
+			q = 0, discard = line_continues(p, n);
+		else
+			q = ini_physical(&I, p, n, lineno);
+		r = r < 0 ? r : q;
+		if (q < 0 && q != -EINVAL)
+			r = q;
+		if (q == -EINVAL) {
+			discard = (was_more || I.more) && line_continues(p, n);
+			I.more = false;
+		}
 		p = nl ? nl + 1 : end;
 	}
-	if (r >= 0 && I.more)
-		r = ini_logical(&I, I.logical.data); /* a backslash on the last line */
+	if ((r >= 0 || r == -EINVAL) && I.more) {
+		int q = ini_logical(&I, I.logical.data); /* a backslash on the last line */
+
+		r = r < 0 ? r : q;
+	}
 	buf_done(&I.logical);
 	free(I.section);
+	strv_free(I.seen);
 	return r;
 }
 
@@ -530,10 +659,15 @@ static int load_dropins(struct loader *L)
 		r = fail(L, dir, "more than %d drop-ins", DROPINS_MAX);
 	for (int i = 0; i < n; i++) {
 		_cleanup_free_ char *path = NULL;
+		int q = 0;
 
-		if (r >= 0)
-			r = asprintf(&path, "%s/%s", dir, list[i]->d_name) < 0 ? -ENOMEM
+		if (r >= 0 || r == -EINVAL)
+			q = asprintf(&path, "%s/%s", dir, list[i]->d_name) < 0 ? -ENOMEM
 			                                                       : load_file(L, path);
+		if (q < 0 && r >= 0)
+			r = q;
+		else if (q == -ENOMEM)
+			r = q;
 		free(list[i]);
 	}
 	free(list);
@@ -577,7 +711,7 @@ static int load_env(struct loader *L)
 
 			if (strncasecmp(rest, sections[i], n) != 0 || rest[n] != '_')
 				continue;
-			if ((r = env_one(L, *e, sections[i], rest + n + 1)) < 0)
+			if ((r = env_one(L, *e, sections[i], rest + n + 1)) < 0 && r != -EINVAL)
 				return r;
 			break;
 		}
@@ -612,8 +746,11 @@ static int load_overrides(struct loader *L)
 {
 	int r = 0;
 
-	for (size_t i = 0; i < L->src->n_overrides && r >= 0; i++)
-		r = load_override(L, &L->src->overrides[i]);
+	for (size_t i = 0; i < L->src->n_overrides && (r >= 0 || r == -EINVAL); i++) {
+		int q = load_override(L, &L->src->overrides[i]);
+
+		r = r < 0 && q >= 0 ? r : q;
+	}
 	return r;
 }
 
@@ -668,9 +805,16 @@ static const char *blame(const struct loader *L, const char *a, const char *b)
 	return streq(oa, DEFAULT_ORIGIN) ? origin_of(L, "worker", b) : oa;
 }
 
+static bool key_bad(const struct loader *L, const char *section, const char *name)
+{
+	return L->bad[key_index(section, name)];
+}
+
 static int check_url_given(struct loader *L)
 {
-	if (L->c->api.url)
+	/* the first check after parsing: an error so far may be why something is missing */
+	L->parse_errors = L->n_errors;
+	if (L->c->api.url || L->parse_errors > 0)
 		return 0;
 	if (L->main_missing)
 		return fail(L, L->path,
@@ -710,23 +854,29 @@ static int check_relations(struct loader *L)
 {
 	const struct conf_worker *w = &L->c->worker;
 	char a[TIME_DURATION_MAX], b[TIME_DURATION_MAX];
+	int r = 0;
 
-	if (w->lease_refresh > w->lease_ttl / 2)
-		return fail(L, blame(L, "lease_refresh", "lease_ttl"),
-		            "worker.lease_refresh (%s) must be at most half of worker.lease_ttl "
-		            "(%s), so a failed renewal can be retried before the lease runs out",
-		            time_format_duration(a, sizeof(a), w->lease_refresh),
-		            time_format_duration(b, sizeof(b), w->lease_ttl));
-	if (w->lease_ttl <
-	    conf_lease_margin(w->lease_ttl) + w->lease_refresh + CONF_RENEW_WINDOW_MIN)
-		return fail_renew_window(L);
+	if (key_bad(L, "worker", "lease_refresh") || key_bad(L, "worker", "lease_ttl"))
+		; /* refused already: the default in its place proves nothing */
+	else if (w->lease_refresh > w->lease_ttl / 2)
+		r = fail(L, blame(L, "lease_refresh", "lease_ttl"),
+		         "worker.lease_refresh (%s) must be at most half of worker.lease_ttl "
+		         "(%s), so a failed renewal can be retried before the lease runs out",
+		         time_format_duration(a, sizeof(a), w->lease_refresh),
+		         time_format_duration(b, sizeof(b), w->lease_ttl));
+	else if (w->lease_ttl <
+	         conf_lease_margin(w->lease_ttl) + w->lease_refresh + CONF_RENEW_WINDOW_MIN)
+		r = fail_renew_window(L);
+	if (key_bad(L, "worker", "failure_cooldown_max") ||
+	    key_bad(L, "worker", "failure_cooldown"))
+		return r;
 	if (w->failure_cooldown_max < w->failure_cooldown)
 		return fail(L, blame(L, "failure_cooldown_max", "failure_cooldown"),
 		            "worker.failure_cooldown_max (%s) is shorter than "
 		            "worker.failure_cooldown (%s)",
 		            time_format_duration(a, sizeof(a), w->failure_cooldown_max),
 		            time_format_duration(b, sizeof(b), w->failure_cooldown));
-	return 0;
+	return r;
 }
 
 static int finalize_id(struct loader *L)
@@ -766,6 +916,65 @@ static void env_dedup(char **env)
 	env[w] = NULL;
 }
 
+/* ---- what the first run would trip over (conf_source.check_files) ---- */
+
+#define WF_COMMAND 0
+#define WF_WORKDIR 4
+
+/* A run's argv[0] is exec'd as it is: no PATH search, no shell. */
+static int check_command(struct loader *L, const struct wf_state *s)
+{
+	const char *path = s->wf.argv[0], *origin = s->origin[WF_COMMAND];
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return errno == ENOMEM ? -ENOMEM
+		                       : fail(L, origin, "workflow.%s.command: %s: %s", s->wf.name,
+		                              path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return fail(L, origin, "workflow.%s.command: %s is not a regular file", s->wf.name,
+		            path);
+	/* as lessee's own user: that is who execs it; with user= only the mode bits tell */
+	if (!(st.st_mode & 0111) || (!s->wf.user && access(path, X_OK) < 0))
+		return fail(L, origin, "workflow.%s.command: %s is not executable (mode %04o)",
+		            s->wf.name, path, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
+static int check_workdir(struct loader *L, const struct wf_state *s)
+{
+	const char *path = s->wf.working_directory, *origin = s->origin[WF_WORKDIR];
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return errno == ENOMEM ? -ENOMEM
+		                       : fail(L, origin, "workflow.%s.working_directory: %s: %s",
+		                              s->wf.name, path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return fail(L, origin, "workflow.%s.working_directory: %s is not a directory",
+		            s->wf.name, path);
+	return 0;
+}
+
+static int check_files(struct loader *L)
+{
+	int r = 0;
+
+	assert(streq(conf_wf_keys[WF_COMMAND].name, "command"));
+	assert(streq(conf_wf_keys[WF_WORKDIR].name, "working_directory"));
+	if (!L->src->check_files)
+		return 0;
+	for (size_t i = 0; i < L->n_wfs && r != -ENOMEM; i++) {
+		const struct wf_state *s = &L->wfs[i];
+
+		if (s->wf.argv)
+			r = check_command(L, s);
+		if (r != -ENOMEM && s->wf.working_directory)
+			r = check_workdir(L, s);
+	}
+	return r;
+}
+
 static int wf_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct conf_workflow *)a)->name,
@@ -776,17 +985,25 @@ static int finalize_workflows(struct loader *L)
 {
 	size_t timeout = 1, max_log = 5; /* indexes in conf_wf_keys */
 	struct conf *c = L->c;
+	int r = 0;
 
 	assert(streq(conf_wf_keys[timeout].name, "timeout"));
 	assert(streq(conf_wf_keys[max_log].name, "max_log_bytes"));
 	if (L->n_wfs == 0)
-		return fail(L, L->path,
-		            "no [workflow.NAME] section: this worker would run nothing");
+		return L->parse_errors > 0
+		           ? -EINVAL
+		           : fail(L, L->path,
+		                  "no [workflow.NAME] section: this worker would run nothing");
+	for (size_t i = 0; i < L->n_wfs; i++)
+		if (!L->wfs[i].wf.argv && !L->wfs[i].bad[WF_COMMAND] &&
+		    (r = fail(L, L->wfs[i].where, "workflow.%s: command is not set",
+		              L->wfs[i].wf.name)) == -ENOMEM)
+			return r;
+	if (r < 0)
+		return r;
 	for (size_t i = 0; i < L->n_wfs; i++) {
 		struct wf_state *s = &L->wfs[i];
 
-		if (!s->wf.argv)
-			return fail(L, s->where, "workflow.%s: command is not set", s->wf.name);
 		if (!s->origin[timeout])
 			s->wf.timeout = c->worker.run_timeout;
 		if (!s->origin[max_log])
@@ -979,7 +1196,12 @@ static int check_transport(struct loader *L)
 
 	if (r >= 0)
 		r = check_client_cert(L);
-	return r < 0 ? r : check_plain_http(L);
+	if (r < 0 && r != -EINVAL)
+		return r;
+	/* no URL (already reported) or one refused by the parser: nothing to judge */
+	if (!L->c->api.url || L->parse_errors > 0)
+		return r;
+	return check_plain_http(L) < 0 ? -EINVAL : r;
 }
 
 /* ---- warnings ---- */
@@ -1001,6 +1223,8 @@ static int collect_warnings(struct loader *L)
 	const struct conf *c = L->c;
 	int r = 0;
 
+	if (L->n_errors > 0)
+		return 0; /* not loaded: the errors are what matters */
 	if (url_is_plain_remote(c->api.url))
 		r = warn(L,
 		         "api.url is plain http:// to a remote host (api.allow_insecure_http = "
@@ -1021,7 +1245,9 @@ static int loader_init(struct loader *L)
 {
 	L->c = calloc(1, sizeof(*L->c));
 	L->origin = calloc(conf_n_keys, sizeof(char *));
-	if (!L->c || !L->origin)
+	L->bad = calloc(conf_n_keys, sizeof(bool));
+	L->errors = calloc(1, sizeof(char *));
+	if (!L->c || !L->origin || !L->bad || !L->errors)
 		return -ENOMEM;
 	L->c->sources = calloc(1, sizeof(char *));
 	L->c->warnings = calloc(1, sizeof(char *));
@@ -1036,7 +1262,8 @@ static void loader_done(struct loader *L)
 	for (size_t i = 0; L->origin && i < conf_n_keys; i++)
 		free(L->origin[i]);
 	free(L->origin);
-	free(L->error);
+	free(L->bad);
+	strv_free(L->errors);
 	conf_free(L->c);
 }
 
@@ -1044,20 +1271,23 @@ int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error
 {
 	static int (*const steps[])(struct loader *) = {
 	    loader_init,     load_defaults,   load_main,        load_dropins,       load_env,
-	    load_overrides,  check_url_given, finalize_id,      finalize_workflows, check_relations,
-	    check_transport, load_token,      collect_warnings,
+	    load_overrides,  check_url_given, finalize_id,      check_files,        finalize_workflows,
+	    check_relations, check_transport, load_token,       collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};
 	int r = 0;
 
+	/* a refused value is reported and loading goes on: every error at once */
 	L.path = L.src->path ? L.src->path : CONF_DEFAULT_PATH;
-	for (size_t i = 0; i < ELEMENTSOF(steps) && r >= 0; i++)
+	for (size_t i = 0; i < ELEMENTSOF(steps) && (r >= 0 || r == -EINVAL); i++)
 		r = steps[i](&L);
+	if (r >= 0 && L.n_errors > 0)
+		r = -EINVAL;
 	if (r >= 0)
 		*ret = TAKE_PTR(L.c);
-	else if (ret_error)
-		*ret_error = TAKE_PTR(L.error);
+	else if (ret_error && r == -EINVAL)
+		*ret_error = errors_join(&L);
 	loader_done(&L);
 	return r;
 }

@@ -112,11 +112,17 @@ struct conf_source {
 	/* worker.id when none is configured; NULL = "<hostname>-<8 random hex>".
 	 * On reload pass the running id so an unset id stays the same. */
 	const char *default_worker_id;
+	/* Also check what the first run would trip over: each workflow's command is an
+	 * executable regular file, its working_directory a directory.  cmd/lessee sets
+	 * it (--check-config, start, reload); tests of parsing alone leave it off. */
+	bool check_files;
 };
 
 /* Load and validate.  0 on success.  -EINVAL for any configuration problem, with
- * *ret_error = "origin: section.key: what is wrong", origin being "path:line",
- * the environment variable, or the override's flag (cmd/lessee exits 78).
+ * *ret_error = every problem found, one a line ("\n" between them, at most 64
+ * and then a count), each "origin: section.key: what is wrong", origin being
+ * "path:line", the environment variable, or the override's flag (cmd/lessee
+ * exits 78).  Non-fatal findings go to conf->warnings.
  * Other -errno (-ENOMEM) may leave *ret_error NULL.  ret_error may be NULL. */
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error);
 struct conf *conf_free(struct conf *c);

@@ -882,6 +882,11 @@ static int backend_open(ev_t *e, const char *want)
 
 DEFINE_FREE_FUNC(ev_t, ev_free)
 
+bool ev_backend_known(const char *name)
+{
+	return !name || !*name || strcmp(name, "io_uring") == 0 || strcmp(name, "epoll") == 0;
+}
+
 int ev_new(ev_t **ret, const char *backend)
 {
 	_cleanup_(ev_freep) ev_t *e = NULL;
@@ -893,7 +898,7 @@ int ev_new(ev_t **ret, const char *backend)
 		if (want && !*want)
 			want = NULL;
 	}
-	if (want && strcmp(want, "io_uring") != 0 && strcmp(want, "epoll") != 0)
+	if (!ev_backend_known(want))
 		return -EINVAL;
 	e = calloc(1, sizeof(*e));
 	if (!e)

@@ -38,6 +38,8 @@ enum {
 int ev_new(ev_t **ret, const char *backend);
 ev_t *ev_free(ev_t *e); /* removes and frees every remaining watch; NULL-safe */
 const char *ev_backend(const ev_t *e); /* "io_uring" or "epoll" */
+/* Is name one ev_new() takes ("io_uring", "epoll"; NULL or "" = the default)? */
+bool ev_backend_known(const char *name);
 /* Why the preferred backend was not used ("io_uring_queue_init: Operation not
  * permitted"), or NULL when it was. */
 const char *ev_backend_reason(const ev_t *e);

@@ -76,13 +76,53 @@ static int stderr_is_journal(void)
 	return st.st_dev == (dev_t)dev && st.st_ino == (ino_t)ino;
 }
 
+#define JOURNAL_SOCKET "/run/systemd/journal/socket"
+
+static void emit_text(int prio, const struct log_fields *f, const char *msg);
+
+/* Lines sent to a journal that is not there vanish: say so once, on stderr. */
+static void journal_unreachable(const char *why)
+{
+	static bool warned;
+	char msg[512];
+
+	L.format = LOG_FORMAT_LOGFMT;
+	if (warned)
+		return;
+	warned = true;
+	snprintf(msg, sizeof(msg),
+	         "log.format = journal, but journald is not reachable (%s): logging to stderr "
+	         "as logfmt instead",
+	         why);
+	emit_text(LOG_WARNING, NULL, msg);
+}
+
+static bool journal_reachable(char *why, size_t len)
+{
+	struct stat st;
+
+	if (stat(JOURNAL_SOCKET, &st) < 0) {
+		snprintf(why, len, "%s: %s", JOURNAL_SOCKET, strerror(errno));
+		return false;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(why, len, "%s is not a socket", JOURNAL_SOCKET);
+		return false;
+	}
+	return true;
+}
+
 void log_setup(const char *ident, enum log_format format, int max_level)
 {
+	char why[320];
+
 	L.ident = ident;
 	L.max_level = max_level;
 	if (format == LOG_FORMAT_AUTO)
 		format = stderr_is_journal() ? LOG_FORMAT_JOURNAL : LOG_FORMAT_LOGFMT;
 	L.format = format;
+	if (format == LOG_FORMAT_JOURNAL && !journal_reachable(why, sizeof(why)))
+		journal_unreachable(why);
 }
 
 void log_set_max_level(int prio)
@@ -184,7 +224,7 @@ static void emit_journal(int prio, const struct log_fields *f, const char *msg)
 	char bufs[7][256], attempt[16] = "", p[2] = {(char)('0' + prio), 0};
 	struct buf m = BUF_INIT(0);
 	struct iovec iov[8];
-	int n = 0;
+	int n = 0, r;
 
 	buf_printf(&m, "MESSAGE=%s", msg);
 	iov[n++] = (struct iovec){m.data, m.len};
@@ -199,8 +239,13 @@ static void emit_journal(int prio, const struct log_fields *f, const char *msg)
 		iov_field(iov, bufs, &n, "ATTEMPT", attempt);
 		iov_field(iov, bufs, &n, "OUTCOME", f->outcome);
 	}
-	if (m.data)
-		sd_journal_sendv(iov, n);
+	if (m.data && (r = sd_journal_sendv(iov, n)) < 0) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "sending failed: %s", strerror(-r));
+		journal_unreachable(why);
+		emit_text(prio, f, msg); /* this line too */
+	}
 	buf_done(&m);
 }
 

@@ -276,6 +276,12 @@ void metric_observe(metric_t *f, double v, ...)
 	});
 }
 
+void metric_touch(metric_t *f, ...)
+{
+	if (f)
+		WITH_CHILD(f, f, true, (void)c);
+}
+
 double metric_get(metric_t *f, ...)
 {
 	double r = 0;

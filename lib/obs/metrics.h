@@ -23,6 +23,9 @@ metric_t *metrics_histogram(metrics_t *m, const char *name, const char *help,
 void metric_add(metric_t *f, double v, ...);     /* counters and gauges */
 void metric_set(metric_t *f, double v, ...);     /* gauges */
 void metric_observe(metric_t *f, double v, ...); /* histograms */
+/* Create the child for these label values if it is missing, leaving it at zero:
+ * a series that exists from the start shows its first increase to rate(). */
+void metric_touch(metric_t *f, ...);
 /* Current value of a counter/gauge child (0 if absent), histogram: count. */
 double metric_get(metric_t *f, ...);
 /* Drop every child of a family (gauges rebuilt from scratch). */

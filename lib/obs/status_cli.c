@@ -421,3 +421,22 @@ int status_cli_healthz(const char *base_url, FILE *out, FILE *err)
 	free(f.body);
 	return r;
 }
+
+void status_cli_usage(FILE *f)
+{
+	fputs("Usage: lessee status [--json|--healthz] [-c FILE] [--set SECTION.KEY=V]\n"
+	      "Ask the running lessee daemon what it is doing, over its status endpoint\n"
+	      "(the [status] listen address of the configuration; a wildcard address is\n"
+	      "reached over loopback).\n\n"
+	      "  (no option)          runs in flight, workflows and their breakers, the API\n"
+	      "                       connection and the spool, as tables (GET /status)\n"
+	      "      --json           the /status document as the daemon sent it\n"
+	      "      --healthz        only whether the daemon is alive (GET /healthz), for\n"
+	      "                       container health checks\n"
+	      "  -c, --config FILE    the daemon's configuration (for [status] listen)\n"
+	      "      --set S.K=V      override a setting, e.g. --set status.listen=127.0.0.1:9500\n"
+	      "  -h, --help           this text\n\n"
+	      "Exit status: 0 answered, 1 the daemon could not be asked or did not answer\n"
+	      "as expected, 2 usage, 78 configuration error.  See lessee(8).\n",
+	      f);
+}

@@ -29,3 +29,6 @@ int status_cli_healthz(const char *base_url, FILE *out, FILE *err);
  * string from the document is printed with control characters replaced and
  * cut to a sane width: it may come from the API.  0 or -EBADMSG. */
 int status_cli_print(const char *doc, size_t len, FILE *out);
+
+/* `lessee status --help`. */
+void status_cli_usage(FILE *f);

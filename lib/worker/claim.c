@@ -2,6 +2,7 @@
  * with long poll.  A fresh claim_id per claim; a retry of the same claim after a
  * transport error or 5xx reuses it, so a lost response never strands a run. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #define AUTH_RETRY_BASE (30 * USEC_PER_SEC)
 #define AUTH_RETRY_CAP (5 * USEC_PER_MINUTE)
 #define IDLE_CAP (30 * USEC_PER_SEC)
+#define CLAIM_SUMMARY_EVERY (60 * USEC_PER_SEC)
 
 /* The answer to a claim for max_runs runs: their inputs and a little more. */
 static size_t claim_max_response(const worker_t *w, unsigned max_runs)
@@ -70,6 +72,47 @@ static void after_empty(worker_t *w, usec_t elapsed)
 	claim_later(w, delay);
 }
 
+/* A claim attempt that did not give us an answer we could use: counted by
+ * result, kept for /readyz, and logged: the first of a streak at once, then
+ * one summary a minute, so a dead API neither floods the log nor goes unseen. */
+_printf_(4, 5) static void claim_failed(worker_t *w, const char *result, int prio,
+					const char *fmt, ...)
+{
+	static const char prefix[] = "last claim failed: "; /* as /readyz says it */
+	const char *why = w->claim_error + strlen(prefix);
+	usec_t now = ev_now(w->ev);
+	va_list ap;
+
+	metric_add(w->m_claims, 1, result);
+	memcpy(w->claim_error, prefix, strlen(prefix));
+	va_start(ap, fmt);
+	vsnprintf(w->claim_error + strlen(prefix), sizeof(w->claim_error) - strlen(prefix), fmt,
+		  ap);
+	va_end(ap);
+	if (w->claim_fail_streak++ == 0) {
+		log_emit(prio, NULL, "claim failed: %s", why);
+		w->claim_fail_logged_at = now;
+		w->claim_fail_unlogged = 0;
+		return;
+	}
+	w->claim_fail_unlogged++;
+	if (now - w->claim_fail_logged_at < CLAIM_SUMMARY_EVERY)
+		return;
+	log_emit(prio, NULL, "%u claim%s failed in the last minute: %s", w->claim_fail_unlogged,
+		 w->claim_fail_unlogged == 1 ? "" : "s", why);
+	w->claim_fail_logged_at = now;
+	w->claim_fail_unlogged = 0;
+}
+
+static void claim_answered(worker_t *w)
+{
+	if (w->claim_fail_streak > 0)
+		log_notice("claims work again, after %u failed attempt%s", w->claim_fail_streak,
+			   w->claim_fail_streak == 1 ? "" : "s");
+	w->claim_fail_streak = w->claim_fail_unlogged = 0;
+	w->claim_error[0] = '\0';
+}
+
 static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t sent_at)
 {
 	struct proto_claim_resp cr;
@@ -80,16 +123,17 @@ static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t se
 			      &cr, &err);
 	w->claim_id_used = false; /* answered: the next claim is a new one */
 	if (q < 0) {
-		metric_add(w->m_claims, 1, "invalid");
-		log_error("claim response unusable (%s); its runs, if any, return to the queue "
-			  "when their leases expire",
-			  err ? err : strerror(-q));
+		claim_failed(w, "invalid", LOG_ERR,
+			     "claim response unusable (%s); its runs, if any, return to the queue "
+			     "when their leases expire",
+			     err ? err : strerror(-q));
 		free(err);
 		claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
 						   w->claim_failures++, 0));
 		return;
 	}
 	w->claim_failures = 0;
+	claim_answered(w);
 	w->queue_depth = cr.queue_depth;
 	metric_set(w->m_queue_depth, cr.queue_depth < 0 ? 0 : (double)cr.queue_depth);
 	metric_add(w->m_claims, 1, cr.n_runs ? "runs" : "empty");
@@ -108,11 +152,11 @@ static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t se
 static void on_claim_too_large(worker_t *w, const struct http_response *resp)
 {
 	w->claim_id_used = false;
-	metric_add(w->m_claims, 1, "too_large");
-	log_error("claim answer too large (%s; the cap is max_runs x (worker.max_input_bytes + "
-		  "%u) + %u bytes), not read; its runs, if any, return to the queue when their "
-		  "leases expire",
-		  resp->error_message, PROTO_RUN_OVERHEAD, PROTO_CLAIM_ENVELOPE);
+	claim_failed(w, "too_large", LOG_ERR,
+		     "claim answer too large (%s; the cap is max_runs x (worker.max_input_bytes "
+		     "+ %u) + %u bytes), not read; its runs, if any, return to the queue when "
+		     "their leases expire",
+		     resp->error_message, PROTO_RUN_OVERHEAD, PROTO_CLAIM_ENVELOPE);
 	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
 					   w->claim_failures++, 0));
 }
@@ -133,6 +177,7 @@ static void on_claim(http_req_t *req, const struct http_response *resp, void *us
 	}
 	if (resp->status == 401 || resp->status == 403) {
 		w->claim_id_used = false;
+		/* logged by api.c once per change of state; /readyz says it too */
 		metric_add(w->m_claims, 1, "denied");
 		claim_later(w, backoff_full_jitter(AUTH_RETRY_BASE, AUTH_RETRY_CAP,
 						   w->claim_failures++, AUTH_RETRY_BASE / 2));
@@ -141,17 +186,14 @@ static void on_claim(http_req_t *req, const struct http_response *resp, void *us
 	if (!http_should_retry(resp)) {
 		/* 400 and the like: our request is wrong; a new claim after a pause */
 		w->claim_id_used = false;
-		metric_add(w->m_claims, 1, "rejected");
-		log_error("claim refused (%s: %.*s), retrying in a minute",
-			  api_describe(resp, why, sizeof(why)), (int)MIN(resp->body_len, 300),
-			  resp->body ? resp->body : "");
+		claim_failed(w, "rejected", LOG_ERR, "claim refused (%s: %.*s), retrying in a minute",
+			     api_describe(resp, why, sizeof(why)), (int)MIN(resp->body_len, 300),
+			     resp->body ? resp->body : "");
 		claim_later(w, 60 * USEC_PER_SEC);
 		return;
 	}
-	metric_add(w->m_claims, 1, "error");
-	if (w->claim_failures == 0)
-		log_warning("claim failed (%s), retrying with backoff",
-			    api_describe(resp, why, sizeof(why)));
+	claim_failed(w, "error", LOG_WARNING, "%s, retrying with backoff",
+		     api_describe(resp, why, sizeof(why)));
 	claim_later(w, http_retry_delay(resp, w->claim_failures++, CLAIM_RETRY_BASE,
 					CLAIM_RETRY_CAP));
 }
@@ -163,6 +205,7 @@ void claim_kick(worker_t *w)
 	_cleanup_free_ char *url = NULL, *body = NULL;
 	unsigned slots = free_slots(w);
 	struct proto_claim_req rq;
+	int q;
 
 	if (w->phase != WORKER_RUNNING || w->claim_req || ev_timer_armed(w->claim_timer) ||
 	    w->in_arrival || slots == 0)
@@ -183,19 +226,27 @@ void claim_kick(worker_t *w)
 		.workflows = wfs,
 		.tags = c->worker.tags,
 	};
-	if (proto_claim_body(&rq, &body) < 0 || proto_url(w->api.base, "/v1/claims", NULL, &url) < 0)
+	if ((q = proto_claim_body(&rq, &body)) < 0 ||
+	    (q = proto_url(w->api.base, "/v1/claims", NULL, &url)) < 0)
 		goto fail;
 	w->claim_sent_at = ev_now(w->ev);
 	w->claim_id_used = true;
-	if (api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
-		     claim_max_response(w, slots), on_claim, w, &w->claim_req) < 0)
+	q = api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
+		     claim_max_response(w, slots), on_claim, w, &w->claim_req);
+	if (q < 0)
 		goto fail;
 	strv_free(wfs);
 	return;
 fail:
 	w->claim_req = NULL;
 	strv_free(wfs);
-	claim_later(w, CLAIM_RETRY_BASE);
+	if (q == -EINVAL || q == -EPROTONOSUPPORT)
+		claim_failed(w, "error", LOG_ERR, "cannot send a claim to %s: not a usable URL (%s)",
+			     url ? url : w->api.base, strerror(-q));
+	else
+		claim_failed(w, "error", LOG_ERR, "cannot send a claim: %s", strerror(-q));
+	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+					   w->claim_failures++, 0));
 }
 
 static void on_claim_cancel(http_req_t *req, const struct http_response *resp, void *userdata)

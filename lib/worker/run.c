@@ -1136,6 +1136,8 @@ static void run_free(struct run *r)
 
 		logship_get_stats(r->log, &st);
 		metric_add(r->w->m_log_bytes, (double)st.acked);
+		metric_add(r->w->m_log_dropped, (double)st.dropped, "buffer_full");
+		metric_add(r->w->m_log_dropped, (double)st.truncated, "max_log_bytes");
 		logship_free(r->log);
 	}
 	offload_cancel(r->collect_job);

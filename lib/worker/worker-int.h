@@ -222,6 +222,11 @@ struct worker {
 	long queue_depth;
 	unsigned claim_cancels; /* /v1/claims/{id}/cancel requests in flight */
 	bool in_arrival;        /* handling a claim's runs: no nested claim */
+	/* failed claim attempts: the first of a streak is logged, then a summary a minute */
+	unsigned claim_fail_streak;   /* failures since the last answer we could use */
+	unsigned claim_fail_unlogged; /* of those, not yet in a log line */
+	usec_t claim_fail_logged_at;
+	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
 
 	/* spool delivery */
 	struct spool_item *spool_items;
@@ -240,7 +245,8 @@ struct worker {
 
 	metric_t *m_started, *m_finished, *m_in_flight, *m_slots, *m_claims, *m_leases_lost,
 		*m_renewals, *m_duration, *m_blocked, *m_log_bytes, *m_spool, *m_queue_depth,
-		*m_draining, *m_backend, *m_spool_delivered, *m_spool_dropped;
+		*m_draining, *m_backend, *m_spool_delivered, *m_spool_dropped, *m_log_dropped,
+		*m_build_info;
 };
 
 const struct conf *worker_cur_conf(const worker_t *w);

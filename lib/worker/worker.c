@@ -70,6 +70,20 @@ metrics_t *worker_metrics(worker_t *w)
 
 /* ---------------------------------------------------------------- breakers */
 
+/* The outcomes of run_outcome_label() and no_verdict_label() (run.c), each a
+ * series from the start; docs/operations.md lists them. */
+static const char *const outcome_labels[] = {"succeeded", "failed",	"timeout",
+					     "crash",	  "spawn_error", "rejected",
+					     "cancelled", "lease_lost",	"released"};
+
+static void worker_metrics_zero_workflow(worker_t *w, const char *name)
+{
+	metric_touch(w->m_started, name);
+	for (size_t i = 0; i < ELEMENTSOF(outcome_labels); i++)
+		metric_touch(w->m_finished, name, outcome_labels[i]);
+	metric_touch(w->m_duration, name);
+}
+
 struct wfstate *worker_wfstate(worker_t *w, const char *name)
 {
 	const struct conf *c = worker_cur_conf(w);
@@ -89,6 +103,7 @@ struct wfstate *worker_wfstate(worker_t *w, const char *name)
 		     c->worker.failure_cooldown_max);
 	w->n_wfs++;
 	metric_set(w->m_blocked, 0, name);
+	worker_metrics_zero_workflow(w, name);
 	return n;
 }
 
@@ -556,6 +571,25 @@ static void clean_stale_run_dirs(const char *run_dir)
 	closedir(d);
 }
 
+/* Every label value known in advance is a series from the start. */
+static void worker_metrics_zero(worker_t *w)
+{
+	static const char *const claims[] = {"runs",	 "empty",    "invalid", "too_large",
+					     "denied", "rejected", "error"};
+	static const char *const renewals[] = {"ok", "lost", "error"};
+	static const char *const spool[] = {"too_large", "write_failed", "refused", "unreadable"};
+	static const char *const dropped[] = {"buffer_full", "max_log_bytes"};
+
+	for (size_t i = 0; i < ELEMENTSOF(claims); i++)
+		metric_touch(w->m_claims, claims[i]);
+	for (size_t i = 0; i < ELEMENTSOF(renewals); i++)
+		metric_touch(w->m_renewals, renewals[i]);
+	for (size_t i = 0; i < ELEMENTSOF(spool); i++)
+		metric_touch(w->m_spool_dropped, spool[i]);
+	for (size_t i = 0; i < ELEMENTSOF(dropped); i++)
+		metric_touch(w->m_log_dropped, dropped[i]);
+}
+
 static int worker_metrics_init(worker_t *w)
 {
 	static const double buckets[] = {0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600};
@@ -576,8 +610,13 @@ static int worker_metrics_init(worker_t *w)
 					  ELEMENTSOF(buckets));
 	w->m_blocked = metrics_gauge(m, "lessee_workflow_blocked",
 				     "1 while the workflow's failure breaker is open", "workflow");
-	w->m_log_bytes = metrics_counter(m, "lessee_log_bytes_shipped_total",
+	w->m_log_bytes = metrics_counter(m, "lessee_log_shipped_bytes_total",
 					 "Log bytes the API confirmed", NULL);
+	w->m_log_dropped = metrics_counter(m, "lessee_log_dropped_bytes_total",
+					   "Log bytes of runs not shipped, by reason: buffer_full "
+					   "(the child wrote faster than the API took them) or "
+					   "max_log_bytes (over the run's cap)",
+					   "reason");
 	w->m_spool = metrics_gauge(m, "lessee_spool_pending", "Results waiting in the spool", NULL);
 	w->m_spool_delivered = metrics_counter(m, "lessee_spool_delivered_total",
 					       "Spooled results the API accepted", NULL);
@@ -587,12 +626,14 @@ static int worker_metrics_init(worker_t *w)
 	w->m_queue_depth = metrics_gauge(m, "lessee_queue_depth",
 					 "Eligible runs pending, as the API last said", NULL);
 	w->m_draining = metrics_gauge(m, "lessee_draining", "1 while draining or stopping", NULL);
-	w->m_backend = metrics_gauge(m, "lessee_io_backend", "The event loop backend in use",
+	w->m_backend = metrics_gauge(m, "lessee_io_backend_info", "The event loop backend in use",
 				     "backend");
+	w->m_build_info = metrics_gauge(m, "lessee_build_info", "lessee's version, always 1",
+					"version");
 	w->m_kill_mode = metrics_gauge(m, "lessee_kill_mode",
 				       "1 for the way runs are stopped: cgroup or process_group",
 				       "mode");
-	if (!w->m_kill_mode)
+	if (!w->m_kill_mode || !w->m_log_dropped || !w->m_build_info)
 		return -ENOMEM;
 	if (!w->m_started || !w->m_finished || !w->m_in_flight || !w->m_slots || !w->m_claims ||
 	    !w->m_leases_lost || !w->m_renewals || !w->m_duration || !w->m_blocked ||
@@ -608,6 +649,8 @@ static int worker_metrics_init(worker_t *w)
 	metric_set(w->m_queue_depth, 0);
 	metric_set(w->m_slots, worker_cur_conf(w)->worker.concurrency);
 	metric_set(w->m_backend, 1, ev_backend(w->ev));
+	metric_set(w->m_build_info, 1, LESSEE_VERSION);
+	worker_metrics_zero(w);
 	return 0;
 }
 
@@ -829,6 +872,8 @@ const char *worker_not_ready_reason(const worker_t *w)
 		return NULL;
 	if (w->api.auth_denied)
 		return "the API refuses our credentials";
+	if (w->claim_error[0]) /* the why, not only the what */
+		return w->claim_error;
 	return w->api.last_ok ? "API not reached recently" : "API not reached yet";
 }
 

@@ -36,6 +36,14 @@ static void write_script(const char *name, const char *body)
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0755), 0);
 }
 
+static const char *path_of(const char *name)
+{
+	static char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s", scripts, name);
+	return path;
+}
+
 static void setup_scripts(void)
 {
 	scripts = tu_tmpdir("scripts");
@@ -57,6 +65,11 @@ static void setup_scripts(void)
 	write_script("sleeper.sh", "echo pid=$$\nexec sleep 1000");
 	write_script("sleep2.sh", "echo pid=$$\nsleep 2");
 	write_script("sleep4.sh", "echo pid=$$\nsleep 4\necho done");
+	/* its interpreter is missing: the command passes the check at load (an
+	 * executable file) and exec fails with ENOENT, a spawn error */
+	ck_assert_int_eq(write_file_atomic(path_of("missing.sh"),
+					   "#!/nonexistent/lessee-test-interpreter\n", 39, 0755),
+			 0);
 	write_script("flaky.sh", "read -r line\ncase \"$line\" in *fail*) exit 1;; esac\necho fine");
 }
 
@@ -67,7 +80,7 @@ static const char *const base_workflows =
 	"[workflow.crash]\ncommand = %1$s/crash.sh\n"
 	"[workflow.badresult]\ncommand = %1$s/badresult.sh\n"
 	"[workflow.env]\ncommand = %1$s/env.sh\nenv = CUSTOM=yes\n"
-	"[workflow.missing]\ncommand = /nonexistent/lessee-test-binary\n"
+	"[workflow.missing]\ncommand = %1$s/missing.sh\n"
 	"[workflow.hang]\ncommand = %1$s/hang.sh\ntimeout = 1s\n"
 	"[workflow.sleeper]\ncommand = %1$s/sleeper.sh\n"
 	"[workflow.sleep2]\ncommand = %1$s/sleep2.sh\n"
@@ -777,7 +790,7 @@ START_TEST(test_metrics_count_exactly)
 	ck_assert_double_eq(V("lessee_slots"), 4);
 	ck_assert_double_eq(V("lessee_leases_lost_total"), 0);
 	ck_assert_double_eq(V("lessee_draining"), 0);
-	ck_assert_double_eq(V("lessee_io_backend", "backend", tu_backend()), 1);
+	ck_assert_double_eq(V("lessee_io_backend_info", "backend", tu_backend()), 1);
 	ck_assert_double_eq(prom_sum(doc, "lessee_api_requests_total", "endpoint", "complete",
 				     "code", "200", NULL), 5);
 	ck_assert(prom_sum(doc, "lessee_claims_total", "result", "runs", NULL) >= 1);

@@ -400,7 +400,7 @@ START_TEST(test_check_config_plain_http_remote)
 	ck_assert_int_ge(asprintf(&allowed, PLAIN_REMOTE, "allow_insecure_http = yes\n"), 0);
 	st = check_config(allowed, &out2);
 	ck_assert_msg(st == 0 && strstr(out2, "\nallow_insecure_http = yes\n") &&
-	                  strstr(out2, "# warning: api.url is plain http://"),
+	                  strstr(out2, "api.url is plain http://"),
 	              "--check-config with allow_insecure_http = yes exited %d:\n%s", st, out2);
 }
 END_TEST

@@ -364,7 +364,7 @@ on_epoll() {
 	wait_until 5 journal_of_has "$inv" '^event loop: epoll \(io_uring unavailable: ' ||
 		fail "journal: $(journal_of "$inv" | grep 'event loop')" || return
 	note "$(journal_of "$inv" | grep '^event loop')"
-	metric_is 'lessee_io_backend{backend="epoll"}' 1 || fail "metrics: $(metric 'lessee_io_backend{backend="epoll"}')" || return
+	metric_is 'lessee_io_backend_info{backend="epoll"}' 1 || fail "metrics: $(metric 'lessee_io_backend_info{backend="epoll"}')" || return
 	ids=$(enqueue 1 2) || fail "lessor enqueue failed" || return
 	wait_until 15 runs_are succeeded $ids || fail "runs on epoll: $(runs_summary $ids)" || return
 	stop_unit && ended_clean "$inv" ||

@@ -581,10 +581,12 @@ START_TEST(test_file_errors)
 	    {BASE "[worker]\nfailure_cooldown = 2h\n",
 	     "%1$s:7: worker.failure_cooldown_max (1h) is shorter than worker.failure_cooldown "
 	     "(2h)"},
-	    {"[api]\nurl = http://x\n", "%1$s: no [workflow.NAME] section: this worker would run "
-	                                "nothing"},
+	    {"[api]\nurl = http://localhost\n",
+	     "%1$s: no [workflow.NAME] section: this worker would run "
+	     "nothing"},
 	    {"[workflow.w]\ncommand = /bin/true\n", "%1$s: api.url is not set"},
-	    {"", "%1$s: api.url is not set"},
+	    {"", "%1$s: api.url is not set\n%1$s: no [workflow.NAME] section: this worker would "
+	         "run nothing"},
 	    {"[api]\ntoken_file = /nonexistent/token\nurl = http://localhost\n"
 	     "[workflow.w]\ncommand = /x\n",
 	     "%1$s:2: api.token_file: /nonexistent/token: No such file or directory"},
@@ -865,7 +867,7 @@ static char *read_src(const char *rel)
 
 /* Where "\n<prefix><name> =" stands in [section] of the example, past the "=". */
 static const char *example_find(const char *example, const char *section, const char *prefix,
-				const char *name)
+                                const char *name)
 {
 	_cleanup_free_ char *head = NULL, *line = NULL;
 	const char *sec, *end, *at;
