@@ -1,6 +1,6 @@
-/* The SQLite connection: open, pragmas, migrations, the statement cache and
+/* The SQLite backend's connection: open, pragmas, migrations, the statement cache and
  * the transaction wrapper every transition goes through. */
-#include "lessor/store-int.h"
+#include "lessor/store_sqlite-int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,7 +86,7 @@ static const char *const migrations[] = {
     "  PRIMARY KEY (run_seq, start)) WITHOUT ROWID;",
 };
 
-int lessor_db_error(lessor_store *s, int rc, const char *sql)
+int lessor_db_error(lessor_sqlite *s, int rc, const char *sql)
 {
 	log_error("sqlite: %s (%s)", sqlite3_errmsg(s->db), sql ? sql : "?");
 	switch (rc & 0xff) {
@@ -106,7 +106,7 @@ int lessor_db_error(lessor_store *s, int rc, const char *sql)
 	}
 }
 
-static sqlite3_stmt *stmt_get(lessor_store *s, const char *sql, int *ret_rc)
+static sqlite3_stmt *stmt_get(lessor_sqlite *s, const char *sql, int *ret_rc)
 {
 	struct lessor_db_stmt *e;
 	int rc;
@@ -169,7 +169,7 @@ static int bind_args(sqlite3_stmt *st, const char *fmt, va_list ap)
 	return rc;
 }
 
-int lessor_db_next(lessor_store *s, sqlite3_stmt *st)
+int lessor_db_next(lessor_sqlite *s, sqlite3_stmt *st)
 {
 	int rc = sqlite3_step(st);
 
@@ -180,7 +180,7 @@ int lessor_db_next(lessor_store *s, sqlite3_stmt *st)
 	return lessor_db_error(s, rc, sqlite3_sql(st));
 }
 
-int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt, ...)
+int lessor_db_query(lessor_sqlite *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt, ...)
 {
 	sqlite3_stmt *st;
 	va_list ap;
@@ -199,7 +199,7 @@ int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, con
 	return lessor_db_next(s, st);
 }
 
-static int exec_plain(lessor_store *s, const char *sql)
+static int exec_plain(lessor_sqlite *s, const char *sql)
 {
 	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 
@@ -211,7 +211,7 @@ static const char SQL_BEGIN[] = "BEGIN";
 static const char SQL_COMMIT[] = "COMMIT";
 static const char SQL_ROLLBACK[] = "ROLLBACK";
 
-int lessor_db_tx(lessor_store *s, bool write, lessor_db_fn fn, void *userdata)
+int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
 {
 	int r;
 
@@ -252,29 +252,7 @@ bool lessor_db_is_null(sqlite3_stmt *st, int col)
 	return sqlite3_column_type(st, col) == SQLITE_NULL;
 }
 
-int lessor_run_id_parse(const char *id, int64_t *ret_seq)
-{
-	const char *p = startswith(id, "r-");
-	int64_t v = 0;
-
-	/* canonical decimal only: no sign, no leading zero, at most 18 digits */
-	if (!p || *p < '1' || *p > '9' || strlen(p) > 18)
-		return -ENOENT;
-	for (; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -ENOENT;
-		v = v * 10 + (*p - '0');
-	}
-	*ret_seq = v;
-	return 0;
-}
-
-void lessor_run_id_format(char buf[LESSOR_RUN_ID_MAX], int64_t seq)
-{
-	snprintf(buf, LESSOR_RUN_ID_MAX, "r-%" PRId64, seq);
-}
-
-static int user_version(lessor_store *s, int64_t *ret)
+static int user_version(lessor_sqlite *s, int64_t *ret)
 {
 	sqlite3_stmt *st;
 	int r = lessor_db_query(s, &st, "PRAGMA user_version", "");
@@ -285,7 +263,7 @@ static int user_version(lessor_store *s, int64_t *ret)
 	return 0;
 }
 
-static int migrate(lessor_store *s)
+static int migrate(lessor_sqlite *s)
 {
 	int64_t v;
 	int r = user_version(s, &v);
@@ -317,7 +295,7 @@ static int migrate(lessor_store *s)
 	return 0;
 }
 
-static int check_wal(lessor_store *s)
+static int check_wal(lessor_sqlite *s)
 {
 	sqlite3_stmt *st;
 	int r = lessor_db_query(s, &st, "PRAGMA journal_mode = WAL", "");
@@ -332,7 +310,7 @@ static int check_wal(lessor_store *s)
 	return 0;
 }
 
-static int configure(lessor_store *s)
+static int configure(lessor_sqlite *s)
 {
 	int r;
 
@@ -354,7 +332,7 @@ static int configure(lessor_store *s)
 }
 
 /* One server per database: two would each wake only their own long polls. */
-static int lock_database(lessor_store *s, const char *path)
+static int lock_database(lessor_sqlite *s, const char *path)
 {
 	/* created here first so the database gets mode 0600: it holds lease tokens */
 	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
@@ -365,9 +343,11 @@ static int lock_database(lessor_store *s, const char *path)
 	return 0;
 }
 
-int lessor_store_open(const char *path, const struct lessor_store_config *cfg, lessor_store **ret)
+static void sqlite_free(void *be);
+
+static int sqlite_open(const char *path, const struct lessor_store_config *cfg, void **ret)
 {
-	lessor_store *s = calloc(1, sizeof(*s));
+	lessor_sqlite *s = calloc(1, sizeof(*s));
 	int rc, r;
 
 	if (!s)
@@ -391,14 +371,16 @@ int lessor_store_open(const char *path, const struct lessor_store_config *cfg, l
 	*ret = s;
 	return 0;
 fail:
-	lessor_store_free(s);
+	sqlite_free(s);
 	return r;
 }
 
-lessor_store *lessor_store_free(lessor_store *s)
+static void sqlite_free(void *be)
 {
+	lessor_sqlite *s = be;
+
 	if (!s)
-		return NULL;
+		return;
 	for (size_t i = 0; i < s->n_stmts; i++)
 		sqlite3_finalize(s->stmts[i].st);
 	if (s->db)
@@ -407,16 +389,26 @@ lessor_store *lessor_store_free(lessor_store *s)
 	safe_close(s->lock_fd);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
-	return NULL;
 }
 
-bool lessor_run_status_valid(const char *s)
-{
-	static const char *const names[] = {"pending", "running", "succeeded", "failed",
-	                                    "cancelled"};
-
-	for (size_t i = 0; i < ELEMENTSOF(names); i++)
-		if (streq(s, names[i]))
-			return true;
-	return false;
-}
+const struct lessor_store_backend lessor_store_backend_sqlite = {
+    .name = "sqlite",
+    .open = sqlite_open,
+    .free = sqlite_free,
+    .recover = lessor_sqlite_recover,
+    .enqueue = lessor_sqlite_enqueue,
+    .claim = lessor_sqlite_claim,
+    .claim_cancel = lessor_sqlite_claim_cancel,
+    .renew = lessor_sqlite_renew,
+    .append_log = lessor_sqlite_append_log,
+    .complete = lessor_sqlite_complete,
+    .release = lessor_sqlite_release,
+    .cancel = lessor_sqlite_cancel,
+    .requeue = lessor_sqlite_requeue,
+    .tick = lessor_sqlite_tick,
+    .run_json = lessor_sqlite_run_json,
+    .list_json = lessor_sqlite_list_json,
+    .stats_json = lessor_sqlite_stats_json,
+    .workers_json = lessor_sqlite_workers_json,
+    .read_log = lessor_sqlite_read_log,
+};
