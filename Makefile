@@ -27,7 +27,7 @@ VARIANT    := $(if $(SANITIZE),san,$(if $(COVERAGE),cov,default))
 BUILD      ?= build/$(VARIANT)
 
 LESSEE_PKGS := libcurl liburing libcjson libsystemd libmicrohttpd
-LESSOR_PKGS := libmicrohttpd sqlite3 libcjson libcurl libsystemd
+LESSOR_PKGS := libmicrohttpd sqlite3 libpq libcjson libcurl libsystemd
 TEST_PKGS   := check libseccomp yaml-0.1
 
 # pkg-config runs once, lazily: after `deps` has had a chance to install things.
