@@ -326,15 +326,19 @@ static PGconn *connect_db(const char *target, const char *appname)
 
 /* A connection that broke is reset before it is handed out again; its
  * prepared statements are gone with it. */
-static int conn_ready(struct pg_conn *c, const char *target)
+static int conn_ready(lessor_pg *s, struct pg_conn *c)
 {
 	if (c->conn && PQstatus(c->conn) == CONNECTION_OK &&
 	    PQtransactionStatus(c->conn) == PQTRANS_IDLE)
 		return 0;
 	PQfinish(c->conn);
 	memset(c->prepared, 0, sizeof(c->prepared));
-	c->conn = connect_db(target, "lessor");
-	return c->conn ? 0 : -EIO;
+	c->conn = connect_db(s->target, "lessor");
+	if (!c->conn)
+		return -EIO;
+	/* --synchronous normal: a commit is answered before its WAL is flushed;
+	 * a crash of the database server (not of lessor) may lose the last ones */
+	return s->cfg.sync_full ? 0 : exec_plain(c, "SET synchronous_commit = off");
 }
 
 static struct pg_conn *conn_get(lessor_pg *s)
@@ -394,7 +398,7 @@ int pg_run(lessor_pg *s, bool tx, bool read_only, pg_fn fn, void *userdata)
 	int r;
 
 	for (int attempt = 0;; attempt++) {
-		r = conn_ready(c, s->target);
+		r = conn_ready(s, c);
 		if (r >= 0)
 			r = run_once(s, c, tx, read_only, fn, userdata);
 		if (r != -EDEADLK || attempt >= PG_TX_RETRIES)
@@ -620,7 +624,7 @@ static int pg_open(const char *target, const struct lessor_store_config *cfg, vo
 	}
 	/* connect every pooled connection now: a bad target fails at start */
 	for (size_t i = 0; i < s->n_conns; i++)
-		if ((r = conn_ready(&s->conns[i], s->target)) < 0)
+		if ((r = conn_ready(s, &s->conns[i])) < 0)
 			goto fail;
 	r = pg_run(s, true, false, migrate_tx, NULL);
 	if (r < 0)
