@@ -189,6 +189,9 @@ static int result_error(struct pg_conn *c, PGresult *res, const char *sql)
 		r = -ENOSPC;
 	else if (state && streq(state, "53200"))
 		r = -ENOMEM;
+	/* a lost connection is reconnected for the next request: 503, retry */
+	if (PQstatus(c->conn) == CONNECTION_BAD)
+		r = -EBUSY;
 	if (r != -EDEADLK)
 		log_error("postgresql: %s%s(%.80s)", msg ? msg : "?",
 		          msg && *msg && msg[strlen(msg) - 1] == '\n' ? "" : " ", sql ? sql : "?");
@@ -335,7 +338,7 @@ static int conn_ready(lessor_pg *s, struct pg_conn *c)
 	memset(c->prepared, 0, sizeof(c->prepared));
 	c->conn = connect_db(s->target, "lessor");
 	if (!c->conn)
-		return -EIO;
+		return -EBUSY;
 	/* --synchronous normal: a commit is answered before its WAL is flushed;
 	 * a crash of the database server (not of lessor) may lose the last ones */
 	return s->cfg.sync_full ? 0 : exec_plain(c, "SET synchronous_commit = off");
@@ -375,6 +378,10 @@ static int run_once(lessor_pg *s, struct pg_conn *c, bool tx, bool read_only, pg
 	if (tx) {
 		r = exec_plain(c, read_only ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 		                            : "BEGIN");
+		/* nothing was done yet: a connection that broke while idle (the
+		 * server restarted, failed over) is replaced and the call retried */
+		if (r < 0 && PQstatus(c->conn) == CONNECTION_BAD)
+			return -EDEADLK;
 		if (r < 0)
 			return r;
 	}

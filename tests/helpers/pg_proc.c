@@ -33,7 +33,8 @@ struct tu_pg {
 	unsigned n_dbs;
 	uid_t uid;
 	gid_t gid;
-	bool drop; /* run the server as uid/gid (we are root) */
+	bool drop;    /* run the server as uid/gid (we are root) */
+	bool durable; /* fsync on */
 };
 
 static char *find_bindir(void)
@@ -183,7 +184,7 @@ static int setup_dir(struct tu_pg *pg)
 	return 0;
 }
 
-int tu_pg_start(struct tu_pg **ret)
+static int start(bool durable, struct tu_pg **ret)
 {
 	struct tu_pg *pg = calloc(1, sizeof(*pg));
 	char *initdb[] = {"initdb", "-D", NULL,   "-U",         "lessor",    "-A",
@@ -194,6 +195,7 @@ int tu_pg_start(struct tu_pg **ret)
 	if (!pg)
 		return -ENOMEM;
 	pg->pid = -1;
+	pg->durable = durable;
 	pg->bindir = find_bindir();
 	if (!pg->bindir) {
 		free(pg);
@@ -215,6 +217,16 @@ int tu_pg_start(struct tu_pg **ret)
 fail:
 	tu_pg_free(pg);
 	return r;
+}
+
+int tu_pg_start(struct tu_pg **ret)
+{
+	return start(false, ret);
+}
+
+int tu_pg_start_durable(struct tu_pg **ret)
+{
+	return start(true, ret);
 }
 
 static void stop_server(struct tu_pg *pg)

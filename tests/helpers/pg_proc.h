@@ -20,6 +20,9 @@ struct tu_pg;
 
 /* 0, -ENOENT when no PostgreSQL server binaries are installed, -errno. */
 int tu_pg_start(struct tu_pg **ret);
+/* The same with fsync and full_page_writes on (PostgreSQL's defaults): for
+ * benchmarks that compare commit costs. */
+int tu_pg_start_durable(struct tu_pg **ret);
 struct tu_pg *tu_pg_free(struct tu_pg *pg);
 
 /* libpq conninfo of the server's `postgres` database. */

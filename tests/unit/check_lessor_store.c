@@ -968,6 +968,31 @@ START_TEST(test_pg_hot_updates)
 }
 END_TEST
 
+/* Connections that break (server restart, failover, an admin's
+ * pg_terminate_backend) are replaced: the next calls work, and the LISTEN
+ * connection comes back and wakes the long polls (hints may have been lost). */
+START_TEST(test_pg_connections_replaced)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r;
+	bool cancel;
+
+	hints = 0;
+	lessor_store_set_notify(st, on_hint, NULL);
+	log_set_max_level(LOG_CRIT); /* the broken connections are logged; expected here */
+	ck_assert_int_eq(tu_pg_exec(path, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+	                                  " WHERE datname = current_database()"
+	                                  " AND pid <> pg_backend_pid()"),
+	                 0);
+	r = claim("c1", 1, T0); /* a transaction: retried on a fresh connection */
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0, &cancel), 0);
+	ck_assert_int_ge(wait_hints(1), 1);
+	lessor_store_set_notify(st, NULL, NULL);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
 static void add_shared(TCase *tc)
 {
 	tcase_add_test(tc, test_enqueue_and_idempotency_key);
@@ -1010,6 +1035,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_pg_notify_across_instances);
 	tcase_add_test(tc, test_pg_database_clock);
 	tcase_add_test(tc, test_pg_hot_updates);
+	tcase_add_test(tc, test_pg_connections_replaced);
 	suite_add_tcase(s, tc);
 	return s;
 }
