@@ -78,16 +78,23 @@ static int enqueue_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
 	_cleanup_pgresult_ PGresult *res = NULL, *old = NULL;
 	int r;
 
+	/* an existing key is looked up first, so the run ids stay dense (a
+	 * conflicting INSERT would consume a sequence number); ON CONFLICT
+	 * covers another instance inserting the same key concurrently */
 	r = pg_query(
 	    s, c, &res, false,
-	    "WITH s AS (INSERT INTO lessor_run_specs (seq, workflow, input, tags,"
+	    "WITH k AS (SELECT seq FROM lessor_run_specs WHERE idempotency_key = $7),"
+	    " s AS (INSERT INTO lessor_run_specs (seq, workflow, input, tags,"
 	    "  max_attempts, timeout_s, idempotency_key, created_at)"
-	    "  VALUES (nextval('lessor_run_seq'), $2, $3, $4, $5, $6, $7, lessor_now($1))"
+	    "  SELECT nextval('lessor_run_seq'), $2::text, $3::text, $4::text,"
+	    "  $5::integer, $6::integer, $7::text, lessor_now($1)"
+	    "  WHERE NOT EXISTS (SELECT 1 FROM k)"
 	    "  ON CONFLICT (idempotency_key) DO NOTHING RETURNING seq, created_at),"
 	    " r AS (INSERT INTO lessor_runs (seq, workflow, tags, status, not_before,"
 	    "  updated_at) SELECT seq, $2, ARRAY(SELECT json_array_elements_text($4::json)),"
 	    "  'pending', created_at, created_at FROM s)"
-	    " SELECT seq, pg_notify('" PG_CHANNEL "', $8) FROM s",
+	    " SELECT seq, pg_notify('" PG_CHANNEL "', $8)::text FROM s"
+	    " UNION ALL SELECT seq, NULL FROM k",
 	    "nsssinss", PG_CLOCK(s, x->now), e->workflow, e->input_json, x->tags,
 	    (int64_t)e->max_attempts, timeout > 0 ? &timeout : NULL, e->idempotency_key,
 	    s->instance);
@@ -95,7 +102,7 @@ static int enqueue_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
 		return r;
 	if (PQntuples(res) == 1) {
 		x->seq = pg_int(res, 0, 0);
-		x->created = true;
+		x->created = pg_val(res, 0, 1) != NULL;
 		return 0;
 	}
 	/* the key names an existing run (committed, maybe just now by another instance) */

@@ -207,6 +207,12 @@ START_TEST(test_enqueue_and_idempotency_key)
 	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0 + 5, id2, &created), 0);
 	ck_assert(!created);
 	ck_assert_str_eq(id, id2);
+	/* the duplicate used up no run id */
+	e.idempotency_key = NULL;
+	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0 + 6, id2, &created), 0);
+	ck_assert(created);
+	ck_assert_str_eq(id2, "r-2");
+	e.workflow = "build";
 	assert_status(id, "pending");
 	t = run_str(id, "tags");
 	ck_assert_str_eq(t, "[\"gpu\",\"region:eu\"]");
