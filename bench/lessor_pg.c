@@ -37,6 +37,7 @@ static unsigned long claim_seq;
 
 struct setup {
 	const char *name;
+	const char *tag; /* for claim ids */
 	struct tu_lessor *l[MAX_INSTANCES];
 	unsigned n;
 };
@@ -165,6 +166,7 @@ struct poll_arg {
 	const char *tag;
 	usec_t answered;
 	bool got;
+	bool finished;
 };
 
 static void *poll_main(void *p)
@@ -182,6 +184,7 @@ static void *poll_main(void *p)
 	if (c && lessor_client_json(c, "POST", "/v1/claims", body, &status, &resp) == 0)
 		a->got = cJSON_GetArraySize(cJSON_GetObjectItem(resp, "runs")) == 1;
 	a->answered = time_mono();
+	__atomic_store_n(&a->finished, true, __ATOMIC_RELEASE);
 	cJSON_Delete(resp);
 	lessor_client_free(c);
 	return NULL;
@@ -209,13 +212,13 @@ static int measure_wake(struct setup *s, double *ret)
 	unsigned n = 0;
 
 	for (unsigned i = 0; c && i < SAMPLES; i++) {
-		struct poll_arg a = {.l = s->l[0], .i = i, .tag = s->name};
+		struct poll_arg a = {.l = s->l[0], .i = i, .tag = s->tag};
 		pthread_t t;
 		usec_t sent;
 		long status;
 
 		pthread_create(&t, NULL, poll_main, &a);
-		while (!parked(s->l[0]))
+		while (!parked(s->l[0]) && !__atomic_load_n(&a.finished, __ATOMIC_ACQUIRE))
 			tu_sleep(2 * USEC_PER_MSEC);
 		sent = time_mono();
 		(void)lessor_client_json(c, "POST", "/v1/runs", "{\"workflow\":\"lp\"}", &status,
@@ -292,7 +295,9 @@ int main(int argc, char **argv)
 	                                     {"runs", required_argument, NULL, 'n'},
 	                                     {"help", no_argument, NULL, 'h'},
 	                                     {}};
-	struct setup setups[3] = {{.name = "sqlite"}, {.name = "pg x1"}, {.name = "pg x3"}};
+	struct setup setups[3] = {{.name = "sqlite", .tag = "sq"},
+	                          {.name = "pg x1", .tag = "pg1"},
+	                          {.name = "pg x3", .tag = "pg3"}};
 	struct result res[3];
 	struct tu_pg *pg = NULL;
 	int c, r;

@@ -12,6 +12,7 @@
 #include <cJSON.h>
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -204,6 +205,70 @@ START_TEST(test_three_instances_kill_one)
 }
 END_TEST
 
+struct parked_claim {
+	const struct tu_lessor *l;
+	cJSON *resp;
+	long status;
+	bool done;
+};
+
+static void *parked_claim_main(void *p)
+{
+	struct parked_claim *c = p;
+
+	(void)tu_lessor_json(c->l, "POST", "/v1/claims",
+	                     "{\"claim_id\":\"lp-1\",\"worker_id\":\"lp\",\"max_runs\":1,"
+	                     "\"lease_ttl_s\":60,\"wait_s\":20,\"workflows\":[\"x\"]}",
+	                     &c->status, &c->resp);
+	__atomic_store_n(&c->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* A long poll parked on instance A is answered when the run is enqueued
+ * through instance B.  --tick 1h keeps both reapers (and so the periodic
+ * backstop) idle after their first tick: only B's NOTIFY can wake A. */
+START_TEST(test_long_poll_woken_across_instances)
+{
+	_cleanup_free_ char *db = tu_pg_create_db(pg);
+	char *args[] = {"--db", db, "--tick", "1h", NULL};
+	struct tu_lessor *a = NULL, *b = NULL;
+	struct parked_claim c = {0};
+	pthread_t t;
+	usec_t end, sent;
+	char *id;
+
+	ck_assert_ptr_nonnull(db);
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &a), 0);
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &b), 0);
+	c.l = a;
+	ck_assert_int_eq(pthread_create(&t, NULL, parked_claim_main, &c), 0);
+	end = time_mono() + tu_timeout(10 * SEC);
+	while (stat_of(a, "parked_requests") < 1 && time_mono() < end)
+		tu_sleep(5 * USEC_PER_MSEC);
+	ck_assert_int_eq(stat_of(a, "parked_requests"), 1);
+	sent = time_mono();
+	id = tu_lessor_enqueue(b, "{\"workflow\":\"x\"}");
+	ck_assert_ptr_nonnull(id);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(c.status, 200);
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(c.resp, "runs")), 1);
+	ck_assert_str_eq(
+	    cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c.resp, "runs"), 0), "id")
+	        ->valuestring,
+	    id);
+	/* well before the poll's own 20 s deadline */
+	ck_assert_int_lt(time_mono() - sent, 15 * SEC);
+	fprintf(stderr, "cross-instance wake: %.1f ms\n",
+	        (double)(time_mono() - sent) / USEC_PER_MSEC);
+	cJSON_Delete(c.resp);
+	free(id);
+	ck_assert_int_eq(tu_lessor_stop(a), 0);
+	ck_assert_int_eq(tu_lessor_stop(b), 0);
+	tu_lessor_free(a);
+	tu_lessor_free(b);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lessor_pg");
@@ -223,6 +288,7 @@ int main(void)
 	}
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_three_instances_kill_one);
+	tcase_add_test(tc, test_long_poll_woken_across_instances);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
