@@ -4,6 +4,7 @@
 #   make check           build and run the whole test suite under both loop backends
 #   make demo            lessor + lessee working real runs on a temporary database
 #   make bench           build the benchmarks (run them from build/*/bench/)
+#   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg (npm)
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make WERROR=1 SANITIZE=address,undefined check
 #
@@ -73,7 +74,7 @@ TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
-.PHONY: all deps deps-test build check check-build demo bench install clean valgrind-check \
+.PHONY: all deps deps-test build check check-build demo bench bench-compare install clean valgrind-check \
 	check-systemd format
 .DEFAULT_GOAL := all
 
@@ -149,6 +150,12 @@ demo:
 bench:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory build $(BENCHES)
+
+# graphile-worker and pg-boss beside lessor in bench/lessor_pg (needs node >= 20 and npm)
+bench-compare: bench
+	@mkdir -p $(BUILD)/bench/compare
+	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
+	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \

@@ -11,7 +11,12 @@
  *
  * PostgreSQL is a private server (tests/helpers/pg_proc.h) with fsync on:
  * both backends pay a flush per commit.  Medians of several rounds; each
- * PostgreSQL figure also as a ratio to SQLite's from the same run. */
+ * PostgreSQL figure also as a ratio to SQLite's from the same run.
+ *
+ * With `make bench-compare` (node and npm), graphile-worker and pg-boss run
+ * the same job count with 16 concurrent handlers on the same server
+ * (bench/compare/queues.mjs, next to this binary in compare/); their rate is
+ * in the 16-client column. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -273,12 +278,74 @@ static int start_setup(struct setup *s, char *db, unsigned n)
 
 static void print_row(const char *name, const struct result *r, const struct result *base)
 {
-	printf("  %-8s %9.0f runs/s %9.0f runs/s %9.2f ms", name, r->claims[0], r->claims[1],
+	printf("  %-15s %9.0f runs/s %9.0f runs/s %9.2f ms", name, r->claims[0], r->claims[1],
 	       r->wake_ms);
 	if (base != r)
 		printf("   x%.2f  x%.2f  x%.2f", r->claims[0] / base->claims[0],
 		       r->claims[1] / base->claims[1], r->wake_ms / base->wake_ms);
 	printf("\n");
+}
+
+/* ---- graphile-worker, pg-boss (bench/compare/queues.mjs) ---- */
+
+static char *compare_dir(const char *argv0)
+{
+	char *dir = NULL, *copy = strdup(argv0), *slash = copy ? strrchr(copy, '/') : NULL;
+
+	if (slash)
+		*slash = '\0';
+	if (asprintf(&dir, "%s/compare", slash ? copy : ".") < 0)
+		dir = NULL;
+	free(copy);
+	return dir;
+}
+
+/* "host=DIR port=P user=U dbname=D" -> "postgres:///D?host=DIR&port=P&user=U" */
+static char *to_url(const char *conninfo)
+{
+	char host[256], port[16], user[64], db[64], *url = NULL;
+
+	if (sscanf(conninfo, "host=%255s port=%15s user=%63s dbname=%63s", host, port, user, db) !=
+	        4 ||
+	    asprintf(&url, "postgres:///%s?host=%s&port=%s&user=%s", db, host, port, user) < 0)
+		return NULL;
+	return url;
+}
+
+static int run_compare(const char *dir, const char *system, struct tu_pg *pg, struct result *out)
+{
+	_cleanup_free_ char *db = tu_pg_create_db(pg), *url = db ? to_url(db) : NULL, *cmd = NULL;
+	char line[512];
+	FILE *f;
+	int r = -1;
+
+	if (!url || asprintf(&cmd, "cd '%s' && node queues.mjs %s '%s' %u 16 %u", dir, system, url,
+	                     n_runs, n_rounds) < 0)
+		return -1;
+	f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		cJSON *j = cJSON_Parse(line);
+
+		if (j && cJSON_IsNumber(cJSON_GetObjectItem(j, "rate"))) {
+			*out = (struct result){
+			    .claims = {0, cJSON_GetObjectItem(j, "rate")->valuedouble},
+			    .wake_ms = cJSON_GetObjectItem(j, "wake_ms")->valuedouble};
+			r = 0;
+		}
+		cJSON_Delete(j);
+	}
+	if (f && pclose(f) != 0)
+		r = -1;
+	if (r < 0)
+		fprintf(stderr, "lessor_pg: %s failed (%s)\n", system, cmd);
+	return r;
+}
+
+static void print_compare(const char *name, const struct result *r, const struct result *base)
+{
+	printf("  %-15s %9s        %9.0f runs/s %9.2f ms          x%.2f  x%.2f\n", name, "-",
+	       r->claims[1], r->wake_ms, r->claims[1] / base->claims[1],
+	       r->wake_ms / base->wake_ms);
 }
 
 static void usage(FILE *f)
@@ -336,11 +403,25 @@ int main(int argc, char **argv)
 	}
 	printf("lessor_pg: median of %u rounds, %u runs per round; %ld cores; synchronous=full, "
 	       "PostgreSQL fsync=on\n"
-	       "  %-8s %16s %16s %12s   ratios to sqlite\n",
+	       "  %-15s %16s %16s %12s   ratios to sqlite\n",
 	       n_rounds, n_runs, sysconf(_SC_NPROCESSORS_ONLN), "", "claim+complete 1c", "16c",
 	       "wake");
 	for (size_t i = 0; i < ELEMENTSOF(setups); i++)
 		print_row(setups[i].name, &res[i], &res[0]);
+	{
+		_cleanup_free_ char *dir = compare_dir(argv[0]), *mods = NULL;
+		struct result g, b;
+
+		if (dir && asprintf(&mods, "%s/node_modules/pg-boss", dir) >= 0 &&
+		    access(mods, R_OK) == 0) {
+			if (run_compare(dir, "graphile", pg, &g) == 0)
+				print_compare("graphile-worker", &g, &res[0]);
+			if (run_compare(dir, "pgboss", pg, &b) == 0)
+				print_compare("pg-boss", &b, &res[0]);
+		} else
+			printf("  (graphile-worker, pg-boss: not installed, see make "
+			       "bench-compare)\n");
+	}
 	tu_pg_free(pg);
 	return 0;
 }
