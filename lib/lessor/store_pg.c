@@ -150,6 +150,23 @@ static const char *const migrations[] = {
 
 /* ---- results ---- */
 
+/* libpq's multi-line messages as one line: "a\n\tb\n" -> "a b" */
+static const char *one_line(const char *msg, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	for (const char *p = msg ? msg : "?"; *p && n + 1 < size; p++) {
+		char ch = *p == '\n' || *p == '\t' ? ' ' : *p;
+
+		if (ch != ' ' || (n > 0 && buf[n - 1] != ' '))
+			buf[n++] = ch;
+	}
+	while (n > 0 && buf[n - 1] == ' ')
+		n--;
+	buf[n] = '\0';
+	return buf;
+}
+
 const char *pg_val(const PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
@@ -192,9 +209,12 @@ static int result_error(struct pg_conn *c, PGresult *res, const char *sql)
 	/* a lost connection is reconnected for the next request: 503, retry */
 	if (PQstatus(c->conn) == CONNECTION_BAD)
 		r = -EBUSY;
-	if (r != -EDEADLK)
-		log_error("postgresql: %s%s(%.80s)", msg ? msg : "?",
-		          msg && *msg && msg[strlen(msg) - 1] == '\n' ? "" : " ", sql ? sql : "?");
+	if (r != -EDEADLK) {
+		char line[512];
+
+		log_error("postgresql: %s (%.80s)", one_line(msg, line, sizeof(line)),
+		          sql ? sql : "?");
+	}
 	PQclear(res);
 	return r;
 }
@@ -322,7 +342,13 @@ static PGconn *connect_db(const char *target, const char *appname)
 		PQsetNoticeProcessor(conn, on_notice, NULL);
 		return conn;
 	}
-	log_error("postgresql: cannot connect: %s", conn ? PQerrorMessage(conn) : "out of memory");
+	{
+		char line[512];
+
+		log_error("postgresql: cannot connect: %s",
+		          conn ? one_line(PQerrorMessage(conn), line, sizeof(line))
+		               : "out of memory");
+	}
 	PQfinish(conn);
 	return NULL;
 }
@@ -631,8 +657,11 @@ static int pg_open(const char *target, const struct lessor_store_config *cfg, vo
 	}
 	/* connect every pooled connection now: a bad target fails at start */
 	for (size_t i = 0; i < s->n_conns; i++)
-		if ((r = conn_ready(s, &s->conns[i])) < 0)
+		if ((r = conn_ready(s, &s->conns[i])) < 0) {
+			if (r == -EBUSY)
+				r = -ECONNREFUSED;
 			goto fail;
+		}
 	r = pg_run(s, true, false, migrate_tx, NULL);
 	if (r < 0)
 		goto fail;
