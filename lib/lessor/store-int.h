@@ -46,6 +46,8 @@ struct lessor_store_backend {
 	int (*stats_json)(void *be, cJSON **ret);
 	int (*workers_json)(void *be, cJSON **ret);
 	int (*read_log)(void *be, const char *id, char **ret, size_t *ret_len);
+	int (*lease_holder)(void *be, int64_t seq, const char *lease_token, char **ret_worker_id);
+	int (*claim_owner)(void *be, const char *claim_id, char **ret_worker_id);
 };
 
 extern const struct lessor_store_backend lessor_store_backend_sqlite;

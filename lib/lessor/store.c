@@ -163,6 +163,21 @@ int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *r
 	return s->be->read_log(s->impl, id, ret, ret_len);
 }
 
+int lessor_store_lease_holder(lessor_store *s, const char *id, const char *lease_token,
+                              char **ret_worker_id)
+{
+	int64_t seq;
+
+	if (lessor_run_id_parse(id, &seq) < 0 || seq <= 0)
+		return -ENOENT;
+	return s->be->lease_holder(s->impl, seq, lease_token, ret_worker_id);
+}
+
+int lessor_store_claim_owner(lessor_store *s, const char *claim_id, char **ret_worker_id)
+{
+	return s->be->claim_owner(s->impl, claim_id, ret_worker_id);
+}
+
 /* ---- shared helpers ---- */
 
 bool lessor_run_status_valid(const char *s)

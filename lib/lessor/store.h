@@ -162,5 +162,13 @@ int lessor_store_stats_json(lessor_store *s, cJSON **ret);
 int lessor_store_workers_json(lessor_store *s, cJSON **ret);
 int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *ret_len);
 
+/* Ownership, for scoped worker tokens: the worker_id of the lease of run id
+ * whose token is lease_token (current or ended), and the worker_id a claim
+ * was made by ("" for a claim cancelled before it was made).  -ENOENT when
+ * there is no such lease or claim. */
+int lessor_store_lease_holder(lessor_store *s, const char *id, const char *lease_token,
+                              char **ret_worker_id);
+int lessor_store_claim_owner(lessor_store *s, const char *claim_id, char **ret_worker_id);
+
 /* Run status names, for validation. */
 bool lessor_run_status_valid(const char *s);

@@ -718,4 +718,6 @@ const struct lessor_store_backend lessor_store_backend_pg = {
     .stats_json = lessor_pg_stats_json,
     .workers_json = lessor_pg_workers_json,
     .read_log = lessor_pg_read_log,
+    .lease_holder = lessor_pg_lease_holder,
+    .claim_owner = lessor_pg_claim_owner,
 };

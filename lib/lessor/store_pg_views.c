@@ -319,3 +319,59 @@ int lessor_pg_read_log(void *be, const char *id, char **ret, size_t *ret_len)
 	*ret = buf_steal(&x.b);
 	return 0;
 }
+
+/* ---- ownership ---- */
+
+struct owner_ctx {
+	int64_t seq; /* 0: a claim */
+	const char *key;
+	char *worker_id;
+};
+
+static int owner_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
+{
+	struct owner_ctx *x = userdata;
+	_cleanup_pgresult_ PGresult *res = NULL;
+	int r;
+
+	r = x->seq > 0
+	        ? pg_query(s, c, &res, false,
+	                   "SELECT worker_id FROM lessor_leases"
+	                   " WHERE run_seq = $1 AND token = $2",
+	                   "is", x->seq, x->key)
+	        : pg_query(s, c, &res, false,
+	                   "SELECT worker_id FROM lessor_claims WHERE claim_id = $1", "s", x->key);
+	if (r < 0)
+		return r;
+	if (PQntuples(res) == 0)
+		return -ENOENT;
+	free(x->worker_id);
+	x->worker_id = pg_strdup(res, 0, 0);
+	return x->worker_id ? 0 : -ENOMEM;
+}
+
+static int owner_view(lessor_pg *s, struct owner_ctx *x, char **ret)
+{
+	int r = pg_run(s, false, false, owner_fn, x);
+
+	if (r < 0) {
+		free(x->worker_id);
+		return r;
+	}
+	*ret = x->worker_id;
+	return 0;
+}
+
+int lessor_pg_lease_holder(void *be, int64_t seq, const char *lease_token, char **ret_worker_id)
+{
+	struct owner_ctx x = {.seq = seq, .key = lease_token};
+
+	return owner_view(be, &x, ret_worker_id);
+}
+
+int lessor_pg_claim_owner(void *be, const char *claim_id, char **ret_worker_id)
+{
+	struct owner_ctx x = {.key = claim_id};
+
+	return owner_view(be, &x, ret_worker_id);
+}

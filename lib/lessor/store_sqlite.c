@@ -411,4 +411,6 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .stats_json = lessor_sqlite_stats_json,
     .workers_json = lessor_sqlite_workers_json,
     .read_log = lessor_sqlite_read_log,
+    .lease_holder = lessor_sqlite_lease_holder,
+    .claim_owner = lessor_sqlite_claim_owner,
 };

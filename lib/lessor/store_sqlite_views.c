@@ -337,3 +337,55 @@ int lessor_sqlite_read_log(void *be, const char *id, char **ret, size_t *ret_len
 	*ret = buf_steal(&c.b);
 	return 0;
 }
+
+/* ---- ownership ---- */
+
+struct owner_ctx {
+	const char *sql;
+	int64_t seq;
+	const char *key;
+	char *worker_id;
+};
+
+static int owner_tx(lessor_sqlite *s, void *userdata)
+{
+	struct owner_ctx *c = userdata;
+	sqlite3_stmt *st;
+	int r;
+
+	r = c->seq > 0 ? lessor_db_query(s, &st, c->sql, "is", c->seq, c->key)
+	               : lessor_db_query(s, &st, c->sql, "s", c->key);
+	if (r <= 0)
+		return r < 0 ? r : -ENOENT;
+	c->worker_id = lessor_db_strdup(st, 0);
+	return c->worker_id ? 0 : -ENOMEM;
+}
+
+static int owner_view(lessor_sqlite *s, struct owner_ctx *c, char **ret)
+{
+	int r = lessor_db_tx(s, false, owner_tx, c);
+
+	if (r < 0) {
+		free(c->worker_id);
+		return r;
+	}
+	*ret = c->worker_id;
+	return 0;
+}
+
+int lessor_sqlite_lease_holder(void *be, int64_t seq, const char *lease_token, char **ret_worker_id)
+{
+	struct owner_ctx c = {.sql = "SELECT worker_id FROM leases WHERE run_seq = ? AND token = ?",
+	                      .seq = seq,
+	                      .key = lease_token};
+
+	return owner_view(be, &c, ret_worker_id);
+}
+
+int lessor_sqlite_claim_owner(void *be, const char *claim_id, char **ret_worker_id)
+{
+	struct owner_ctx c = {.sql = "SELECT worker_id FROM claims WHERE claim_id = ?",
+	                      .key = claim_id};
+
+	return owner_view(be, &c, ret_worker_id);
+}

@@ -683,6 +683,40 @@ START_TEST(test_views)
 }
 END_TEST
 
+/* Ownership lookups for scoped worker tokens: current and ended leases,
+ * claims made and claims cancelled before they were made. */
+START_TEST(test_owners)
+{
+	_cleanup_free_ char *a = enqueue("w"), *w = NULL;
+	struct lessor_claim_result r = claim_as("c1", "w7", NULL, NULL, 1, T0);
+	struct lessor_completion done = done_ok(r.runs[0].token);
+	const char *answer;
+	unsigned released;
+
+	ck_assert_int_eq(lessor_store_lease_holder(st, a, r.runs[0].token, &w), 0);
+	ck_assert_str_eq(w, "w7");
+	free(w);
+	w = NULL;
+	ck_assert_int_eq(lessor_store_complete(st, a, &done, T0 + 1, &answer), 0);
+	ck_assert_int_eq(lessor_store_lease_holder(st, a, r.runs[0].token, &w), 0); /* ended */
+	ck_assert_str_eq(w, "w7");
+	free(w);
+	w = NULL;
+	ck_assert_int_eq(lessor_store_lease_holder(st, a, "nope", &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_lease_holder(st, "r-99", r.runs[0].token, &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_lease_holder(st, "bogus", r.runs[0].token, &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_claim_owner(st, "c1", &w), 0);
+	ck_assert_str_eq(w, "w7");
+	free(w);
+	w = NULL;
+	ck_assert_int_eq(lessor_store_claim_owner(st, "c2", &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_claim_cancel(st, "c2", T0 + 2, &released), 0);
+	ck_assert_int_eq(lessor_store_claim_owner(st, "c2", &w), 0);
+	ck_assert_str_eq(w, "");
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
 /* ---- concurrency: many threads claiming on one store never share a run ---- */
 
 #define N_RUNS 400
@@ -1021,6 +1055,7 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_admin_requeue_and_cancel);
 	tcase_add_test(tc, test_restart_recover);
 	tcase_add_test(tc, test_views);
+	tcase_add_test(tc, test_owners);
 	tcase_add_test(tc, test_concurrent_claims);
 }
 
