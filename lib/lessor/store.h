@@ -61,7 +61,8 @@ const char *lessor_store_backend_name(const lessor_store *s); /* "sqlite" | "pos
 void lessor_store_set_notify(lessor_store *s, void (*fn)(void *userdata), void *userdata);
 
 /* After a restart: give every held lease its full ttl from `now`, so a server
- * outage longer than a ttl does not expire leases nobody could renew. */
+ * outage longer than a ttl does not expire leases nobody could renew.
+ * PostgreSQL: only when no instance has reaped for 10 s (all were down). */
 int lessor_store_recover(lessor_store *s, int64_t now);
 
 struct lessor_enqueue {
