@@ -43,8 +43,12 @@ static char *find_bindir(void)
 	glob_t g;
 	char *out = NULL;
 
-	if (env && *env)
-		return strdup(env);
+	if (env && *env) {
+		char initdb[512];
+
+		snprintf(initdb, sizeof(initdb), "%s/initdb", env);
+		return access(initdb, X_OK) == 0 ? strdup(env) : NULL;
+	}
 	if (glob("/usr/lib/postgresql/*/bin/initdb", 0, NULL, &g) != 0)
 		return NULL;
 	/* the newest: versions sort numerically, not by name */

@@ -7,7 +7,7 @@
  *   tu_pg_free(pg);                    // stops the server, removes its directory
  *
  * The server runs from the newest /usr/lib/postgresql/N/bin (or
- * $LESSEE_PG_BINDIR): initdb in a fresh temporary directory, then postgres
+ * $LESSEE_PG_BINDIR; one without initdb counts as not installed): initdb in a fresh temporary directory, then postgres
  * on a unix socket in that directory only (no TCP), trust authentication,
  * fsync off (tests prove logic, not durability).  PostgreSQL refuses to run
  * as root, so as root the directory is given to `nobody` and initdb and
