@@ -1,7 +1,9 @@
 /* Several lessor instances on one PostgreSQL database serve one fleet:
  * three `lessor serve --db <pg>` processes, three lessee daemons each talking
  * to a different one, a few hundred runs enqueued through all three, then
- * kill -9 of one instance mid-run and its lessee restarted against another.
+ * kill -9 of one instance mid-run; its lessee, cut off, waits until the other
+ * instances' reaper expired what it held, drains and stops (spooling what it
+ * could not deliver), and starts again against another instance.
  * Every run completes once, no lease is granted twice (no two leases of a
  * run overlap, epochs are unique), the completion came from the run's last
  * lease, and a write with a stale token is refused (and counted).
@@ -91,7 +93,7 @@ START_TEST(test_three_instances_kill_one)
 	const int n = n_runs();
 	char *args[] = {"--db", db, "--tick", "50ms", NULL};
 	char id[32], tok[64], body[160];
-	long status;
+	long status, held;
 	cJSON *run;
 
 	ck_assert_ptr_nonnull(db);
@@ -129,7 +131,28 @@ START_TEST(test_three_instances_kill_one)
 	/* instance 2 dies mid-run; its lessee moves to instance 0 */
 	ck_assert_int_eq(tu_lessor_kill(L[2]), 128 + SIGKILL);
 	ck_assert_int_ge(stat_of(L[0], "pending") + stat_of(L[0], "running"), 1);
-	tu_lessee_quit(D[2]);
+	/* its lessee cannot reach anything now: what it held expires (the other
+	 * instances' reaper) and is granted again; then it stops (drain, then
+	 * hard stop: undelivered results go to its spool) */
+	held = query_num(db, "SELECT count(*) FROM lessor_leases WHERE worker_id = 'w2'"
+	                     " AND ended_at IS NULL");
+	{
+		usec_t end = time_mono() + tu_timeout(60 * SEC);
+
+		while (query_num(db, "SELECT count(*) FROM lessor_leases WHERE worker_id = 'w2'"
+		                     " AND ended_at IS NULL") > 0 &&
+		       time_mono() < end)
+			tu_sleep(50 * USEC_PER_MSEC);
+	}
+	ck_assert_int_eq(query_num(db, "SELECT count(*) FROM lessor_leases WHERE worker_id = 'w2'"
+	                               " AND ended_at IS NULL"),
+	                 0);
+	ck_assert_int_eq(tu_lessee_signal(D[2], SIGTERM), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D[2], "draining", 10 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_signal(D[2], SIGTERM), 0);
+	ck_assert_int_eq(tu_lessee_wait(D[2], tu_timeout(60 * SEC)), 0);
+	/* ... and starts again against instance 0, delivering its spool there:
+	 * results of leases that expired meanwhile are stale */
 	{
 		_cleanup_free_ char *conf = worker_conf(scripts, 3, L[0]);
 
@@ -159,15 +182,21 @@ START_TEST(test_three_instances_kill_one)
 	ck_assert_int_eq(query_num(db, "SELECT count(*) FROM (SELECT 1 FROM lessor_leases"
 	                               " GROUP BY run_seq, epoch HAVING count(*) > 1) d"),
 	                 0);
+	/* what the lost instance's worker held was expired by the others' reaper */
+	ck_assert_int_ge(query_num(db, "SELECT count(*) FROM lessor_leases WHERE worker_id = 'w2'"
+	                               " AND end_reason = 'expired'"),
+	                 held);
 	/* each instance served its worker */
 	ck_assert_int_eq(query_num(db, "SELECT count(*) FROM lessor_workers"
 	                               " WHERE runs_granted > 0 AND worker_id IN"
 	                               " ('w0', 'w1', 'w2')"),
 	                 3);
-	fprintf(stderr, "%d runs, %lld leases (%lld expired), %lld rejected writes\n", n,
-	        query_num(db, "SELECT count(*) FROM lessor_leases"),
+	fprintf(stderr,
+	        "%d runs, %lld leases (%lld expired), %ld held by the lost instance's worker, "
+	        "%lld rejected writes\n",
+	        n, query_num(db, "SELECT count(*) FROM lessor_leases"),
 	        query_num(db, "SELECT count(*) FROM lessor_leases WHERE end_reason = 'expired'"),
-	        query_num(db, "SELECT sum(rejected_writes) FROM lessor_runs_done"));
+	        held, query_num(db, "SELECT sum(rejected_writes) FROM lessor_runs_done"));
 
 	/* a write with a finished lease's token is refused, on any instance */
 	stale = tu_pg_query1(db, "SELECT 'r-' || run_seq || ' ' || token FROM lessor_leases"
