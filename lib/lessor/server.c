@@ -293,9 +293,11 @@ done:
 
 /* ---- lifecycle ---- */
 
-static void wake_long_polls(void *userdata)
+/* Another instance's hint: its run's tags are unknown here, so every parked
+ * claim that takes the workflow looks again (all of them for NULL). */
+static void wake_long_polls(void *userdata, const char *workflow)
 {
-	lessor_waiters_wake(userdata, NULL, NULL);
+	lessor_waiters_wake(userdata, workflow, NULL);
 }
 
 static int start_core(lessor_server *s, const struct lessor_server_config *cfg)

@@ -20,7 +20,7 @@ struct lessor_store_backend {
 	void (*free)(void *be);
 	/* Hints that another instance changed the queue (see store.h); NULL when
 	 * the backend has a single server per database. */
-	void (*set_notify)(void *be, void (*fn)(void *userdata), void *userdata);
+	void (*set_notify)(void *be, lessor_store_notify_fn fn, void *userdata);
 
 	int (*recover)(void *be, int64_t now);
 	int (*enqueue)(void *be, const struct lessor_enqueue *e, int64_t now,

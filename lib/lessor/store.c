@@ -69,7 +69,7 @@ const char *lessor_store_backend_name(const lessor_store *s)
 	return s->be->name;
 }
 
-void lessor_store_set_notify(lessor_store *s, void (*fn)(void *userdata), void *userdata)
+void lessor_store_set_notify(lessor_store *s, lessor_store_notify_fn fn, void *userdata)
 {
 	if (s->be->set_notify)
 		s->be->set_notify(s->impl, fn, userdata);

@@ -55,10 +55,13 @@ lessor_store *lessor_store_free(lessor_store *s);
 bool lessor_store_target_is_pg(const char *target);
 const char *lessor_store_backend_name(const lessor_store *s); /* "sqlite" | "postgresql" */
 
-/* fn(userdata) is called, from a store thread, when another instance on the
- * same database made a run claimable (enqueue, release, requeue, expiry): a
- * hint for the long polls to look again.  Never called by SQLite. */
-void lessor_store_set_notify(lessor_store *s, void (*fn)(void *userdata), void *userdata);
+/* fn(userdata, workflow) is called, from a store thread, when another
+ * instance on the same database made a run claimable: a hint for the long
+ * polls to look again.  workflow is the new run's (enqueue), NULL when any
+ * may have become claimable (release, requeue, expiry, a lost connection).
+ * Never called by SQLite. */
+typedef void (*lessor_store_notify_fn)(void *userdata, const char *workflow);
+void lessor_store_set_notify(lessor_store *s, lessor_store_notify_fn fn, void *userdata);
 
 /* After a restart: give every held lease its full ttl from `now`, so a server
  * outage longer than a ttl does not expire leases nobody could renew.

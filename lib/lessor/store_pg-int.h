@@ -42,7 +42,7 @@ struct lessor_pg {
 	pthread_t listener;
 	bool listening;
 	int stop_pipe[2];
-	void (*notify_fn)(void *userdata);
+	lessor_store_notify_fn notify_fn;
 	void *notify_userdata;
 	pthread_mutex_t notify_lock;
 

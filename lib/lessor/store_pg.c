@@ -303,6 +303,8 @@ int pg_query(lessor_pg *s, struct pg_conn *c, PGresult **ret, bool binary, const
 		}
 	}
 	va_end(ap);
+	if (*fmt)
+		return -E2BIG; /* more than PG_PARAMS_MAX parameters: a bug */
 	snprintf(name, sizeof(name), "l%d", idx);
 	res = PQexecPrepared(c->conn, name, n, values, lengths, formats, binary ? 1 : 0);
 	st = PQresultStatus(res);
@@ -334,8 +336,17 @@ static void on_notice(void *arg, const char *message)
 
 static PGconn *connect_db(const char *target, const char *appname)
 {
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *vals[] = {target, appname, NULL};
+	/* defaults first: anything in the target overrides them.  A bounded
+	 * connect, and TCP keepalives that notice a dead server within a minute
+	 * (the LISTEN connection would otherwise wait on it for hours) */
+	const char *keys[] = {"connect_timeout",
+	                      "keepalives_idle",
+	                      "keepalives_interval",
+	                      "keepalives_count",
+	                      "dbname",
+	                      "fallback_application_name",
+	                      NULL};
+	const char *vals[] = {"10", "30", "10", "3", target, appname, NULL};
 	PGconn *conn = PQconnectdbParams(keys, vals, 1);
 
 	if (conn && PQstatus(conn) == CONNECTION_OK) {
@@ -501,9 +512,9 @@ static int migrate_tx(lessor_pg *s, struct pg_conn *c, void *userdata)
 
 /* ---- the listener ---- */
 
-static void notify(lessor_pg *s)
+static void notify(lessor_pg *s, const char *workflow)
 {
-	void (*fn)(void *);
+	lessor_store_notify_fn fn;
 	void *ud;
 
 	pthread_mutex_lock(&s->notify_lock);
@@ -511,7 +522,19 @@ static void notify(lessor_pg *s)
 	ud = s->notify_userdata;
 	pthread_mutex_unlock(&s->notify_lock);
 	if (fn)
-		fn(ud);
+		fn(ud, workflow);
+}
+
+/* Payload: "<instance>" or "<instance>:<workflow>" (an enqueue).  Our own
+ * hints are skipped: we woke our long polls ourselves. */
+static void on_hint(lessor_pg *s, const char *payload)
+{
+	const char *rest = startswith(payload, s->instance);
+
+	if (rest && (*rest == '\0' || *rest == ':'))
+		return;
+	rest = strchr(payload, ':');
+	notify(s, rest ? rest + 1 : NULL);
 }
 
 /* Waits for notifications on conn until it breaks (-EIO) or we stop (0). */
@@ -521,7 +544,6 @@ static int listen_loop(lessor_pg *s, PGconn *conn)
 	                      {.fd = s->stop_pipe[0], .events = POLLIN}};
 
 	for (;;) {
-		bool ours_only = true, any = false;
 		PGnotify *n;
 
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
@@ -531,13 +553,9 @@ static int listen_loop(lessor_pg *s, PGconn *conn)
 		if (!PQconsumeInput(conn))
 			return -EIO;
 		while ((n = PQnotifies(conn))) {
-			any = true;
-			if (!streq(n->extra, s->instance))
-				ours_only = false;
+			on_hint(s, n->extra);
 			PQfreemem(n);
 		}
-		if (any && !ours_only)
-			notify(s);
 	}
 }
 
@@ -563,7 +581,7 @@ static void *listener_main(void *userdata)
 		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
 			/* hints sent while we were not listening are lost: look again */
 			if (!first)
-				notify(s);
+				notify(s, NULL);
 			r = listen_loop(s, conn);
 		}
 		PQclear(res);
@@ -575,7 +593,7 @@ static void *listener_main(void *userdata)
 	return NULL;
 }
 
-static void pg_set_notify(void *be, void (*fn)(void *userdata), void *userdata)
+static void pg_set_notify(void *be, lessor_store_notify_fn fn, void *userdata)
 {
 	lessor_pg *s = be;
 

@@ -93,7 +93,7 @@ static int enqueue_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
 	    " r AS (INSERT INTO lessor_runs (seq, workflow, tags, status, not_before,"
 	    "  updated_at) SELECT seq, $2, ARRAY(SELECT json_array_elements_text($4::json)),"
 	    "  'pending', created_at, created_at FROM s)"
-	    " SELECT seq, pg_notify('" PG_CHANNEL "', $8)::text FROM s"
+	    " SELECT seq, pg_notify('" PG_CHANNEL "', $8 || ':' || $2)::text FROM s"
 	    " UNION ALL SELECT seq, NULL FROM k",
 	    "nsssinss", PG_CLOCK(s, x->now), e->workflow, e->input_json, x->tags,
 	    (int64_t)e->max_attempts, timeout > 0 ? &timeout : NULL, e->idempotency_key,

@@ -893,10 +893,13 @@ static pthread_mutex_t hint_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hint_cond = PTHREAD_COND_INITIALIZER;
 static int hints;
 
-static void on_hint(void *userdata)
+static char hint_workflow[32];
+
+static void on_hint(void *userdata, const char *workflow)
 {
 	pthread_mutex_lock(&hint_lock);
 	hints++;
+	snprintf(hint_workflow, sizeof(hint_workflow), "%s", workflow ? workflow : "(any)");
 	pthread_cond_broadcast(&hint_cond);
 	pthread_mutex_unlock(&hint_lock);
 }
@@ -935,10 +938,12 @@ START_TEST(test_pg_notify_across_instances)
 		ck_assert_int_eq(lessor_store_enqueue(other, &e, T0, id, &created), 0);
 	}
 	ck_assert_int_eq(wait_hints(1), 1);
+	ck_assert_str_eq(hint_workflow, "w"); /* an enqueue names its workflow */
 	r = claim("c1", 1, T0);
 	ck_assert_uint_eq(r.n_runs, 1);
 	ck_assert_int_eq(lessor_store_release(other, r.runs[0].id, r.runs[0].token, "x", 0, T0), 0);
 	ck_assert_int_ge(wait_hints(2), 2);
+	ck_assert_str_eq(hint_workflow, "(any)"); /* a release does not */
 	lessor_claim_result_done(&r);
 	lessor_store_set_notify(st, NULL, NULL);
 	lessor_store_free(other);
