@@ -41,6 +41,8 @@ struct lessor_pg {
 	/* the listener: one more connection, LISTEN PG_CHANNEL */
 	pthread_t listener;
 	bool listening;
+	bool listen_ready;          /* the first LISTEN was tried (under notify_lock) */
+	pthread_cond_t listen_cond; /* ... signalled then */
 	int stop_pipe[2];
 	lessor_store_notify_fn notify_fn;
 	void *notify_userdata;

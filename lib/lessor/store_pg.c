@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log/log.h"
@@ -566,6 +567,14 @@ static bool stopping(lessor_pg *s, int timeout_ms)
 	return poll(&p, 1, timeout_ms) > 0;
 }
 
+static void listen_tried(lessor_pg *s)
+{
+	pthread_mutex_lock(&s->notify_lock);
+	s->listen_ready = true;
+	pthread_cond_broadcast(&s->listen_cond);
+	pthread_mutex_unlock(&s->notify_lock);
+}
+
 static void *listener_main(void *userdata)
 {
 	lessor_pg *s = userdata;
@@ -575,9 +584,12 @@ static void *listener_main(void *userdata)
 		PGresult *res;
 		int r = -EIO;
 
-		if (!conn)
+		if (!conn) {
+			listen_tried(s);
 			continue;
+		}
 		res = PQexec(conn, "LISTEN " PG_CHANNEL);
+		listen_tried(s);
 		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
 			/* hints sent while we were not listening are lost: look again */
 			if (!first)
@@ -635,6 +647,8 @@ static void pg_free(void *be);
 
 static int start_listener(lessor_pg *s)
 {
+	struct timespec deadline;
+	bool ready;
 	int k;
 
 	if (pipe2(s->stop_pipe, O_CLOEXEC) < 0)
@@ -643,6 +657,18 @@ static int start_listener(lessor_pg *s)
 	if (k != 0)
 		return -k;
 	s->listening = true;
+	/* once open returns, another instance's hint reaches us */
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 10;
+	pthread_mutex_lock(&s->notify_lock);
+	while (!s->listen_ready &&
+	       pthread_cond_timedwait(&s->listen_cond, &s->notify_lock, &deadline) == 0)
+		;
+	ready = s->listen_ready;
+	pthread_mutex_unlock(&s->notify_lock);
+	if (!ready)
+		log_warning("postgresql: the notification connection is not up yet; long polls "
+		            "rely on the periodic check until it is");
 	return 0;
 }
 
@@ -663,6 +689,7 @@ static int pg_open(const char *target, const struct lessor_store_config *cfg, vo
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->notify_lock, NULL);
 	pthread_cond_init(&s->freed, NULL);
+	pthread_cond_init(&s->listen_cond, NULL);
 	random_bytes(id, sizeof(id));
 	for (size_t i = 0; i < sizeof(id); i++)
 		snprintf(s->instance + 2 * i, 3, "%02x", id[i]);
@@ -710,6 +737,7 @@ static void pg_free(void *be)
 	free(s->conns);
 	free(s->target);
 	pthread_cond_destroy(&s->freed);
+	pthread_cond_destroy(&s->listen_cond);
 	pthread_mutex_destroy(&s->notify_lock);
 	pthread_mutex_destroy(&s->lock);
 	free(s);

@@ -1004,7 +1004,7 @@ START_TEST(test_pg_hot_updates)
 	ck_assert_int_eq(lessor_store_append_log(st, a, r.runs[0].token, 0, "x", 1, T0, &len), 0);
 	lessor_claim_result_done(&r);
 	st = lessor_store_free(st); /* a backend flushes its statistics when it exits */
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < 400; i++) {
 		free(hot);
 		hot = tu_pg_query1(path, "SELECT n_tup_hot_upd FROM pg_stat_user_tables"
 		                         " WHERE relname = 'lessor_runs'");
