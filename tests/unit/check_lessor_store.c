@@ -1029,7 +1029,9 @@ START_TEST(test_pg_connections_replaced)
 	hints = 0;
 	lessor_store_set_notify(st, on_hint, NULL);
 	log_set_max_level(LOG_CRIT); /* the broken connections are logged; expected here */
-	ck_assert_int_eq(tu_pg_exec(path, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+	/* (the timeout: wait until they are gone, so the next calls meet dead
+	 * connections, not dying ones) */
+	ck_assert_int_eq(tu_pg_exec(path, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
 	                                  " WHERE datname = current_database()"
 	                                  " AND pid <> pg_backend_pid()"),
 	                 0);
