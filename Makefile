@@ -6,6 +6,7 @@
 #   make bench           build the benchmarks (run them from build/*/bench/)
 #   make chaos           lessor + three lessees + thousands of runs under faults (10-20 min)
 #   make chaos-short     the same, small (a few minutes; .ci/run runs it)
+#   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg (npm)
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make WERROR=1 SANITIZE=address,undefined check
 #
@@ -29,7 +30,7 @@ VARIANT    := $(if $(SANITIZE),san,$(if $(COVERAGE),cov,default))
 BUILD      ?= build/$(VARIANT)
 
 LESSEE_PKGS := libcurl liburing libcjson libsystemd libmicrohttpd
-LESSOR_PKGS := libmicrohttpd sqlite3 libcjson libcurl libsystemd
+LESSOR_PKGS := libmicrohttpd sqlite3 libpq libcjson libcurl libsystemd
 TEST_PKGS   := check libseccomp yaml-0.1
 
 # pkg-config runs once, lazily: after `deps` has had a chance to install things.
@@ -80,8 +81,8 @@ TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
-.PHONY: all deps deps-test build check check-build demo bench install clean valgrind-check \
-	check-systemd format chaos chaos-short
+.PHONY: all deps deps-test build check check-build demo bench bench-compare install clean \
+	valgrind-check check-systemd format chaos chaos-short
 .DEFAULT_GOAL := all
 
 all: deps
@@ -189,6 +190,12 @@ demo:
 bench:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory build $(BENCHES)
+
+# graphile-worker and pg-boss beside lessor in bench/lessor_pg (needs node >= 20 and npm)
+bench-compare: bench
+	@mkdir -p $(BUILD)/bench/compare
+	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
+	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \

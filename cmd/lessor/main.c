@@ -13,6 +13,7 @@
 
 #include "lessor/cli.h"
 #include "lessor/server.h"
+#include "lessor/store.h"
 #include "log/log.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -57,12 +58,16 @@ static const char usage_text[] =
 static const char serve_usage[] =
     "usage: lessor serve [OPTIONS]\n"
     "\n"
-    "Serve worker protocol v1 and the admin API from a SQLite database.\n"
+    "Serve worker protocol v1 and the admin API from a SQLite database (one server per\n"
+    "database) or a PostgreSQL database (any number of servers on one database).\n"
     "\n"
     "  --listen ADDR:PORT        address to listen on (default 127.0.0.1:8080; port 0 = any)\n"
     "  --db FILE                 database (default $XDG_STATE_HOME/lessor/lessor.db, or\n"
     "                            /var/lib/lessor/lessor.db for root, or\n"
     "                            ~/.local/state/lessor/lessor.db)\n"
+    "  --db postgresql://...     PostgreSQL: a libpq URI or \"host=... dbname=...\"; no\n"
+    "                            password in it (use PGPASSFILE or ~/.pgpass); a pool of\n"
+    "                            --threads + 1 connections\n"
     "  --admin-token-file FILE   the admin token: the admin API (enqueue, cancel,\n"
     "                            requeue, runs, logs, stats, workers, faults) and only that\n"
     "  --worker-tokens-file FILE worker tokens, one 'NAME TOKEN' a line ('#' comments);\n"
@@ -498,7 +503,7 @@ static int serve_run(struct serve_opts *o)
 		lessor_tokens_free(tokens);
 		return 1;
 	}
-	r = ensure_parent_dir(o->db);
+	r = lessor_store_target_is_pg(o->db) ? 0 : ensure_parent_dir(o->db);
 	if (r < 0) {
 		log_error("cannot create the directory of %s: %s", o->db, strerror(-r));
 		lessor_tokens_free(tokens);

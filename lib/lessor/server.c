@@ -296,6 +296,13 @@ done:
 
 /* ---- lifecycle ---- */
 
+/* Another instance's hint: its run's tags are unknown here, so every parked
+ * claim that takes the workflow looks again (all of them for NULL). */
+static void wake_long_polls(void *userdata, const char *workflow)
+{
+	lessor_waiters_wake(userdata, workflow, NULL);
+}
+
 static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 {
 	struct lessor_store_config sc = {
@@ -304,6 +311,8 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	    .retry_base_ms = (int64_t)(cfg->retry_base / USEC_PER_MSEC),
 	    .retry_max_ms = (int64_t)(cfg->retry_max / USEC_PER_MSEC),
 	    .max_log_bytes = cfg->max_log_bytes,
+	    /* PostgreSQL: one connection per HTTP thread, one for the reaper */
+	    .connections = MAX(cfg->threads, 1u) + 1,
 	};
 	struct lessor_api_config ac = {
 	    .tokens = cfg->tokens, .max_body = cfg->max_body, .enable_faults = cfg->enable_faults};
@@ -313,9 +322,14 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	if (!s->waiters)
 		return -ENOMEM;
 	r = lessor_store_open(cfg->db_path, &sc, &s->store);
+	if (r < 0 && lessor_store_target_is_pg(cfg->db_path))
+		return log_errno(LOG_ERR, r, "cannot open the PostgreSQL database: %s",
+		                 strerror(-r));
 	if (r < 0)
 		return log_errno(LOG_ERR, r, "cannot open database %s: %s", cfg->db_path,
 		                 r == -EBUSY ? "in use by another lessor" : strerror(-r));
+	/* another instance on the same database made a run claimable */
+	lessor_store_set_notify(s->store, wake_long_polls, s->waiters);
 	r = lessor_store_recover(s->store, (int64_t)(time_real() / USEC_PER_MSEC));
 	if (r < 0)
 		return r;

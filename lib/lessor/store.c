@@ -1,255 +1,194 @@
-/* The SQLite connection: open, pragmas, migrations, the statement cache and
- * the transaction wrapper every transition goes through. */
+/* The store's front: picks the backend from the --db target and forwards
+ * every call; and the helpers the backends share (run ids, tokens, the
+ * retry decision, the view columns). */
 #include "lessor/store-int.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 
-#include "log/log.h"
 #include "util/macro.h"
+#include "util/random.h"
 #include "util/strutil.h"
+#include "util/time.h"
 
-/* Migration n brings user_version from n to n + 1.  Never edit a shipped one. */
-static const char *const migrations[] = {
-    /* 0 -> 1: the initial schema.  Times are wall-clock ms since the epoch. */
-    "CREATE TABLE runs ("
-    "  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* run id is 'r-' || seq */
-    "  workflow TEXT NOT NULL,"
-    "  input TEXT NOT NULL,"
-    "  tags TEXT NOT NULL DEFAULT '[]',"
-    "  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
-    "  timeout_s INTEGER,"
-    "  idempotency_key TEXT UNIQUE,"
-    "  status TEXT NOT NULL CHECK (status IN"
-    "    ('pending','running','succeeded','failed','cancelled')),"
-    "  attempts INTEGER NOT NULL DEFAULT 0," /* consumed attempts */
-    "  lease_expiries INTEGER NOT NULL DEFAULT 0,"
-    "  cancel_requested INTEGER NOT NULL DEFAULT 0,"
-    "  not_before INTEGER NOT NULL,"
-    "  lease_id INTEGER," /* the held lease while running */
-    "  lease_expires_at INTEGER,"
-    "  rejected_writes INTEGER NOT NULL DEFAULT 0,"
-    "  log_length INTEGER NOT NULL DEFAULT 0,"
-    "  outcome TEXT, reason TEXT, exit_code INTEGER, signal TEXT, error TEXT,"
-    "  retryable INTEGER, duration_ms INTEGER, reported_log_length INTEGER, output TEXT,"
-    "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
-    "  started_at INTEGER, finished_at INTEGER,"
-    "  CHECK ((status = 'running') = (lease_id IS NOT NULL)));"
-    "CREATE INDEX runs_queue ON runs(status, seq);"
-    "CREATE INDEX runs_due ON runs(status, not_before);"
-    "CREATE INDEX runs_expiry ON runs(status, lease_expires_at);"
-    "CREATE INDEX runs_workflow ON runs(workflow, seq);"
-    "CREATE TABLE run_tags ("
-    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
-    "  tag TEXT NOT NULL,"
-    "  PRIMARY KEY (run_seq, tag)) WITHOUT ROWID;"
-    "CREATE TABLE leases ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
-    "  token TEXT NOT NULL UNIQUE,"
-    "  attempt INTEGER NOT NULL,"
-    "  worker_id TEXT NOT NULL,"
-    "  claim_id TEXT NOT NULL,"
-    "  ttl_s INTEGER NOT NULL,"
-    "  granted_at INTEGER NOT NULL,"
-    "  last_renewed_at INTEGER," /* NULL: never renewed (claim cancel) */
-    "  ended_at INTEGER,"
-    "  end_reason TEXT CHECK (end_reason IN"
-    "    ('completed','released','expired','revoked','cancelled')),"
-    "  detail TEXT,"  /* release reason, ... */
-    "  answer TEXT);" /* run_status answered to complete, for idempotency */
-    "CREATE INDEX leases_run ON leases(run_seq);"
-    "CREATE INDEX leases_claim ON leases(claim_id);"
-    "CREATE TABLE claims ("
-    "  claim_id TEXT PRIMARY KEY,"
-    "  worker_id TEXT NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  cancelled INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX claims_age ON claims(created_at);"
-    "CREATE TABLE workers ("
-    "  worker_id TEXT PRIMARY KEY,"
-    "  last_claim_at INTEGER NOT NULL,"
-    "  workflows TEXT," /* JSON array as sent; NULL = omitted */
-    "  tags TEXT NOT NULL,"
-    "  max_runs INTEGER NOT NULL,"
-    "  claims INTEGER NOT NULL DEFAULT 0,"
-    "  runs_granted INTEGER NOT NULL DEFAULT 0);"
-    "CREATE TABLE log_chunks ("
-    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
-    "  start INTEGER NOT NULL,"
-    "  data BLOB NOT NULL,"
-    "  PRIMARY KEY (run_seq, start)) WITHOUT ROWID;",
+struct lessor_store {
+	const struct lessor_store_backend *be;
+	void *impl;
 };
 
-int lessor_db_error(lessor_store *s, int rc, const char *sql)
+bool lessor_store_target_is_pg(const char *target)
 {
-	log_error("sqlite: %s (%s)", sqlite3_errmsg(s->db), sql ? sql : "?");
-	switch (rc & 0xff) {
-	case SQLITE_NOMEM:
-		return -ENOMEM;
-	case SQLITE_FULL:
-		return -ENOSPC;
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED:
-		return -EBUSY;
-	case SQLITE_CONSTRAINT:
-		return -EEXIST;
-	case SQLITE_TOOBIG:
-		return -E2BIG;
-	default:
-		return -EIO;
-	}
+	const char *eq, *slash;
+
+	if (startswith(target, "postgresql://") || startswith(target, "postgres://"))
+		return true;
+	/* a libpq keyword/value conninfo: "host=... dbname=..." (no path has a
+	 * keyword before its first '=' and a '/' only after it) */
+	eq = strchr(target, '=');
+	slash = strchr(target, '/');
+	if (!eq || eq == target || (slash && slash < eq))
+		return false;
+	for (const char *p = target; p < eq; p++)
+		if (!(*p >= 'a' && *p <= 'z') && *p != '_')
+			return false;
+	return true;
 }
 
-static sqlite3_stmt *stmt_get(lessor_store *s, const char *sql, int *ret_rc)
+int lessor_store_open(const char *target, const struct lessor_store_config *cfg, lessor_store **ret)
 {
-	struct lessor_db_stmt *e;
-	int rc;
-
-	for (size_t i = 0; i < s->n_stmts; i++)
-		if (s->stmts[i].sql == sql) {
-			sqlite3_reset(s->stmts[i].st);
-			sqlite3_clear_bindings(s->stmts[i].st);
-			return s->stmts[i].st;
-		}
-	/* every statement is a literal in lib/lessor, so the cache is bounded */
-	if (s->n_stmts >= LESSOR_DB_STMT_MAX) {
-		*ret_rc = SQLITE_NOMEM;
-		return NULL;
-	}
-	e = &s->stmts[s->n_stmts];
-	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &e->st, NULL);
-	if (rc != SQLITE_OK) {
-		*ret_rc = rc;
-		return NULL;
-	}
-	e->sql = sql;
-	s->n_stmts++;
-	return e->st;
-}
-
-static int bind_args(sqlite3_stmt *st, const char *fmt, va_list ap)
-{
-	int rc = SQLITE_OK;
-
-	for (int i = 1; *fmt && rc == SQLITE_OK; fmt++, i++) {
-		switch (*fmt) {
-		case 'i':
-			rc = sqlite3_bind_int64(st, i, va_arg(ap, int64_t));
-			break;
-		case 's': {
-			const char *v = va_arg(ap, const char *);
-
-			rc = v ? sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC)
-			       : sqlite3_bind_null(st, i);
-			break;
-		}
-		case 'n': { /* nullable integer: const int64_t * */
-			const int64_t *v = va_arg(ap, const int64_t *);
-
-			rc = v ? sqlite3_bind_int64(st, i, *v) : sqlite3_bind_null(st, i);
-			break;
-		}
-		case 'b': {
-			const void *p = va_arg(ap, const void *);
-			size_t n = va_arg(ap, size_t);
-
-			rc = sqlite3_bind_blob64(st, i, p, n, SQLITE_STATIC);
-			break;
-		}
-		default:
-			return SQLITE_MISUSE;
-		}
-	}
-	return rc;
-}
-
-int lessor_db_next(lessor_store *s, sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-
-	if (rc == SQLITE_ROW)
-		return 1;
-	if (rc == SQLITE_DONE)
-		return 0;
-	return lessor_db_error(s, rc, sqlite3_sql(st));
-}
-
-int lessor_db_query(lessor_store *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt, ...)
-{
-	sqlite3_stmt *st;
-	va_list ap;
-	int rc = SQLITE_OK;
-
-	st = stmt_get(s, sql, &rc);
-	if (!st)
-		return lessor_db_error(s, rc, sql);
-	va_start(ap, fmt);
-	rc = bind_args(st, fmt, ap);
-	va_end(ap);
-	if (rc != SQLITE_OK)
-		return lessor_db_error(s, rc, sql);
-	if (ret_st)
-		*ret_st = st;
-	return lessor_db_next(s, st);
-}
-
-static int exec_plain(lessor_store *s, const char *sql)
-{
-	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-
-	return rc == SQLITE_OK ? 0 : lessor_db_error(s, rc, sql);
-}
-
-static const char SQL_BEGIN_IMMEDIATE[] = "BEGIN IMMEDIATE";
-static const char SQL_BEGIN[] = "BEGIN";
-static const char SQL_COMMIT[] = "COMMIT";
-static const char SQL_ROLLBACK[] = "ROLLBACK";
-
-int lessor_db_tx(lessor_store *s, bool write, lessor_db_fn fn, void *userdata)
-{
+	lessor_store *s = calloc(1, sizeof(*s));
 	int r;
 
-	pthread_mutex_lock(&s->lock);
-	r = lessor_db_query(s, NULL, write ? SQL_BEGIN_IMMEDIATE : SQL_BEGIN, "");
-	if (r >= 0) {
-		r = fn(s, userdata);
-		/* no statement may still be stepping when the transaction ends */
-		for (size_t i = 0; i < s->n_stmts; i++)
-			sqlite3_reset(s->stmts[i].st);
-		if (r >= 0) {
-			int c = lessor_db_query(s, NULL, SQL_COMMIT, "");
-
-			if (c < 0)
-				r = c;
-		}
-		if (r < 0 && !sqlite3_get_autocommit(s->db))
-			(void)lessor_db_query(s, NULL, SQL_ROLLBACK, "");
+	if (!s)
+		return -ENOMEM;
+	s->be = lessor_store_target_is_pg(target) ? &lessor_store_backend_pg
+	                                          : &lessor_store_backend_sqlite;
+	r = s->be->open(target, cfg, &s->impl);
+	if (r < 0) {
+		free(s);
+		return r;
 	}
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	*ret = s;
+	return 0;
 }
 
-char *lessor_db_strdup(sqlite3_stmt *st, int col)
+lessor_store *lessor_store_free(lessor_store *s)
 {
-	const unsigned char *t = sqlite3_column_text(st, col);
-
-	return t ? strdup((const char *)t) : NULL;
+	if (!s)
+		return NULL;
+	s->be->free(s->impl);
+	free(s);
+	return NULL;
 }
 
-int64_t lessor_db_int(sqlite3_stmt *st, int col)
+const char *lessor_store_backend_name(const lessor_store *s)
 {
-	return sqlite3_column_int64(st, col);
+	return s->be->name;
 }
 
-bool lessor_db_is_null(sqlite3_stmt *st, int col)
+void lessor_store_set_notify(lessor_store *s, lessor_store_notify_fn fn, void *userdata)
 {
-	return sqlite3_column_type(st, col) == SQLITE_NULL;
+	if (s->be->set_notify)
+		s->be->set_notify(s->impl, fn, userdata);
+}
+
+int lessor_store_recover(lessor_store *s, int64_t now)
+{
+	return s->be->recover(s->impl, now);
+}
+
+int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_t now,
+                         char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created)
+{
+	return s->be->enqueue(s->impl, e, now, ret_id, ret_created);
+}
+
+int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
+                       struct lessor_claim_result *ret)
+{
+	return s->be->claim(s->impl, req, now, ret);
+}
+
+int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,
+                              unsigned *ret_released)
+{
+	return s->be->claim_cancel(s->impl, claim_id, now, ret_released);
+}
+
+int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
+                       int64_t now, bool *ret_cancel_requested)
+{
+	return s->be->renew(s->impl, id, token, ttl_s, now, ret_cancel_requested);
+}
+
+int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
+                            const void *data, size_t len, int64_t now, uint64_t *ret_length)
+{
+	return s->be->append_log(s->impl, id, token, start, data, len, now, ret_length);
+}
+
+int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *c,
+                          int64_t now, const char **ret_run_status)
+{
+	return s->be->complete(s->impl, id, c, now, ret_run_status);
+}
+
+int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
+                         unsigned delay_s, int64_t now)
+{
+	return s->be->release(s->impl, id, token, reason, delay_s, now);
+}
+
+int lessor_store_cancel(lessor_store *s, const char *id, int64_t now, const char **ret_status)
+{
+	return s->be->cancel(s->impl, id, now, ret_status);
+}
+
+int lessor_store_requeue(lessor_store *s, const char *id, int64_t now)
+{
+	return s->be->requeue(s->impl, id, now);
+}
+
+int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake)
+{
+	return s->be->tick(s->impl, last, now, ret_wake);
+}
+
+int lessor_store_run_json(lessor_store *s, const char *id, cJSON **ret)
+{
+	return s->be->run_json(s->impl, id, ret);
+}
+
+int lessor_store_list_json(lessor_store *s, const char *status, const char *workflow,
+                           unsigned limit, cJSON **ret)
+{
+	return s->be->list_json(s->impl, status, workflow, limit, ret);
+}
+
+int lessor_store_stats_json(lessor_store *s, cJSON **ret)
+{
+	return s->be->stats_json(s->impl, ret);
+}
+
+int lessor_store_workers_json(lessor_store *s, cJSON **ret)
+{
+	return s->be->workers_json(s->impl, ret);
+}
+
+int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *ret_len)
+{
+	return s->be->read_log(s->impl, id, ret, ret_len);
+}
+
+int lessor_store_lease_holder(lessor_store *s, const char *id, const char *lease_token,
+                              char **ret_worker_id)
+{
+	int64_t seq;
+
+	if (lessor_run_id_parse(id, &seq) < 0 || seq <= 0)
+		return -ENOENT;
+	return s->be->lease_holder(s->impl, seq, lease_token, ret_worker_id);
+}
+
+int lessor_store_claim_owner(lessor_store *s, const char *claim_id, char **ret_worker_id)
+{
+	return s->be->claim_owner(s->impl, claim_id, ret_worker_id);
+}
+
+/* ---- shared helpers ---- */
+
+bool lessor_run_status_valid(const char *s)
+{
+	static const char *const names[] = {"pending", "running", "succeeded", "failed",
+	                                    "cancelled"};
+
+	for (size_t i = 0; i < ELEMENTSOF(names); i++)
+		if (streq(s, names[i]))
+			return true;
+	return false;
 }
 
 int lessor_run_id_parse(const char *id, int64_t *ret_seq)
@@ -274,149 +213,159 @@ void lessor_run_id_format(char buf[LESSOR_RUN_ID_MAX], int64_t seq)
 	snprintf(buf, LESSOR_RUN_ID_MAX, "r-%" PRId64, seq);
 }
 
-static int user_version(lessor_store *s, int64_t *ret)
+void lessor_new_token(char buf[LESSOR_TOKEN_LEN + 1])
 {
-	sqlite3_stmt *st;
-	int r = lessor_db_query(s, &st, "PRAGMA user_version", "");
+	static const char hex[] = "0123456789abcdef";
+	uint8_t b[LESSOR_TOKEN_LEN / 2];
 
-	if (r < 0)
-		return r;
-	*ret = r > 0 ? lessor_db_int(st, 0) : 0;
-	return 0;
-}
-
-static int migrate(lessor_store *s)
-{
-	int64_t v;
-	int r = user_version(s, &v);
-
-	if (r < 0)
-		return r;
-	if (v > (int64_t)ELEMENTSOF(migrations)) {
-		log_error("database schema version %" PRId64 " is newer than this lessor (%zu)", v,
-		          ELEMENTSOF(migrations));
-		return -EPROTO;
+	random_bytes(b, sizeof(b));
+	for (size_t i = 0; i < sizeof(b); i++) {
+		buf[2 * i] = hex[b[i] >> 4];
+		buf[2 * i + 1] = hex[b[i] & 15];
 	}
-	for (; v < (int64_t)ELEMENTSOF(migrations); v++) {
-		char set[64];
-
-		snprintf(set, sizeof(set), "PRAGMA user_version = %" PRId64, v + 1);
-		r = exec_plain(s, "BEGIN IMMEDIATE");
-		if (r >= 0)
-			r = exec_plain(s, migrations[v]);
-		if (r >= 0)
-			r = exec_plain(s, set);
-		if (r >= 0)
-			r = exec_plain(s, "COMMIT");
-		if (r < 0) {
-			(void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-			return r;
-		}
-		log_info("database migrated to schema version %" PRId64, v + 1);
-	}
-	return 0;
+	buf[LESSOR_TOKEN_LEN] = '\0';
 }
 
-static int check_wal(lessor_store *s)
+const char *lessor_static_run_status(const char *s)
 {
-	sqlite3_stmt *st;
-	int r = lessor_db_query(s, &st, "PRAGMA journal_mode = WAL", "");
+	static const char *const names[] = {"pending", "running",  "succeeded",
+	                                    "failed",  "retrying", "cancelled"};
 
-	if (r < 0)
-		return r;
-	if (r == 0 || !streq((const char *)sqlite3_column_text(st, 0), "wal")) {
-		log_error("database refuses WAL mode");
-		return -EIO;
-	}
-	sqlite3_reset(st);
-	return 0;
-}
-
-static int configure(lessor_store *s)
-{
-	int r;
-
-	r = check_wal(s);
-	if (r < 0)
-		return r;
-	/* WAL + NORMAL: a commit is in the WAL (page cache) before it returns, so
-	 * kill -9 loses nothing; FULL also fsyncs the WAL on every commit, so a
-	 * power loss loses nothing either. */
-	r = exec_plain(s, s->cfg.sync_full ? "PRAGMA synchronous = FULL"
-	                                   : "PRAGMA synchronous = NORMAL");
-	if (r < 0)
-		return r;
-	r = exec_plain(s, "PRAGMA foreign_keys = ON");
-	if (r < 0)
-		return r;
-	sqlite3_busy_timeout(s->db, 5000);
-	return migrate(s);
-}
-
-/* One server per database: two would each wake only their own long polls. */
-static int lock_database(lessor_store *s, const char *path)
-{
-	/* created here first so the database gets mode 0600: it holds lease tokens */
-	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-	if (s->lock_fd < 0)
-		return -errno;
-	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
-		return errno == EWOULDBLOCK ? -EBUSY : -errno;
-	return 0;
-}
-
-int lessor_store_open(const char *path, const struct lessor_store_config *cfg, lessor_store **ret)
-{
-	lessor_store *s = calloc(1, sizeof(*s));
-	int rc, r;
-
-	if (!s)
-		return -ENOMEM;
-	s->cfg = *cfg;
-	s->lock_fd = -1;
-	pthread_mutex_init(&s->lock, NULL);
-	r = lock_database(s, path);
-	if (r < 0)
-		goto fail;
-	rc = sqlite3_open_v2(
-	    path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-	if (rc != SQLITE_OK) {
-		r = s->db ? lessor_db_error(s, rc, "open") : -ENOMEM;
-		goto fail;
-	}
-	sqlite3_extended_result_codes(s->db, 1);
-	r = configure(s);
-	if (r < 0)
-		goto fail;
-	*ret = s;
-	return 0;
-fail:
-	lessor_store_free(s);
-	return r;
-}
-
-lessor_store *lessor_store_free(lessor_store *s)
-{
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i < s->n_stmts; i++)
-		sqlite3_finalize(s->stmts[i].st);
-	if (s->db)
-		sqlite3_close(s->db);
-	/* after sqlite3_close: closing an fd of the file drops SQLite's POSIX locks */
-	safe_close(s->lock_fd);
-	pthread_mutex_destroy(&s->lock);
-	free(s);
+	for (size_t i = 0; s && i < ELEMENTSOF(names); i++)
+		if (streq(s, names[i]))
+			return names[i];
 	return NULL;
 }
 
-bool lessor_run_status_valid(const char *s)
+char *lessor_tags_to_json(char **tags)
 {
-	static const char *const names[] = {"pending", "running", "succeeded", "failed",
-	                                    "cancelled"};
+	cJSON *a = cJSON_CreateArray();
+	char *out;
 
-	for (size_t i = 0; i < ELEMENTSOF(names); i++)
-		if (streq(s, names[i]))
-			return true;
-	return false;
+	if (!a)
+		return NULL;
+	for (size_t i = 0; tags && tags[i]; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateString(tags[i]));
+	out = cJSON_PrintUnformatted(a);
+	cJSON_Delete(a);
+	return out;
+}
+
+static int64_t retry_delay(const struct lessor_store_config *cfg, int64_t consumed)
+{
+	int64_t d = cfg->retry_base_ms;
+
+	for (int64_t i = 1; i < consumed && d < cfg->retry_max_ms; i++)
+		d *= 2;
+	return MIN(d, cfg->retry_max_ms);
+}
+
+const char *lessor_complete_decide(const struct lessor_store_config *cfg, int64_t attempts,
+                                   int64_t max_attempts, bool cancel_requested,
+                                   const struct lessor_completion *in, int64_t now,
+                                   const char **ret_status, int64_t *ret_not_before)
+{
+	int64_t consumed = attempts + 1;
+
+	*ret_not_before = now;
+	if (streq(in->status, "succeeded") || streq(in->status, "cancelled")) {
+		*ret_status = lessor_static_run_status(in->status);
+		return *ret_status;
+	}
+	if (in->retryable && !cancel_requested && consumed < max_attempts) {
+		*ret_status = "pending";
+		*ret_not_before = now + retry_delay(cfg, consumed);
+		return "retrying";
+	}
+	*ret_status = "failed";
+	return "failed";
+}
+
+/* ---- view columns ---- */
+
+const struct lessor_col lessor_run_cols[29] = {
+    {"id", LESSOR_COL_RUNID},
+    {"workflow", LESSOR_COL_STR},
+    {"status", LESSOR_COL_STR},
+    {"input", LESSOR_COL_JSON},
+    {"tags", LESSOR_COL_JSON},
+    {"max_attempts", LESSOR_COL_INT},
+    {"timeout_s", LESSOR_COL_INT},
+    {"idempotency_key", LESSOR_COL_STR},
+    {"attempt", LESSOR_COL_INT},
+    {"attempts_used", LESSOR_COL_INT},
+    {"lease_expiries", LESSOR_COL_INT},
+    {"cancel_requested", LESSOR_COL_BOOL},
+    {"not_before", LESSOR_COL_TIME},
+    {"lease_expires_at", LESSOR_COL_TIME},
+    {"rejected_writes", LESSOR_COL_INT},
+    {"log_length", LESSOR_COL_INT},
+    {"outcome", LESSOR_COL_STR},
+    {"reason", LESSOR_COL_STR},
+    {"exit_code", LESSOR_COL_INT},
+    {"signal", LESSOR_COL_STR},
+    {"error", LESSOR_COL_STR},
+    {"retryable", LESSOR_COL_BOOL},
+    {"duration_ms", LESSOR_COL_INT},
+    {"reported_log_length", LESSOR_COL_INT},
+    {"output", LESSOR_COL_JSON},
+    {"created_at", LESSOR_COL_TIME},
+    {"updated_at", LESSOR_COL_TIME},
+    {"started_at", LESSOR_COL_TIME},
+    {"finished_at", LESSOR_COL_TIME},
+};
+
+const struct lessor_col lessor_lease_cols[9] = {
+    {"attempt", LESSOR_COL_INT},     {"worker_id", LESSOR_COL_STR},
+    {"claim_id", LESSOR_COL_STR},    {"ttl_s", LESSOR_COL_INT},
+    {"granted_at", LESSOR_COL_TIME}, {"last_renewed_at", LESSOR_COL_TIME},
+    {"ended_at", LESSOR_COL_TIME},   {"end_reason", LESSOR_COL_STR},
+    {"detail", LESSOR_COL_STR},
+};
+
+const struct lessor_col lessor_list_cols[14] = {
+    {"id", LESSOR_COL_RUNID},         {"workflow", LESSOR_COL_STR},
+    {"status", LESSOR_COL_STR},       {"attempt", LESSOR_COL_INT},
+    {"max_attempts", LESSOR_COL_INT}, {"tags", LESSOR_COL_JSON},
+    {"worker_id", LESSOR_COL_STR},    {"outcome", LESSOR_COL_STR},
+    {"exit_code", LESSOR_COL_INT},    {"cancel_requested", LESSOR_COL_BOOL},
+    {"created_at", LESSOR_COL_TIME},  {"updated_at", LESSOR_COL_TIME},
+    {"reason", LESSOR_COL_STR},       {"signal", LESSOR_COL_STR},
+};
+
+const struct lessor_col lessor_worker_cols[8] = {
+    {"worker_id", LESSOR_COL_STR},    {"last_claim_at", LESSOR_COL_TIME},
+    {"workflows", LESSOR_COL_JSON},   {"tags", LESSOR_COL_JSON},
+    {"max_runs", LESSOR_COL_INT},     {"claims", LESSOR_COL_INT},
+    {"runs_granted", LESSOR_COL_INT}, {"runs_held", LESSOR_COL_INT},
+};
+
+cJSON *lessor_col_value_text(const char *text, enum lessor_col_kind kind)
+{
+	char b[TIME_RFC3339_MAX > LESSOR_RUN_ID_MAX ? TIME_RFC3339_MAX : LESSOR_RUN_ID_MAX];
+	int64_t v;
+
+	if (!text)
+		return cJSON_CreateNull();
+	v = streq(text, "t") ? 1 : streq(text, "f") ? 0 : strtoll(text, NULL, 10);
+	switch (kind) {
+	case LESSOR_COL_STR:
+		return cJSON_CreateString(text);
+	case LESSOR_COL_INT:
+		return cJSON_CreateNumber((double)v);
+	case LESSOR_COL_BOOL:
+		return cJSON_CreateBool(v != 0);
+	case LESSOR_COL_JSON: {
+		cJSON *j = cJSON_Parse(text);
+
+		return j ? j : cJSON_CreateNull();
+	}
+	case LESSOR_COL_TIME:
+		return cJSON_CreateString(
+		    time_format_rfc3339(b, sizeof(b), (usec_t)v * USEC_PER_MSEC));
+	case LESSOR_COL_RUNID:
+		lessor_run_id_format(b, v);
+		return cJSON_CreateString(b);
+	}
+	return NULL;
 }

@@ -1,11 +1,21 @@
-/* lessor's durable state: runs, leases, claims, workers and logs in one SQLite
- * database (WAL).  Every state transition is one IMMEDIATE transaction, so a
- * caller that got 0 back knows the change is committed (and, with
- * synchronous=FULL, on disk).  Calls are serialised on one connection by an
- * internal mutex; any thread may call.
+/* lessor's durable state: runs, leases, claims, workers and logs, behind a
+ * backend table (store-int.h) with two backends:
+ *
+ *   SQLite (a file path): one database (WAL), one server per database (an
+ *   flock refuses a second).  Every state transition is one IMMEDIATE
+ *   transaction, so a caller that got 0 back knows the change is committed
+ *   (and, with synchronous=FULL, on disk).  Calls are serialised on one
+ *   connection by an internal mutex; any thread may call.
+ *
+ *   PostgreSQL (a libpq URI "postgresql://..." or a keyword/value conninfo
+ *   "host=... dbname=..."): any number of lessor instances on one database,
+ *   a pool of connections (cfg.connections), every transition one
+ *   transaction (READ COMMITTED) fenced in its WHERE.  See store_pg.c.
  *
  * Time is passed in by the caller as wall-clock milliseconds since the epoch
- * (`now`), so tests drive the clock and nothing in here reads one.
+ * (`now`).  SQLite always uses it, so tests drive the clock.  PostgreSQL uses
+ * the database's clock (now(), one clock for every instance) unless
+ * cfg.caller_clock is set, which the tests do to drive it too.
  *
  * Errors: -ENOENT unknown run, -ESTALE stale lease token (already counted in
  * the run's rejected_writes), -EEXIST claim_id owned by another worker,
@@ -26,6 +36,8 @@ struct lessor_store_config {
 	int64_t retry_base_ms;       /* first retry delay; doubles per consumed attempt */
 	int64_t retry_max_ms;        /* cap of the retry delay */
 	uint64_t max_log_bytes;      /* per-run log cap */
+	unsigned connections;        /* PostgreSQL: pool size (0 = 4) */
+	bool caller_clock;           /* PostgreSQL: use `now` instead of the database's clock */
 };
 
 #define LESSOR_SCHEMA_VERSION 1
@@ -33,11 +45,27 @@ struct lessor_store_config {
 #define LESSOR_TOKEN_LEN 32
 #define LESSOR_QUEUE_DEPTH_CAP 1000
 
-int lessor_store_open(const char *path, const struct lessor_store_config *cfg, lessor_store **ret);
+/* target: a SQLite file path, or a PostgreSQL URI/conninfo (see above).  A
+ * PostgreSQL target carrying a password is refused (-EPERM): passwords come
+ * from PGPASSFILE / ~/.pgpass, never from the command line. */
+int lessor_store_open(const char *target, const struct lessor_store_config *cfg,
+                      lessor_store **ret);
 lessor_store *lessor_store_free(lessor_store *s);
+/* True when target names a PostgreSQL database rather than a file. */
+bool lessor_store_target_is_pg(const char *target);
+const char *lessor_store_backend_name(const lessor_store *s); /* "sqlite" | "postgresql" */
+
+/* fn(userdata, workflow) is called, from a store thread, when another
+ * instance on the same database made a run claimable: a hint for the long
+ * polls to look again.  workflow is the new run's (enqueue), NULL when any
+ * may have become claimable (release, requeue, expiry, a lost connection).
+ * Never called by SQLite. */
+typedef void (*lessor_store_notify_fn)(void *userdata, const char *workflow);
+void lessor_store_set_notify(lessor_store *s, lessor_store_notify_fn fn, void *userdata);
 
 /* After a restart: give every held lease its full ttl from `now`, so a server
- * outage longer than a ttl does not expire leases nobody could renew. */
+ * outage longer than a ttl does not expire leases nobody could renew.
+ * PostgreSQL: only when no instance has reaped for 10 s (all were down). */
 int lessor_store_recover(lessor_store *s, int64_t now);
 
 struct lessor_enqueue {

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pg_proc.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -246,6 +247,30 @@ int tu_lessor_wait_log(const struct tu_lessor *l, const char *needle, usec_t tim
 	return -ETIMEDOUT;
 }
 
+/* $LESSOR_TEST_PG (the conninfo of a PostgreSQL server's maintenance
+ * database): each server gets a new database there instead of a SQLite
+ * file, so a suite written for SQLite runs against PostgreSQL. */
+static char *pg_db(void)
+{
+	static unsigned n;
+	const char *server = getenv("LESSOR_TEST_PG");
+	char sql[96], *info = NULL;
+
+	snprintf(sql, sizeof(sql), "l_%d_%u", (int)getpid(), n++);
+	if (asprintf(&info, "%s dbname=%s", server, sql) < 0)
+		return NULL;
+	{
+		char create[128];
+
+		snprintf(create, sizeof(create), "CREATE DATABASE %s", sql);
+		if (tu_pg_exec(server, create) < 0) {
+			free(info);
+			return NULL;
+		}
+	}
+	return info;
+}
+
 int tu_lessor_start(const struct tu_lessor_opts *opts, struct tu_lessor **ret)
 {
 	struct tu_lessor *l = calloc(1, sizeof(*l));
@@ -257,8 +282,10 @@ int tu_lessor_start(const struct tu_lessor_opts *opts, struct tu_lessor **ret)
 	l->sync_normal = opts && opts->sync_normal;
 	snprintf(l->listen, sizeof(l->listen), "127.0.0.1:0");
 	l->dir = tu_tmpdir("lessor");
-	if (!l->dir || asprintf(&l->db, "%s/lessor.db", l->dir) < 0 ||
-	    asprintf(&l->log, "%s/lessor.log", l->dir) < 0)
+	if (!l->dir || asprintf(&l->log, "%s/lessor.log", l->dir) < 0)
+		goto fail;
+	if (getenv("LESSOR_TEST_PG") ? !(l->db = pg_db())
+	                             : asprintf(&l->db, "%s/lessor.db", l->dir) < 0)
 		goto fail;
 	if (opts && opts->args && !(l->args = strv_copy(opts->args)))
 		goto fail;

@@ -21,7 +21,7 @@ case "$BUILD" in /*) out=$BUILD/check-systemd ;; *) out=$top/$BUILD/check-system
 suite=bookworm
 # lessee's and lessor's runtime libraries, systemd itself, and the tools the
 # cases use (procps: /bin/kill of ExecReload=; curl: the status endpoint).
-pkgs="systemd systemd-sysv dbus libcurl4 liburing2 libcjson1 libmicrohttpd12 libsqlite3-0
+pkgs="systemd systemd-sysv dbus libcurl4 liburing2 libcjson1 libmicrohttpd12 libsqlite3-0 libpq5
 	libsystemd0 ca-certificates procps curl"
 machine=lessee-test-$$
 boot_limit=300 # seconds for the whole container run; the cases have their own

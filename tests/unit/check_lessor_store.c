@@ -1,4 +1,9 @@
-/* lib/lessor store: every state transition, driven with an explicit clock. */
+/* lib/lessor store: every state transition, driven with an explicit clock,
+ * on each backend: the same cases run on SQLite (TCase "sqlite") and on
+ * PostgreSQL (TCase "postgresql", a private server started by main(); the
+ * store takes the caller's clock there too, cfg.caller_clock), plus what
+ * only one backend has (SQLite's single-server lock; PostgreSQL's several
+ * instances on one database, NOTIFY hints, its own clock, HOT updates). */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -6,8 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lessor/store.h"
+#include "lessor_proc.h"
+#include "pg_proc.h"
 #include "log/log.h"
 #include "testutil.h"
 #include "util/fileio.h"
@@ -16,10 +24,12 @@
 
 #define T0 1767225600000LL /* 2026-01-01T00:00:00Z */
 
-static char *dir;
-static char *path;
+static char *dir;  /* SQLite: the database's directory */
+static char *path; /* the --db target: a file, or a PostgreSQL conninfo */
 static lessor_store *st;
-static const struct lessor_store_config cfg = {
+static struct tu_pg *pg; /* NULL: PostgreSQL is not installed */
+static struct lessor_store_config cfg;
+static const struct lessor_store_config base_cfg = {
     .sync_full = false, /* the unit tests prove logic; durability is tested over HTTP */
     .max_lease_expiries = 3,
     .retry_base_ms = 1000,
@@ -30,18 +40,35 @@ static const struct lessor_store_config cfg = {
 static void setup(void)
 {
 	log_set_max_level(LOG_WARNING);
+	cfg = base_cfg;
 	dir = tu_tmpdir("store");
 	ck_assert_ptr_nonnull(dir);
 	ck_assert_int_ge(asprintf(&path, "%s/lessor.db", dir), 0);
 	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
 }
 
+/* A fresh database per test on the shared server; the test's clock. */
+static void setup_pg(void)
+{
+	log_set_max_level(LOG_WARNING);
+	cfg = base_cfg;
+	cfg.caller_clock = true;
+	cfg.connections = 6;
+	path = tu_pg_create_db(pg);
+	ck_assert_ptr_nonnull(path);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+	ck_assert_str_eq(lessor_store_backend_name(st), "postgresql");
+}
+
 static void teardown(void)
 {
 	st = lessor_store_free(st);
-	rm_rf(dir);
+	if (dir)
+		rm_rf(dir);
 	free(dir);
+	dir = NULL;
 	free(path);
+	path = NULL;
 }
 
 /* Enqueue a run of workflow wf with the given (normalised) tags. */
@@ -180,6 +207,12 @@ START_TEST(test_enqueue_and_idempotency_key)
 	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0 + 5, id2, &created), 0);
 	ck_assert(!created);
 	ck_assert_str_eq(id, id2);
+	/* the duplicate used up no run id */
+	e.idempotency_key = NULL;
+	ck_assert_int_eq(lessor_store_enqueue(st, &e, T0 + 6, id2, &created), 0);
+	ck_assert(created);
+	ck_assert_str_eq(id2, "r-2");
+	e.workflow = "build";
 	assert_status(id, "pending");
 	t = run_str(id, "tags");
 	ck_assert_str_eq(t, "[\"gpu\",\"region:eu\"]");
@@ -650,6 +683,40 @@ START_TEST(test_views)
 }
 END_TEST
 
+/* Ownership lookups for scoped worker tokens: current and ended leases,
+ * claims made and claims cancelled before they were made. */
+START_TEST(test_owners)
+{
+	_cleanup_free_ char *a = enqueue("w"), *w = NULL;
+	struct lessor_claim_result r = claim_as("c1", "w7", NULL, NULL, 1, T0);
+	struct lessor_completion done = done_ok(r.runs[0].token);
+	const char *answer;
+	unsigned released;
+
+	ck_assert_int_eq(lessor_store_lease_holder(st, a, r.runs[0].token, &w), 0);
+	ck_assert_str_eq(w, "w7");
+	free(w);
+	w = NULL;
+	ck_assert_int_eq(lessor_store_complete(st, a, &done, T0 + 1, &answer), 0);
+	ck_assert_int_eq(lessor_store_lease_holder(st, a, r.runs[0].token, &w), 0); /* ended */
+	ck_assert_str_eq(w, "w7");
+	free(w);
+	w = NULL;
+	ck_assert_int_eq(lessor_store_lease_holder(st, a, "nope", &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_lease_holder(st, "r-99", r.runs[0].token, &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_lease_holder(st, "bogus", r.runs[0].token, &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_claim_owner(st, "c1", &w), 0);
+	ck_assert_str_eq(w, "w7");
+	free(w);
+	w = NULL;
+	ck_assert_int_eq(lessor_store_claim_owner(st, "c2", &w), -ENOENT);
+	ck_assert_int_eq(lessor_store_claim_cancel(st, "c2", T0 + 2, &released), 0);
+	ck_assert_int_eq(lessor_store_claim_owner(st, "c2", &w), 0);
+	ck_assert_str_eq(w, "");
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
 /* ---- concurrency: many threads claiming on one store never share a run ---- */
 
 #define N_RUNS 400
@@ -657,6 +724,7 @@ END_TEST
 
 struct claimer {
 	int index;
+	lessor_store *store; /* NULL: st */
 	char ids[N_RUNS][LESSOR_RUN_ID_MAX];
 	size_t n;
 };
@@ -664,6 +732,7 @@ struct claimer {
 static void *claimer_main(void *p)
 {
 	struct claimer *c = p;
+	lessor_store *s = c->store ? c->store : st;
 
 	for (int round = 0;; round++) {
 		char cid[32];
@@ -675,7 +744,7 @@ static void *claimer_main(void *p)
 		struct lessor_claim_result r;
 
 		snprintf(cid, sizeof(cid), "t%d-%d", c->index, round);
-		if (lessor_store_claim(st, &q, T0, &r) < 0)
+		if (lessor_store_claim(s, &q, T0, &r) < 0)
 			return (void *)1;
 		if (r.n_runs == 0)
 			return NULL;
@@ -684,7 +753,7 @@ static void *claimer_main(void *p)
 			const char *answer;
 
 			memcpy(c->ids[c->n++], r.runs[i].id, LESSOR_RUN_ID_MAX);
-			if (lessor_store_complete(st, r.runs[i].id, &done, T0, &answer) < 0)
+			if (lessor_store_complete(s, r.runs[i].id, &done, T0, &answer) < 0)
 				return (void *)1;
 		}
 		lessor_claim_result_done(&r);
@@ -698,6 +767,8 @@ START_TEST(test_concurrent_claims)
 	static char seen[N_RUNS + 1];
 	size_t total = 0;
 
+	/* static (big), and without forking shared by both backends' runs */
+	memset(seen, 0, sizeof(seen));
 	for (int i = 0; i < N_RUNS; i++)
 		free(enqueue("w"));
 	for (int i = 0; i < N_THREADS; i++) {
@@ -722,14 +793,259 @@ START_TEST(test_concurrent_claims)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-	Suite *s = suite_create("lessor_store");
-	TCase *tc = tcase_create("store");
+/* ---- PostgreSQL only ---- */
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_schema_and_lock);
+struct opener {
+	lessor_store *s;
+	int r;
+};
+
+static void *opener_main(void *p)
+{
+	struct opener *o = p;
+
+	o->r = lessor_store_open(path, &cfg, &o->s);
+	return NULL;
+}
+
+START_TEST(test_pg_instances_and_schema)
+{
+	_cleanup_free_ char *fresh = tu_pg_create_db(pg), *n = NULL;
+	struct opener o[3] = {0};
+	pthread_t t[3];
+	lessor_store *other = NULL;
+	char *uri;
+
+	/* several servers on one database: that is the point */
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &other), 0);
+	other = lessor_store_free(other);
+	/* instances starting together on a new database migrate it once */
+	free(path);
+	path = strdup(fresh);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, opener_main, &o[i]), 0);
+	for (int i = 0; i < 3; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(o[i].r, 0);
+		lessor_store_free(o[i].s);
+	}
+	n = tu_pg_query1(path, "SELECT count(*) || ':' || max(version)"
+	                       " FROM lessor_schema_migrations");
+	ck_assert_str_eq(n, "1:1");
+	/* a database from a newer lessor is refused */
+	ck_assert_int_eq(tu_pg_exec(path, "INSERT INTO lessor_schema_migrations VALUES (99)"), 0);
+	log_set_max_level(LOG_CRIT); /* the refusals are logged as errors; expected here */
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &other), -EPROTO);
+	/* a password on the command line is refused, whatever the syntax */
+	ck_assert_int_eq(lessor_store_open("postgresql://u:secret@localhost/db", &cfg, &other),
+	                 -EPERM);
+	ck_assert_int_eq(lessor_store_open("host=/tmp dbname=x password=secret", &cfg, &other),
+	                 -EPERM);
+	ck_assert_ptr_null(other);
+	ck_assert_int_ge(asprintf(&uri, "%s?x", "postgresql://localhost/db"), 0);
+	ck_assert(lessor_store_target_is_pg(uri));
+	ck_assert(lessor_store_target_is_pg("host=/run/postgresql dbname=lessor"));
+	ck_assert(!lessor_store_target_is_pg("/var/lib/lessor/lessor.db"));
+	ck_assert(!lessor_store_target_is_pg("./a=b/lessor.db"));
+	free(uri);
+}
+END_TEST
+
+/* Claims from two instances (store handles, each with its own pool) and
+ * several threads each never share a run. */
+START_TEST(test_pg_concurrent_instances)
+{
+	lessor_store *second = NULL, *mine = st;
+	static struct claimer c[N_THREADS];
+	pthread_t t[N_THREADS];
+	static char seen[N_RUNS + 1];
+	size_t total = 0;
+
+	/* static (big), and without forking shared by both backends' runs */
+	memset(seen, 0, sizeof(seen));
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &second), 0);
+	for (int i = 0; i < N_RUNS; i++)
+		free(enqueue("w"));
+	for (int i = 0; i < N_THREADS; i++) {
+		c[i] = (struct claimer){.index = i, .store = i % 2 ? second : mine};
+		ck_assert_int_eq(pthread_create(&t[i], NULL, claimer_main, &c[i]), 0);
+	}
+	for (int i = 0; i < N_THREADS; i++) {
+		void *rv;
+
+		pthread_join(t[i], &rv);
+		ck_assert_ptr_null(rv);
+		for (size_t k = 0; k < c[i].n; k++) {
+			int n = atoi(c[i].ids[k] + 2);
+
+			ck_assert_int_le(n, N_RUNS);
+			ck_assert_msg(!seen[n], "run %s granted twice", c[i].ids[k]);
+			seen[n] = 1;
+		}
+		total += c[i].n;
+	}
+	ck_assert_uint_eq(total, N_RUNS);
+	lessor_store_free(second);
+}
+END_TEST
+
+static pthread_mutex_t hint_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hint_cond = PTHREAD_COND_INITIALIZER;
+static int hints;
+
+static char hint_workflow[32];
+
+static void on_hint(void *userdata, const char *workflow)
+{
+	pthread_mutex_lock(&hint_lock);
+	hints++;
+	snprintf(hint_workflow, sizeof(hint_workflow), "%s", workflow ? workflow : "(any)");
+	pthread_cond_broadcast(&hint_cond);
+	pthread_mutex_unlock(&hint_lock);
+}
+
+static int wait_hints(int want)
+{
+	struct timespec ts;
+	int got;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&hint_lock);
+	while (hints < want && pthread_cond_timedwait(&hint_cond, &hint_lock, &ts) == 0)
+		;
+	got = hints;
+	pthread_mutex_unlock(&hint_lock);
+	return got;
+}
+
+/* Another instance's enqueue and release reach this instance as hints (its
+ * long polls look again); its own do not (it woke them itself). */
+START_TEST(test_pg_notify_across_instances)
+{
+	lessor_store *other = NULL;
+	struct lessor_claim_result r;
+	_cleanup_free_ char *a = NULL;
+
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &other), 0);
+	lessor_store_set_notify(st, on_hint, NULL);
+	a = enqueue("w"); /* our own: no hint */
+	{
+		struct lessor_enqueue e = {.workflow = "w", .input_json = "{}", .max_attempts = 1};
+		char id[LESSOR_RUN_ID_MAX];
+		bool created;
+
+		ck_assert_int_eq(lessor_store_enqueue(other, &e, T0, id, &created), 0);
+	}
+	ck_assert_int_eq(wait_hints(1), 1);
+	ck_assert_str_eq(hint_workflow, "w"); /* an enqueue names its workflow */
+	r = claim("c1", 1, T0);
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_int_eq(lessor_store_release(other, r.runs[0].id, r.runs[0].token, "x", 0, T0), 0);
+	ck_assert_int_ge(wait_hints(2), 2);
+	ck_assert_str_eq(hint_workflow, "(any)"); /* a release does not */
+	lessor_claim_result_done(&r);
+	lessor_store_set_notify(st, NULL, NULL);
+	lessor_store_free(other);
+}
+END_TEST
+
+/* Production mode: the database's clock, whatever `now` the caller passes. */
+START_TEST(test_pg_database_clock)
+{
+	lessor_store *db_clock = NULL;
+	struct lessor_claim_req q = {
+	    .claim_id = "c1", .worker_id = "w", .max_runs = 1, .ttl_s = 30, .tags_json = "[]"};
+	struct lessor_claim_result r;
+	struct lessor_completion done;
+	const char *answer;
+	bool cancel, wake;
+	_cleanup_free_ char *a = NULL;
+	cJSON *v;
+	long long created;
+
+	cfg.caller_clock = false;
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &db_clock), 0);
+	{
+		struct lessor_enqueue e = {.workflow = "w", .input_json = "{}", .max_attempts = 1};
+		char id[LESSOR_RUN_ID_MAX];
+		bool cr;
+
+		ck_assert_int_eq(lessor_store_enqueue(db_clock, &e, 0, id, &cr), 0);
+		a = strdup(id);
+	}
+	/* a caller clock of 0 (1970) or far ahead changes nothing */
+	ck_assert_int_eq(lessor_store_claim(db_clock, &q, 0, &r), 0);
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_int_eq(lessor_store_tick(db_clock, 0, INT64_MAX / 2, &wake), 0);
+	ck_assert_int_eq(lessor_store_renew(db_clock, a, r.runs[0].token, 30, 0, &cancel), 0);
+	done = done_ok(r.runs[0].token);
+	ck_assert_int_eq(lessor_store_complete(db_clock, a, &done, 0, &answer), 0);
+	ck_assert_str_eq(answer, "succeeded");
+	ck_assert_int_eq(lessor_store_run_json(db_clock, a, &v), 0);
+	created = tu_rfc3339_ms(cJSON_GetObjectItem(v, "created_at")->valuestring);
+	cJSON_Delete(v);
+	ck_assert_int_gt(created, T0); /* a real date, from the server */
+	lessor_claim_result_done(&r);
+	lessor_store_free(db_clock);
+}
+END_TEST
+
+/* Renewals and log appends touch no indexed column: HOT updates. */
+START_TEST(test_pg_hot_updates)
+{
+	_cleanup_free_ char *a = enqueue("w"), *hot = NULL;
+	struct lessor_claim_result r = claim("c1", 1, T0);
+	uint64_t len;
+	bool cancel;
+
+	for (int i = 0; i < 20; i++)
+		ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0 + i, &cancel), 0);
+	ck_assert_int_eq(lessor_store_append_log(st, a, r.runs[0].token, 0, "x", 1, T0, &len), 0);
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st); /* a backend flushes its statistics when it exits */
+	for (int i = 0; i < 400; i++) {
+		free(hot);
+		hot = tu_pg_query1(path, "SELECT n_tup_hot_upd FROM pg_stat_user_tables"
+		                         " WHERE relname = 'lessor_runs'");
+		if (hot && atoi(hot) >= 21)
+			break;
+		tu_sleep(50 * USEC_PER_MSEC);
+	}
+	ck_assert_ptr_nonnull(hot);
+	ck_assert_int_ge(atoi(hot), 21);
+}
+END_TEST
+
+/* Connections that break (server restart, failover, an admin's
+ * pg_terminate_backend) are replaced: the next calls work, and the LISTEN
+ * connection comes back and wakes the long polls (hints may have been lost). */
+START_TEST(test_pg_connections_replaced)
+{
+	_cleanup_free_ char *a = enqueue("w");
+	struct lessor_claim_result r;
+	bool cancel;
+
+	hints = 0;
+	lessor_store_set_notify(st, on_hint, NULL);
+	log_set_max_level(LOG_CRIT); /* the broken connections are logged; expected here */
+	/* (the timeout: wait until they are gone, so the next calls meet dead
+	 * connections, not dying ones) */
+	ck_assert_int_eq(tu_pg_exec(path, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity"
+	                                  " WHERE datname = current_database()"
+	                                  " AND pid <> pg_backend_pid()"),
+	                 0);
+	r = claim("c1", 1, T0); /* a transaction: retried on a fresh connection */
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_int_eq(lessor_store_renew(st, a, r.runs[0].token, 5, T0, &cancel), 0);
+	ck_assert_int_ge(wait_hints(1), 1);
+	lessor_store_set_notify(st, NULL, NULL);
+	lessor_claim_result_done(&r);
+}
+END_TEST
+
+static void add_shared(TCase *tc)
+{
 	tcase_add_test(tc, test_enqueue_and_idempotency_key);
 	tcase_add_test(tc, test_routing);
 	tcase_add_test(tc, test_claim_order_and_depth);
@@ -746,12 +1062,54 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_admin_requeue_and_cancel);
 	tcase_add_test(tc, test_restart_recover);
 	tcase_add_test(tc, test_views);
+	tcase_add_test(tc, test_owners);
 	tcase_add_test(tc, test_concurrent_claims);
+}
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("lessor_store");
+	TCase *tc = tcase_create("sqlite");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_schema_and_lock);
+	add_shared(tc);
+	suite_add_tcase(s, tc);
+	if (!pg)
+		return s;
+	tc = tcase_create("postgresql");
+	tcase_add_checked_fixture(tc, setup_pg, teardown);
+	tcase_set_timeout(tc, 60);
+	add_shared(tc);
+	tcase_add_test(tc, test_pg_instances_and_schema);
+	tcase_add_test(tc, test_pg_concurrent_instances);
+	tcase_add_test(tc, test_pg_notify_across_instances);
+	tcase_add_test(tc, test_pg_database_clock);
+	tcase_add_test(tc, test_pg_hot_updates);
+	tcase_add_test(tc, test_pg_connections_replaced);
 	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	return tu_run(suite());
+	SRunner *sr;
+	int r, failed;
+
+	/* one server for the whole binary, started before Check forks */
+	r = tu_pg_start(&pg);
+	if (r == -ENOENT)
+		fprintf(stderr, "SKIP: the PostgreSQL cases (no PostgreSQL server binaries; "
+		                "Debian: apt-get install postgresql)\n");
+	else if (r < 0) {
+		fprintf(stderr, "cannot start a PostgreSQL server: %s\n", strerror(-r));
+		return EXIT_FAILURE;
+	}
+	sr = srunner_create(suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	tu_pg_free(pg);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,6 +1,6 @@
 /* Read-only views of the store as JSON, for the admin API and the CLI.
  * Each view is one read transaction, so it is a consistent snapshot. */
-#include "lessor/store-int.h"
+#include "lessor/store_sqlite-int.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -14,21 +14,7 @@
 #define LIST_MAX 1000
 #define WORKERS_MAX 1000
 
-enum col_kind {
-	COL_STR,
-	COL_INT,
-	COL_BOOL,
-	COL_JSON, /* stored JSON text, embedded as a value */
-	COL_TIME, /* ms since the epoch, rendered RFC 3339 */
-	COL_RUNID,
-};
-
-struct col {
-	const char *name; /* NULL: not part of the JSON */
-	enum col_kind kind;
-};
-
-static cJSON *col_value(sqlite3_stmt *st, int i, enum col_kind kind)
+static cJSON *col_value(sqlite3_stmt *st, int i, enum lessor_col_kind kind)
 {
 	char b[TIME_RFC3339_MAX > LESSOR_RUN_ID_MAX ? TIME_RFC3339_MAX : LESSOR_RUN_ID_MAX];
 	int64_t v = lessor_db_int(st, i);
@@ -36,21 +22,21 @@ static cJSON *col_value(sqlite3_stmt *st, int i, enum col_kind kind)
 	if (lessor_db_is_null(st, i))
 		return cJSON_CreateNull();
 	switch (kind) {
-	case COL_STR:
+	case LESSOR_COL_STR:
 		return cJSON_CreateString((const char *)sqlite3_column_text(st, i));
-	case COL_INT:
+	case LESSOR_COL_INT:
 		return cJSON_CreateNumber((double)v);
-	case COL_BOOL:
+	case LESSOR_COL_BOOL:
 		return cJSON_CreateBool(v != 0);
-	case COL_JSON: {
+	case LESSOR_COL_JSON: {
 		cJSON *j = cJSON_Parse((const char *)sqlite3_column_text(st, i));
 
 		return j ? j : cJSON_CreateNull();
 	}
-	case COL_TIME:
+	case LESSOR_COL_TIME:
 		return cJSON_CreateString(
 		    time_format_rfc3339(b, sizeof(b), (usec_t)v * USEC_PER_MSEC));
-	case COL_RUNID:
+	case LESSOR_COL_RUNID:
 		lessor_run_id_format(b, v);
 		return cJSON_CreateString(b);
 	}
@@ -58,7 +44,7 @@ static cJSON *col_value(sqlite3_stmt *st, int i, enum col_kind kind)
 }
 
 /* Adds column i as cols[i] describes, for every named column. */
-static int add_columns(cJSON *o, sqlite3_stmt *st, const struct col *cols, size_t n)
+static int add_columns(cJSON *o, sqlite3_stmt *st, const struct lessor_col *cols, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		cJSON *v;
@@ -75,8 +61,8 @@ static int add_columns(cJSON *o, sqlite3_stmt *st, const struct col *cols, size_
 }
 
 /* Every row of st (already stepped once: r is that result) as an object in a. */
-static int add_rows(lessor_store *s, cJSON *a, sqlite3_stmt *st, int r, const struct col *cols,
-                    size_t n)
+static int add_rows(lessor_sqlite *s, cJSON *a, sqlite3_stmt *st, int r,
+                    const struct lessor_col *cols, size_t n)
 {
 	for (; r > 0; r = lessor_db_next(s, st)) {
 		cJSON *o = cJSON_CreateObject();
@@ -94,38 +80,6 @@ static int add_rows(lessor_store *s, cJSON *a, sqlite3_stmt *st, int r, const st
 
 /* ---- one run ---- */
 
-static const struct col run_cols[] = {
-    {"id", COL_RUNID},
-    {"workflow", COL_STR},
-    {"status", COL_STR},
-    {"input", COL_JSON},
-    {"tags", COL_JSON},
-    {"max_attempts", COL_INT},
-    {"timeout_s", COL_INT},
-    {"idempotency_key", COL_STR},
-    {"attempt", COL_INT},
-    {"attempts_used", COL_INT},
-    {"lease_expiries", COL_INT},
-    {"cancel_requested", COL_BOOL},
-    {"not_before", COL_TIME},
-    {"lease_expires_at", COL_TIME},
-    {"rejected_writes", COL_INT},
-    {"log_length", COL_INT},
-    {"outcome", COL_STR},
-    {"reason", COL_STR},
-    {"exit_code", COL_INT},
-    {"signal", COL_STR},
-    {"error", COL_STR},
-    {"retryable", COL_BOOL},
-    {"duration_ms", COL_INT},
-    {"reported_log_length", COL_INT},
-    {"output", COL_JSON},
-    {"created_at", COL_TIME},
-    {"updated_at", COL_TIME},
-    {"started_at", COL_TIME},
-    {"finished_at", COL_TIME},
-};
-
 static const char SQL_RUN[] =
     "SELECT seq, workflow, status, input, tags, max_attempts, timeout_s, idempotency_key,"
     " (SELECT COALESCE(MAX(attempt), 0) FROM leases WHERE run_seq = seq), attempts,"
@@ -134,18 +88,12 @@ static const char SQL_RUN[] =
     " reported_log_length, output, created_at, updated_at, started_at, finished_at"
     " FROM runs WHERE seq = ?";
 
-static const struct col lease_cols[] = {
-    {"attempt", COL_INT},   {"worker_id", COL_STR},   {"claim_id", COL_STR},
-    {"ttl_s", COL_INT},     {"granted_at", COL_TIME}, {"last_renewed_at", COL_TIME},
-    {"ended_at", COL_TIME}, {"end_reason", COL_STR},  {"detail", COL_STR},
-};
-
 static const char SQL_LEASES[] =
     "SELECT attempt, worker_id, claim_id, ttl_s, granted_at, last_renewed_at, ended_at,"
     " end_reason, detail FROM leases WHERE run_seq = ? ORDER BY id";
 
 /* The held lease, as "lease": the holder (no token: tokens stay with workers). */
-static int add_holder(lessor_store *s, cJSON *o, int64_t seq)
+static int add_holder(lessor_sqlite *s, cJSON *o, int64_t seq)
 {
 	cJSON *a = cJSON_CreateArray(), *holder;
 	sqlite3_stmt *st;
@@ -158,7 +106,7 @@ static int add_holder(lessor_store *s, cJSON *o, int64_t seq)
 	                    " l.last_renewed_at, l.ended_at, l.end_reason, l.detail"
 	                    " FROM runs r JOIN leases l ON l.id = r.lease_id WHERE r.seq = ?",
 	                    "i", seq);
-	r = add_rows(s, a, st, r, lease_cols, ELEMENTSOF(lease_cols));
+	r = add_rows(s, a, st, r, lessor_lease_cols, ELEMENTSOF(lessor_lease_cols));
 	holder = cJSON_DetachItemFromArray(a, 0);
 	cJSON_Delete(a);
 	if (r < 0) {
@@ -175,7 +123,7 @@ struct run_view_ctx {
 	cJSON *out;
 };
 
-static int run_view_tx(lessor_store *s, void *userdata)
+static int run_view_tx(lessor_sqlite *s, void *userdata)
 {
 	struct run_view_ctx *c = userdata;
 	cJSON *leases;
@@ -188,7 +136,7 @@ static int run_view_tx(lessor_store *s, void *userdata)
 	c->out = cJSON_CreateObject();
 	if (!c->out)
 		return -ENOMEM;
-	r = add_columns(c->out, st, run_cols, ELEMENTSOF(run_cols));
+	r = add_columns(c->out, st, lessor_run_cols, ELEMENTSOF(lessor_run_cols));
 	if (r < 0)
 		return r;
 	r = add_holder(s, c->out, c->seq);
@@ -198,11 +146,12 @@ static int run_view_tx(lessor_store *s, void *userdata)
 	if (!leases)
 		return -ENOMEM;
 	r = lessor_db_query(s, &st, SQL_LEASES, "i", c->seq);
-	return add_rows(s, leases, st, r, lease_cols, ELEMENTSOF(lease_cols));
+	return add_rows(s, leases, st, r, lessor_lease_cols, ELEMENTSOF(lessor_lease_cols));
 }
 
-int lessor_store_run_json(lessor_store *s, const char *id, cJSON **ret)
+int lessor_sqlite_run_json(void *be, const char *id, cJSON **ret)
 {
+	lessor_sqlite *s = be;
 	struct run_view_ctx c = {0};
 	int r;
 
@@ -219,23 +168,13 @@ int lessor_store_run_json(lessor_store *s, const char *id, cJSON **ret)
 
 /* ---- lists ---- */
 
-static const struct col list_cols[] = {
-    {"id", COL_RUNID},         {"workflow", COL_STR},
-    {"status", COL_STR},       {"attempt", COL_INT},
-    {"max_attempts", COL_INT}, {"tags", COL_JSON},
-    {"worker_id", COL_STR},    {"outcome", COL_STR},
-    {"exit_code", COL_INT},    {"cancel_requested", COL_BOOL},
-    {"created_at", COL_TIME},  {"updated_at", COL_TIME},
-    {"reason", COL_STR},       {"signal", COL_STR},
-};
-
 struct list_ctx {
 	const char *status, *workflow;
 	int64_t limit;
 	cJSON *out;
 };
 
-static int list_tx(lessor_store *s, void *userdata)
+static int list_tx(lessor_sqlite *s, void *userdata)
 {
 	struct list_ctx *c = userdata;
 	cJSON *runs = cJSON_AddArrayToObject(c->out, "runs");
@@ -254,12 +193,13 @@ static int list_tx(lessor_store *s, void *userdata)
 	    " WHERE (?1 IS NULL OR r.status = ?1) AND (?2 IS NULL OR r.workflow = ?2)"
 	    " ORDER BY r.seq DESC LIMIT ?3",
 	    "ssi", c->status, c->workflow, c->limit);
-	return add_rows(s, runs, st, r, list_cols, ELEMENTSOF(list_cols));
+	return add_rows(s, runs, st, r, lessor_list_cols, ELEMENTSOF(lessor_list_cols));
 }
 
-int lessor_store_list_json(lessor_store *s, const char *status, const char *workflow,
-                           unsigned limit, cJSON **ret)
+int lessor_sqlite_list_json(void *be, const char *status, const char *workflow, unsigned limit,
+                            cJSON **ret)
 {
+	lessor_sqlite *s = be;
 	struct list_ctx c = {.status = status,
 	                     .workflow = workflow,
 	                     .limit = CLAMP((int64_t)limit, 1, LIST_MAX),
@@ -277,7 +217,7 @@ int lessor_store_list_json(lessor_store *s, const char *status, const char *work
 	return 0;
 }
 
-static int stats_tx(lessor_store *s, void *userdata)
+static int stats_tx(lessor_sqlite *s, void *userdata)
 {
 	static const char *const names[] = {"pending", "running", "succeeded", "failed",
 	                                    "cancelled"};
@@ -304,13 +244,7 @@ static int stats_tx(lessor_store *s, void *userdata)
 	return cJSON_AddNumberToObject(o, "total", (double)total) ? 0 : -ENOMEM;
 }
 
-static const struct col worker_cols[] = {
-    {"worker_id", COL_STR},    {"last_claim_at", COL_TIME}, {"workflows", COL_JSON},
-    {"tags", COL_JSON},        {"max_runs", COL_INT},       {"claims", COL_INT},
-    {"runs_granted", COL_INT}, {"runs_held", COL_INT},
-};
-
-static int workers_tx(lessor_store *s, void *userdata)
+static int workers_tx(lessor_sqlite *s, void *userdata)
 {
 	cJSON *a = cJSON_AddArrayToObject(userdata, "workers");
 	sqlite3_stmt *st;
@@ -325,11 +259,11 @@ static int workers_tx(lessor_store *s, void *userdata)
 	                    " AND l.worker_id = w.worker_id)"
 	                    " FROM workers w ORDER BY w.last_claim_at DESC LIMIT ?",
 	                    "i", (int64_t)WORKERS_MAX);
-	return add_rows(s, a, st, r, worker_cols, ELEMENTSOF(worker_cols));
+	return add_rows(s, a, st, r, lessor_worker_cols, ELEMENTSOF(lessor_worker_cols));
 }
 
 /* Runs a read view that fills a fresh object. */
-static int object_view(lessor_store *s, lessor_db_fn fn, cJSON **ret)
+static int object_view(lessor_sqlite *s, lessor_db_fn fn, cJSON **ret)
 {
 	cJSON *o = cJSON_CreateObject();
 	int r;
@@ -345,14 +279,14 @@ static int object_view(lessor_store *s, lessor_db_fn fn, cJSON **ret)
 	return 0;
 }
 
-int lessor_store_stats_json(lessor_store *s, cJSON **ret)
+int lessor_sqlite_stats_json(void *be, cJSON **ret)
 {
-	return object_view(s, stats_tx, ret);
+	return object_view(be, stats_tx, ret);
 }
 
-int lessor_store_workers_json(lessor_store *s, cJSON **ret)
+int lessor_sqlite_workers_json(void *be, cJSON **ret)
 {
-	return object_view(s, workers_tx, ret);
+	return object_view(be, workers_tx, ret);
 }
 
 /* ---- log ---- */
@@ -362,7 +296,7 @@ struct read_log_ctx {
 	struct buf b;
 };
 
-static int read_log_tx(lessor_store *s, void *userdata)
+static int read_log_tx(lessor_sqlite *s, void *userdata)
 {
 	struct read_log_ctx *c = userdata;
 	sqlite3_stmt *st;
@@ -382,8 +316,9 @@ static int read_log_tx(lessor_store *s, void *userdata)
 	return r;
 }
 
-int lessor_store_read_log(lessor_store *s, const char *id, char **ret, size_t *ret_len)
+int lessor_sqlite_read_log(void *be, const char *id, char **ret, size_t *ret_len)
 {
+	lessor_sqlite *s = be;
 	struct read_log_ctx c = {.b = BUF_INIT(0)};
 	int r;
 
@@ -412,7 +347,7 @@ struct owner_ctx {
 	char *worker_id;
 };
 
-static int owner_tx(lessor_store *s, void *userdata)
+static int owner_tx(lessor_sqlite *s, void *userdata)
 {
 	struct owner_ctx *c = userdata;
 	sqlite3_stmt *st;
@@ -426,7 +361,7 @@ static int owner_tx(lessor_store *s, void *userdata)
 	return c->worker_id ? 0 : -ENOMEM;
 }
 
-static int owner_view(lessor_store *s, struct owner_ctx *c, char **ret)
+static int owner_view(lessor_sqlite *s, struct owner_ctx *c, char **ret)
 {
 	int r = lessor_db_tx(s, false, owner_tx, c);
 
@@ -438,21 +373,19 @@ static int owner_view(lessor_store *s, struct owner_ctx *c, char **ret)
 	return 0;
 }
 
-int lessor_store_lease_holder(lessor_store *s, const char *id, const char *lease_token,
-                              char **ret_worker_id)
+int lessor_sqlite_lease_holder(void *be, int64_t seq, const char *lease_token, char **ret_worker_id)
 {
 	struct owner_ctx c = {.sql = "SELECT worker_id FROM leases WHERE run_seq = ? AND token = ?",
+	                      .seq = seq,
 	                      .key = lease_token};
 
-	if (lessor_run_id_parse(id, &c.seq) < 0 || c.seq <= 0)
-		return -ENOENT;
-	return owner_view(s, &c, ret_worker_id);
+	return owner_view(be, &c, ret_worker_id);
 }
 
-int lessor_store_claim_owner(lessor_store *s, const char *claim_id, char **ret_worker_id)
+int lessor_sqlite_claim_owner(void *be, const char *claim_id, char **ret_worker_id)
 {
 	struct owner_ctx c = {.sql = "SELECT worker_id FROM claims WHERE claim_id = ?",
 	                      .key = claim_id};
 
-	return owner_view(s, &c, ret_worker_id);
+	return owner_view(be, &c, ret_worker_id);
 }

@@ -3,7 +3,7 @@
  * transaction still commits (it may have counted the rejected write), so the
  * op functions return < 0 only for SQLite errors and leave the answer in
  * their context. */
-#include "lessor/store-int.h"
+#include "lessor/store_sqlite-int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,26 +13,11 @@
 #include <string.h>
 
 #include "util/macro.h"
-#include "util/random.h"
 #include "util/strutil.h"
 
-#define CLAIM_RECORD_TTL_MS (24 * 3600 * 1000LL)
 #define REAP_BATCH 256
 
-static void new_token(char buf[LESSOR_TOKEN_LEN + 1])
-{
-	static const char hex[] = "0123456789abcdef";
-	uint8_t b[LESSOR_TOKEN_LEN / 2];
-
-	random_bytes(b, sizeof(b));
-	for (size_t i = 0; i < sizeof(b); i++) {
-		buf[2 * i] = hex[b[i] >> 4];
-		buf[2 * i + 1] = hex[b[i] & 15];
-	}
-	buf[LESSOR_TOKEN_LEN] = '\0';
-}
-
-static int end_lease(lessor_store *s, int64_t lease_id, const char *reason, const char *detail,
+static int end_lease(lessor_sqlite *s, int64_t lease_id, const char *reason, const char *detail,
                      int64_t now)
 {
 	return lessor_db_query(s, NULL,
@@ -43,7 +28,7 @@ static int end_lease(lessor_store *s, int64_t lease_id, const char *reason, cons
 
 /* Back to the queue.  Without a delay the run keeps its place (its old
  * not_before, already past); with one it is due, and queued, at now + delay. */
-static int to_pending(lessor_store *s, int64_t seq, int64_t delay_ms, int64_t now)
+static int to_pending(lessor_sqlite *s, int64_t seq, int64_t delay_ms, int64_t now)
 {
 	return lessor_db_query(s, NULL,
 	                       "UPDATE runs SET status = 'pending', lease_id = NULL,"
@@ -53,7 +38,7 @@ static int to_pending(lessor_store *s, int64_t seq, int64_t delay_ms, int64_t no
 	                       "iii", delay_ms, now, seq);
 }
 
-static int fail_run(lessor_store *s, int64_t seq, const char *reason, const char *error,
+static int fail_run(lessor_sqlite *s, int64_t seq, const char *reason, const char *error,
                     int64_t now)
 {
 	return lessor_db_query(
@@ -78,7 +63,7 @@ struct held {
 
 /* 0 when token is the run's current lease; -ENOENT unknown run; -ESTALE
  * otherwise, after counting the refused write on the run. */
-static int held_lease(lessor_store *s, const char *id, const char *token, int64_t now,
+static int held_lease(lessor_sqlite *s, const char *id, const char *token, int64_t now,
                       struct held *ret)
 {
 	sqlite3_stmt *st;
@@ -116,7 +101,7 @@ static int held_lease(lessor_store *s, const char *id, const char *token, int64_
 
 /* Splits held_lease()'s result into a database error (returned) and a
  * protocol answer (*answer). */
-static int held_or_answer(lessor_store *s, const char *id, const char *token, int64_t now,
+static int held_or_answer(lessor_sqlite *s, const char *id, const char *token, int64_t now,
                           struct held *h, int *answer)
 {
 	int r = held_lease(s, id, token, now, h);
@@ -134,25 +119,11 @@ struct enqueue_ctx {
 	bool created;
 };
 
-static char *tags_to_json(char **tags)
-{
-	cJSON *a = cJSON_CreateArray();
-	char *out;
-
-	if (!a)
-		return NULL;
-	for (size_t i = 0; tags && tags[i]; i++)
-		cJSON_AddItemToArray(a, cJSON_CreateString(tags[i]));
-	out = cJSON_PrintUnformatted(a);
-	cJSON_Delete(a);
-	return out;
-}
-
-static int enqueue_tx(lessor_store *s, void *userdata)
+static int enqueue_tx(lessor_sqlite *s, void *userdata)
 {
 	struct enqueue_ctx *c = userdata;
 	const struct lessor_enqueue *e = c->e;
-	_cleanup_free_ char *tags = tags_to_json(e->tags);
+	_cleanup_free_ char *tags = lessor_tags_to_json(e->tags);
 	int64_t timeout = e->timeout_s;
 	sqlite3_stmt *st;
 	int r;
@@ -188,9 +159,10 @@ static int enqueue_tx(lessor_store *s, void *userdata)
 	return 0;
 }
 
-int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_t now,
-                         char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created)
+int lessor_sqlite_enqueue(void *be, const struct lessor_enqueue *e, int64_t now,
+                          char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created)
 {
+	lessor_sqlite *s = be;
 	struct enqueue_ctx c = {.e = e, .now = now};
 	int r = lessor_db_tx(s, true, enqueue_tx, &c);
 
@@ -240,7 +212,7 @@ static int grant_push(struct lessor_claim_result *res, sqlite3_stmt *st)
 
 /* A claim_id answered before: return what it still holds, with the leases
  * extended as if granted now (the worker counts from this request's send time). */
-static int claim_replay(lessor_store *s, struct claim_ctx *c)
+static int claim_replay(lessor_sqlite *s, struct claim_ctx *c)
 {
 	sqlite3_stmt *st;
 	int r;
@@ -277,7 +249,7 @@ static int claim_replay(lessor_store *s, struct claim_ctx *c)
 }
 
 /* 1 when the claim_id was seen before (and handled), 0 when new. */
-static int claim_lookup(lessor_store *s, struct claim_ctx *c)
+static int claim_lookup(lessor_sqlite *s, struct claim_ctx *c)
 {
 	sqlite3_stmt *st;
 	int r;
@@ -298,7 +270,7 @@ static int claim_lookup(lessor_store *s, struct claim_ctx *c)
 	return r < 0 ? r : 1;
 }
 
-static int record_worker(lessor_store *s, struct claim_ctx *c)
+static int record_worker(lessor_sqlite *s, struct claim_ctx *c)
 {
 	const struct lessor_claim_req *q = c->req;
 
@@ -313,7 +285,7 @@ static int record_worker(lessor_store *s, struct claim_ctx *c)
 	                       (int64_t)q->max_runs);
 }
 
-static int grant_one(lessor_store *s, struct claim_ctx *c, struct lessor_grant *g)
+static int grant_one(lessor_sqlite *s, struct claim_ctx *c, struct lessor_grant *g)
 {
 	int64_t seq, lease_id;
 	int r;
@@ -321,7 +293,7 @@ static int grant_one(lessor_store *s, struct claim_ctx *c, struct lessor_grant *
 	(void)lessor_run_id_parse(g->id, &seq);
 	g->attempt += 1; /* consumed attempts + 1 */
 	g->ttl_s = c->req->ttl_s;
-	new_token(g->token);
+	lessor_new_token(g->token);
 	r = lessor_db_query(
 	    s, NULL,
 	    "INSERT INTO leases (run_seq, token, attempt, worker_id, claim_id, ttl_s,"
@@ -338,7 +310,7 @@ static int grant_one(lessor_store *s, struct claim_ctx *c, struct lessor_grant *
 	                       "iiiii", lease_id, c->now + 1000LL * g->ttl_s, c->now, c->now, seq);
 }
 
-static int claim_new(lessor_store *s, struct claim_ctx *c)
+static int claim_new(lessor_sqlite *s, struct claim_ctx *c)
 {
 	const struct lessor_claim_req *q = c->req;
 	sqlite3_stmt *st;
@@ -374,7 +346,7 @@ static int claim_new(lessor_store *s, struct claim_ctx *c)
 
 /* Counting is a scan of the eligible runs, so it stops at a cap; and when the
  * claim got fewer runs than it asked for, nothing eligible is left to count. */
-static int queue_depth(lessor_store *s, struct claim_ctx *c)
+static int queue_depth(lessor_sqlite *s, struct claim_ctx *c)
 {
 	sqlite3_stmt *st;
 	int r;
@@ -390,7 +362,7 @@ static int queue_depth(lessor_store *s, struct claim_ctx *c)
 	return r < 0 ? r : 0;
 }
 
-static int claim_tx(lessor_store *s, void *userdata)
+static int claim_tx(lessor_sqlite *s, void *userdata)
 {
 	struct claim_ctx *c = userdata;
 	int r;
@@ -417,9 +389,10 @@ void lessor_claim_result_done(struct lessor_claim_result *r)
 	*r = (struct lessor_claim_result){0};
 }
 
-int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
-                       struct lessor_claim_result *ret)
+int lessor_sqlite_claim(void *be, const struct lessor_claim_req *req, int64_t now,
+                        struct lessor_claim_result *ret)
 {
+	lessor_sqlite *s = be;
 	struct lessor_claim_result res = {0};
 	struct claim_ctx c = {.req = req, .now = now, .res = &res};
 	int r = lessor_db_tx(s, true, claim_tx, &c);
@@ -442,7 +415,7 @@ struct claim_cancel_ctx {
 	unsigned released;
 };
 
-static int claim_cancel_tx(lessor_store *s, void *userdata)
+static int claim_cancel_tx(lessor_sqlite *s, void *userdata)
 {
 	struct claim_cancel_ctx *c = userdata;
 	int64_t seqs[REAP_BATCH], leases[REAP_BATCH];
@@ -481,9 +454,9 @@ static int claim_cancel_tx(lessor_store *s, void *userdata)
 	return 0;
 }
 
-int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,
-                              unsigned *ret_released)
+int lessor_sqlite_claim_cancel(void *be, const char *claim_id, int64_t now, unsigned *ret_released)
 {
+	lessor_sqlite *s = be;
 	struct claim_cancel_ctx c = {.claim_id = claim_id, .now = now};
 	int r = lessor_db_tx(s, true, claim_cancel_tx, &c);
 
@@ -503,7 +476,7 @@ struct renew_ctx {
 	int answer;
 };
 
-static int renew_tx(lessor_store *s, void *userdata)
+static int renew_tx(lessor_sqlite *s, void *userdata)
 {
 	struct renew_ctx *c = userdata;
 	struct held h;
@@ -522,9 +495,10 @@ static int renew_tx(lessor_store *s, void *userdata)
 	                       "iii", c->now + 1000LL * c->ttl_s, c->now, h.seq);
 }
 
-int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
-                       int64_t now, bool *ret_cancel_requested)
+int lessor_sqlite_renew(void *be, const char *id, const char *token, unsigned ttl_s, int64_t now,
+                        bool *ret_cancel_requested)
 {
+	lessor_sqlite *s = be;
 	struct renew_ctx c = {.id = id, .token = token, .ttl_s = ttl_s, .now = now};
 	int r = lessor_db_tx(s, true, renew_tx, &c);
 
@@ -549,7 +523,7 @@ struct log_ctx {
 	int answer;
 };
 
-static int log_tx(lessor_store *s, void *userdata)
+static int log_tx(lessor_sqlite *s, void *userdata)
 {
 	struct log_ctx *c = userdata;
 	struct held h;
@@ -579,9 +553,10 @@ static int log_tx(lessor_store *s, void *userdata)
 	                       "iii", (int64_t)c->length, c->now, h.seq);
 }
 
-int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
-                            const void *data, size_t len, int64_t now, uint64_t *ret_length)
+int lessor_sqlite_append_log(void *be, const char *id, const char *token, uint64_t start,
+                             const void *data, size_t len, int64_t now, uint64_t *ret_length)
 {
+	lessor_sqlite *s = be;
 	struct log_ctx c = {.id = id,
 	                    .token = token,
 	                    .start = start,
@@ -608,20 +583,8 @@ struct complete_ctx {
 	int answer;
 };
 
-/* The static copy of a status name (for answers that outlive the statement). */
-static const char *static_run_status(const char *s)
-{
-	static const char *const names[] = {"pending", "running",  "succeeded",
-	                                    "failed",  "retrying", "cancelled"};
-
-	for (size_t i = 0; s && i < ELEMENTSOF(names); i++)
-		if (streq(s, names[i]))
-			return names[i];
-	return NULL;
-}
-
 /* A second complete with the token that completed the run gets the same answer. */
-static int complete_replay(lessor_store *s, struct complete_ctx *c)
+static int complete_replay(lessor_sqlite *s, struct complete_ctx *c)
 {
 	sqlite3_stmt *st;
 	int64_t seq;
@@ -635,48 +598,20 @@ static int complete_replay(lessor_store *s, struct complete_ctx *c)
 	                    "is", seq, c->in->token);
 	if (r <= 0)
 		return r;
-	c->run_status = static_run_status((const char *)sqlite3_column_text(st, 0));
+	c->run_status = lessor_static_run_status((const char *)sqlite3_column_text(st, 0));
 	return c->run_status ? 1 : -EIO;
 }
 
-static int64_t retry_delay(const struct lessor_store_config *cfg, int64_t consumed)
-{
-	int64_t d = cfg->retry_base_ms;
-
-	for (int64_t i = 1; i < consumed && d < cfg->retry_max_ms; i++)
-		d *= 2;
-	return MIN(d, cfg->retry_max_ms);
-}
-
-/* Decide the run's next status; returns the answer and sets *ret_status and *ret_not_before. */
-static const char *complete_decide(lessor_store *s, const struct held *h,
-                                   const struct lessor_completion *in, int64_t now,
-                                   const char **ret_status, int64_t *ret_not_before)
-{
-	int64_t consumed = h->attempts + 1;
-
-	*ret_not_before = now;
-	if (streq(in->status, "succeeded") || streq(in->status, "cancelled")) {
-		*ret_status = static_run_status(in->status);
-		return *ret_status;
-	}
-	if (in->retryable && !h->cancel_requested && consumed < h->max_attempts) {
-		*ret_status = "pending";
-		*ret_not_before = now + retry_delay(&s->cfg, consumed);
-		return "retrying";
-	}
-	*ret_status = "failed";
-	return "failed";
-}
-
-static int complete_apply(lessor_store *s, struct complete_ctx *c, const struct held *h)
+static int complete_apply(lessor_sqlite *s, struct complete_ctx *c, const struct held *h)
 {
 	const struct lessor_completion *in = c->in;
 	const char *status;
 	int64_t not_before, exit_code = in->exit_code, finished = c->now;
 	int r;
 
-	c->run_status = complete_decide(s, h, in, c->now, &status, &not_before);
+	c->run_status =
+	    lessor_complete_decide(&s->cfg, h->attempts, h->max_attempts, h->cancel_requested, in,
+	                           c->now, &status, &not_before);
 	r = lessor_db_query(
 	    s, NULL,
 	    "UPDATE runs SET status = ?, attempts = attempts + 1, lease_id = NULL,"
@@ -696,7 +631,7 @@ static int complete_apply(lessor_store *s, struct complete_ctx *c, const struct 
 	    "isi", c->now, c->run_status, h->lease_id);
 }
 
-static int complete_tx(lessor_store *s, void *userdata)
+static int complete_tx(lessor_sqlite *s, void *userdata)
 {
 	struct complete_ctx *c = userdata;
 	struct held h;
@@ -711,9 +646,10 @@ static int complete_tx(lessor_store *s, void *userdata)
 	return complete_apply(s, c, &h);
 }
 
-int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *in,
-                          int64_t now, const char **ret_run_status)
+int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *in,
+                           int64_t now, const char **ret_run_status)
 {
+	lessor_sqlite *s = be;
 	struct complete_ctx c = {.id = id, .in = in, .now = now};
 	int r = lessor_db_tx(s, true, complete_tx, &c);
 
@@ -734,7 +670,7 @@ struct release_ctx {
 	int answer;
 };
 
-static int release_tx(lessor_store *s, void *userdata)
+static int release_tx(lessor_sqlite *s, void *userdata)
 {
 	struct release_ctx *c = userdata;
 	struct held h;
@@ -748,9 +684,10 @@ static int release_tx(lessor_store *s, void *userdata)
 	return to_pending(s, h.seq, 1000LL * c->delay_s, c->now);
 }
 
-int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
-                         unsigned delay_s, int64_t now)
+int lessor_sqlite_release(void *be, const char *id, const char *token, const char *reason,
+                          unsigned delay_s, int64_t now)
 {
+	lessor_sqlite *s = be;
 	struct release_ctx c = {
 	    .id = id, .token = token, .reason = reason, .delay_s = delay_s, .now = now};
 	int r = lessor_db_tx(s, true, release_tx, &c);
@@ -768,7 +705,7 @@ struct admin_ctx {
 };
 
 /* Reads status and lease of the run named by c->id. */
-static int admin_lookup(lessor_store *s, struct admin_ctx *c, int64_t *ret_seq,
+static int admin_lookup(lessor_sqlite *s, struct admin_ctx *c, int64_t *ret_seq,
                         int64_t *ret_lease_id)
 {
 	sqlite3_stmt *st;
@@ -784,14 +721,14 @@ static int admin_lookup(lessor_store *s, struct admin_ctx *c, int64_t *ret_seq,
 		c->answer = -ENOENT;
 		return r;
 	}
-	c->status = static_run_status((const char *)sqlite3_column_text(st, 0));
+	c->status = lessor_static_run_status((const char *)sqlite3_column_text(st, 0));
 	if (!c->status)
 		return -EIO;
 	*ret_lease_id = lessor_db_int(st, 1);
 	return 0;
 }
 
-static int cancel_tx(lessor_store *s, void *userdata)
+static int cancel_tx(lessor_sqlite *s, void *userdata)
 {
 	struct admin_ctx *c = userdata;
 	int64_t seq, lease_id;
@@ -819,8 +756,9 @@ static int cancel_tx(lessor_store *s, void *userdata)
 	return 0;
 }
 
-int lessor_store_cancel(lessor_store *s, const char *id, int64_t now, const char **ret_status)
+int lessor_sqlite_cancel(void *be, const char *id, int64_t now, const char **ret_status)
 {
+	lessor_sqlite *s = be;
 	struct admin_ctx c = {.id = id, .now = now};
 	int r = lessor_db_tx(s, true, cancel_tx, &c);
 
@@ -832,7 +770,7 @@ int lessor_store_cancel(lessor_store *s, const char *id, int64_t now, const char
 	return 0;
 }
 
-static int requeue_tx(lessor_store *s, void *userdata)
+static int requeue_tx(lessor_sqlite *s, void *userdata)
 {
 	struct admin_ctx *c = userdata;
 	int64_t seq, lease_id;
@@ -850,8 +788,9 @@ static int requeue_tx(lessor_store *s, void *userdata)
 	return to_pending(s, seq, 0, c->now);
 }
 
-int lessor_store_requeue(lessor_store *s, const char *id, int64_t now)
+int lessor_sqlite_requeue(void *be, const char *id, int64_t now)
 {
+	lessor_sqlite *s = be;
 	struct admin_ctx c = {.id = id, .now = now};
 	int r = lessor_db_tx(s, true, requeue_tx, &c);
 
@@ -866,7 +805,7 @@ struct tick_ctx {
 	bool wake;
 };
 
-static int expire_one(lessor_store *s, struct tick_ctx *c, int64_t seq, int64_t lease_id,
+static int expire_one(lessor_sqlite *s, struct tick_ctx *c, int64_t seq, int64_t lease_id,
                       int64_t expiries)
 {
 	char error[96];
@@ -887,7 +826,7 @@ static int expire_one(lessor_store *s, struct tick_ctx *c, int64_t seq, int64_t 
 	return to_pending(s, seq, 0, c->now);
 }
 
-static int expire_leases(lessor_store *s, struct tick_ctx *c)
+static int expire_leases(lessor_sqlite *s, struct tick_ctx *c)
 {
 	int64_t seqs[REAP_BATCH], leases[REAP_BATCH], expiries[REAP_BATCH];
 	sqlite3_stmt *st;
@@ -912,7 +851,7 @@ static int expire_leases(lessor_store *s, struct tick_ctx *c)
 	return 0;
 }
 
-static int tick_tx(lessor_store *s, void *userdata)
+static int tick_tx(lessor_sqlite *s, void *userdata)
 {
 	struct tick_ctx *c = userdata;
 	sqlite3_stmt *st;
@@ -932,11 +871,12 @@ static int tick_tx(lessor_store *s, void *userdata)
 		c->wake = true;
 	sqlite3_reset(st);
 	return lessor_db_query(s, NULL, "DELETE FROM claims WHERE created_at < ?", "i",
-	                       c->now - CLAIM_RECORD_TTL_MS);
+	                       c->now - LESSOR_CLAIM_RECORD_TTL_MS);
 }
 
-int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake)
+int lessor_sqlite_tick(void *be, int64_t last, int64_t now, bool *ret_wake)
 {
+	lessor_sqlite *s = be;
 	struct tick_ctx c = {.last = last, .now = now, .max_expiries = s->cfg.max_lease_expiries};
 	int r = lessor_db_tx(s, true, tick_tx, &c);
 
@@ -946,7 +886,7 @@ int lessor_store_tick(lessor_store *s, int64_t last, int64_t now, bool *ret_wake
 	return 0;
 }
 
-static int recover_tx(lessor_store *s, void *userdata)
+static int recover_tx(lessor_sqlite *s, void *userdata)
 {
 	const int64_t *now = userdata;
 
@@ -957,7 +897,8 @@ static int recover_tx(lessor_store *s, void *userdata)
 	                       "i", *now);
 }
 
-int lessor_store_recover(lessor_store *s, int64_t now)
+int lessor_sqlite_recover(void *be, int64_t now)
 {
+	lessor_sqlite *s = be;
 	return lessor_db_tx(s, true, recover_tx, &now);
 }

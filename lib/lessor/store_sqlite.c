@@ -1,0 +1,416 @@
+/* The SQLite backend's connection: open, pragmas, migrations, the statement cache and
+ * the transaction wrapper every transition goes through. */
+#include "lessor/store_sqlite-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+
+#include "log/log.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+/* Migration n brings user_version from n to n + 1.  Never edit a shipped one. */
+static const char *const migrations[] = {
+    /* 0 -> 1: the initial schema.  Times are wall-clock ms since the epoch. */
+    "CREATE TABLE runs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* run id is 'r-' || seq */
+    "  workflow TEXT NOT NULL,"
+    "  input TEXT NOT NULL,"
+    "  tags TEXT NOT NULL DEFAULT '[]',"
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+    "  timeout_s INTEGER,"
+    "  idempotency_key TEXT UNIQUE,"
+    "  status TEXT NOT NULL CHECK (status IN"
+    "    ('pending','running','succeeded','failed','cancelled')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0," /* consumed attempts */
+    "  lease_expiries INTEGER NOT NULL DEFAULT 0,"
+    "  cancel_requested INTEGER NOT NULL DEFAULT 0,"
+    "  not_before INTEGER NOT NULL,"
+    "  lease_id INTEGER," /* the held lease while running */
+    "  lease_expires_at INTEGER,"
+    "  rejected_writes INTEGER NOT NULL DEFAULT 0,"
+    "  log_length INTEGER NOT NULL DEFAULT 0,"
+    "  outcome TEXT, reason TEXT, exit_code INTEGER, signal TEXT, error TEXT,"
+    "  retryable INTEGER, duration_ms INTEGER, reported_log_length INTEGER, output TEXT,"
+    "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+    "  started_at INTEGER, finished_at INTEGER,"
+    "  CHECK ((status = 'running') = (lease_id IS NOT NULL)));"
+    "CREATE INDEX runs_queue ON runs(status, seq);"
+    "CREATE INDEX runs_due ON runs(status, not_before);"
+    "CREATE INDEX runs_expiry ON runs(status, lease_expires_at);"
+    "CREATE INDEX runs_workflow ON runs(workflow, seq);"
+    "CREATE TABLE run_tags ("
+    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
+    "  tag TEXT NOT NULL,"
+    "  PRIMARY KEY (run_seq, tag)) WITHOUT ROWID;"
+    "CREATE TABLE leases ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
+    "  token TEXT NOT NULL UNIQUE,"
+    "  attempt INTEGER NOT NULL,"
+    "  worker_id TEXT NOT NULL,"
+    "  claim_id TEXT NOT NULL,"
+    "  ttl_s INTEGER NOT NULL,"
+    "  granted_at INTEGER NOT NULL,"
+    "  last_renewed_at INTEGER," /* NULL: never renewed (claim cancel) */
+    "  ended_at INTEGER,"
+    "  end_reason TEXT CHECK (end_reason IN"
+    "    ('completed','released','expired','revoked','cancelled')),"
+    "  detail TEXT,"  /* release reason, ... */
+    "  answer TEXT);" /* run_status answered to complete, for idempotency */
+    "CREATE INDEX leases_run ON leases(run_seq);"
+    "CREATE INDEX leases_claim ON leases(claim_id);"
+    "CREATE TABLE claims ("
+    "  claim_id TEXT PRIMARY KEY,"
+    "  worker_id TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  cancelled INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX claims_age ON claims(created_at);"
+    "CREATE TABLE workers ("
+    "  worker_id TEXT PRIMARY KEY,"
+    "  last_claim_at INTEGER NOT NULL,"
+    "  workflows TEXT," /* JSON array as sent; NULL = omitted */
+    "  tags TEXT NOT NULL,"
+    "  max_runs INTEGER NOT NULL,"
+    "  claims INTEGER NOT NULL DEFAULT 0,"
+    "  runs_granted INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE log_chunks ("
+    "  run_seq INTEGER NOT NULL REFERENCES runs(seq),"
+    "  start INTEGER NOT NULL,"
+    "  data BLOB NOT NULL,"
+    "  PRIMARY KEY (run_seq, start)) WITHOUT ROWID;",
+};
+
+int lessor_db_error(lessor_sqlite *s, int rc, const char *sql)
+{
+	log_error("sqlite: %s (%s)", sqlite3_errmsg(s->db), sql ? sql : "?");
+	switch (rc & 0xff) {
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	case SQLITE_TOOBIG:
+		return -E2BIG;
+	default:
+		return -EIO;
+	}
+}
+
+static sqlite3_stmt *stmt_get(lessor_sqlite *s, const char *sql, int *ret_rc)
+{
+	struct lessor_db_stmt *e;
+	int rc;
+
+	for (size_t i = 0; i < s->n_stmts; i++)
+		if (s->stmts[i].sql == sql) {
+			sqlite3_reset(s->stmts[i].st);
+			sqlite3_clear_bindings(s->stmts[i].st);
+			return s->stmts[i].st;
+		}
+	/* every statement is a literal in lib/lessor, so the cache is bounded */
+	if (s->n_stmts >= LESSOR_DB_STMT_MAX) {
+		*ret_rc = SQLITE_NOMEM;
+		return NULL;
+	}
+	e = &s->stmts[s->n_stmts];
+	rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &e->st, NULL);
+	if (rc != SQLITE_OK) {
+		*ret_rc = rc;
+		return NULL;
+	}
+	e->sql = sql;
+	s->n_stmts++;
+	return e->st;
+}
+
+static int bind_args(sqlite3_stmt *st, const char *fmt, va_list ap)
+{
+	int rc = SQLITE_OK;
+
+	for (int i = 1; *fmt && rc == SQLITE_OK; fmt++, i++) {
+		switch (*fmt) {
+		case 'i':
+			rc = sqlite3_bind_int64(st, i, va_arg(ap, int64_t));
+			break;
+		case 's': {
+			const char *v = va_arg(ap, const char *);
+
+			rc = v ? sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC)
+			       : sqlite3_bind_null(st, i);
+			break;
+		}
+		case 'n': { /* nullable integer: const int64_t * */
+			const int64_t *v = va_arg(ap, const int64_t *);
+
+			rc = v ? sqlite3_bind_int64(st, i, *v) : sqlite3_bind_null(st, i);
+			break;
+		}
+		case 'b': {
+			const void *p = va_arg(ap, const void *);
+			size_t n = va_arg(ap, size_t);
+
+			rc = sqlite3_bind_blob64(st, i, p, n, SQLITE_STATIC);
+			break;
+		}
+		default:
+			return SQLITE_MISUSE;
+		}
+	}
+	return rc;
+}
+
+int lessor_db_next(lessor_sqlite *s, sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	return lessor_db_error(s, rc, sqlite3_sql(st));
+}
+
+int lessor_db_query(lessor_sqlite *s, sqlite3_stmt **ret_st, const char *sql, const char *fmt, ...)
+{
+	sqlite3_stmt *st;
+	va_list ap;
+	int rc = SQLITE_OK;
+
+	st = stmt_get(s, sql, &rc);
+	if (!st)
+		return lessor_db_error(s, rc, sql);
+	va_start(ap, fmt);
+	rc = bind_args(st, fmt, ap);
+	va_end(ap);
+	if (rc != SQLITE_OK)
+		return lessor_db_error(s, rc, sql);
+	if (ret_st)
+		*ret_st = st;
+	return lessor_db_next(s, st);
+}
+
+static int exec_plain(lessor_sqlite *s, const char *sql)
+{
+	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+
+	return rc == SQLITE_OK ? 0 : lessor_db_error(s, rc, sql);
+}
+
+static const char SQL_BEGIN_IMMEDIATE[] = "BEGIN IMMEDIATE";
+static const char SQL_BEGIN[] = "BEGIN";
+static const char SQL_COMMIT[] = "COMMIT";
+static const char SQL_ROLLBACK[] = "ROLLBACK";
+
+int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
+{
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = lessor_db_query(s, NULL, write ? SQL_BEGIN_IMMEDIATE : SQL_BEGIN, "");
+	if (r >= 0) {
+		r = fn(s, userdata);
+		/* no statement may still be stepping when the transaction ends */
+		for (size_t i = 0; i < s->n_stmts; i++)
+			sqlite3_reset(s->stmts[i].st);
+		if (r >= 0) {
+			int c = lessor_db_query(s, NULL, SQL_COMMIT, "");
+
+			if (c < 0)
+				r = c;
+		}
+		if (r < 0 && !sqlite3_get_autocommit(s->db))
+			(void)lessor_db_query(s, NULL, SQL_ROLLBACK, "");
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+char *lessor_db_strdup(sqlite3_stmt *st, int col)
+{
+	const unsigned char *t = sqlite3_column_text(st, col);
+
+	return t ? strdup((const char *)t) : NULL;
+}
+
+int64_t lessor_db_int(sqlite3_stmt *st, int col)
+{
+	return sqlite3_column_int64(st, col);
+}
+
+bool lessor_db_is_null(sqlite3_stmt *st, int col)
+{
+	return sqlite3_column_type(st, col) == SQLITE_NULL;
+}
+
+static int user_version(lessor_sqlite *s, int64_t *ret)
+{
+	sqlite3_stmt *st;
+	int r = lessor_db_query(s, &st, "PRAGMA user_version", "");
+
+	if (r < 0)
+		return r;
+	*ret = r > 0 ? lessor_db_int(st, 0) : 0;
+	return 0;
+}
+
+static int migrate(lessor_sqlite *s)
+{
+	int64_t v;
+	int r = user_version(s, &v);
+
+	if (r < 0)
+		return r;
+	if (v > (int64_t)ELEMENTSOF(migrations)) {
+		log_error("database schema version %" PRId64 " is newer than this lessor (%zu)", v,
+		          ELEMENTSOF(migrations));
+		return -EPROTO;
+	}
+	for (; v < (int64_t)ELEMENTSOF(migrations); v++) {
+		char set[64];
+
+		snprintf(set, sizeof(set), "PRAGMA user_version = %" PRId64, v + 1);
+		r = exec_plain(s, "BEGIN IMMEDIATE");
+		if (r >= 0)
+			r = exec_plain(s, migrations[v]);
+		if (r >= 0)
+			r = exec_plain(s, set);
+		if (r >= 0)
+			r = exec_plain(s, "COMMIT");
+		if (r < 0) {
+			(void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+			return r;
+		}
+		log_info("database migrated to schema version %" PRId64, v + 1);
+	}
+	return 0;
+}
+
+static int check_wal(lessor_sqlite *s)
+{
+	sqlite3_stmt *st;
+	int r = lessor_db_query(s, &st, "PRAGMA journal_mode = WAL", "");
+
+	if (r < 0)
+		return r;
+	if (r == 0 || !streq((const char *)sqlite3_column_text(st, 0), "wal")) {
+		log_error("database refuses WAL mode");
+		return -EIO;
+	}
+	sqlite3_reset(st);
+	return 0;
+}
+
+static int configure(lessor_sqlite *s)
+{
+	int r;
+
+	r = check_wal(s);
+	if (r < 0)
+		return r;
+	/* WAL + NORMAL: a commit is in the WAL (page cache) before it returns, so
+	 * kill -9 loses nothing; FULL also fsyncs the WAL on every commit, so a
+	 * power loss loses nothing either. */
+	r = exec_plain(s, s->cfg.sync_full ? "PRAGMA synchronous = FULL"
+	                                   : "PRAGMA synchronous = NORMAL");
+	if (r < 0)
+		return r;
+	r = exec_plain(s, "PRAGMA foreign_keys = ON");
+	if (r < 0)
+		return r;
+	sqlite3_busy_timeout(s->db, 5000);
+	return migrate(s);
+}
+
+/* One server per database: two would each wake only their own long polls. */
+static int lock_database(lessor_sqlite *s, const char *path)
+{
+	/* created here first so the database gets mode 0600: it holds lease tokens */
+	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (s->lock_fd < 0)
+		return -errno;
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? -EBUSY : -errno;
+	return 0;
+}
+
+static void sqlite_free(void *be);
+
+static int sqlite_open(const char *path, const struct lessor_store_config *cfg, void **ret)
+{
+	lessor_sqlite *s = calloc(1, sizeof(*s));
+	int rc, r;
+
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	s->lock_fd = -1;
+	pthread_mutex_init(&s->lock, NULL);
+	r = lock_database(s, path);
+	if (r < 0)
+		goto fail;
+	rc = sqlite3_open_v2(
+	    path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		r = s->db ? lessor_db_error(s, rc, "open") : -ENOMEM;
+		goto fail;
+	}
+	sqlite3_extended_result_codes(s->db, 1);
+	r = configure(s);
+	if (r < 0)
+		goto fail;
+	*ret = s;
+	return 0;
+fail:
+	sqlite_free(s);
+	return r;
+}
+
+static void sqlite_free(void *be)
+{
+	lessor_sqlite *s = be;
+
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n_stmts; i++)
+		sqlite3_finalize(s->stmts[i].st);
+	if (s->db)
+		sqlite3_close(s->db);
+	/* after sqlite3_close: closing an fd of the file drops SQLite's POSIX locks */
+	safe_close(s->lock_fd);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+const struct lessor_store_backend lessor_store_backend_sqlite = {
+    .name = "sqlite",
+    .open = sqlite_open,
+    .free = sqlite_free,
+    .recover = lessor_sqlite_recover,
+    .enqueue = lessor_sqlite_enqueue,
+    .claim = lessor_sqlite_claim,
+    .claim_cancel = lessor_sqlite_claim_cancel,
+    .renew = lessor_sqlite_renew,
+    .append_log = lessor_sqlite_append_log,
+    .complete = lessor_sqlite_complete,
+    .release = lessor_sqlite_release,
+    .cancel = lessor_sqlite_cancel,
+    .requeue = lessor_sqlite_requeue,
+    .tick = lessor_sqlite_tick,
+    .run_json = lessor_sqlite_run_json,
+    .list_json = lessor_sqlite_list_json,
+    .stats_json = lessor_sqlite_stats_json,
+    .workers_json = lessor_sqlite_workers_json,
+    .read_log = lessor_sqlite_read_log,
+    .lease_holder = lessor_sqlite_lease_holder,
+    .claim_owner = lessor_sqlite_claim_owner,
+};
