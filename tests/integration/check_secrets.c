@@ -1,0 +1,284 @@
+/* The daemon's secrets are out of its runs' reach (issue 11, item 1): the real
+ * daemon, a real lessor, a real job (tests/aux/snoop) that tries the daemon's
+ * /proc/PID/{maps,mem,environ,fd}, PTRACE_ATTACH and PTRACE_SEIZE, its own
+ * inherited fds, the credentials directory and the spool, and prints what it
+ * reached.
+ *
+ * The daemon runs as an unprivileged user made for the test (setpriv), with
+ * the token in a systemd-like credentials directory:
+ * - same uid: a workflow without user= runs as the daemon's own uid.  Even
+ *   so its memory, environment and fds are out of reach (PR_SET_DUMPABLE 0),
+ *   and it cannot ptrace it;
+ * - shipped: the daemon holds what the shipped units give it (ambient
+ *   CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_OVERRIDE CAP_KILL) and
+ *   worker.run_user sends runs to another unprivileged user: then the
+ *   credentials and the spool are out of reach too.
+ * Needs root (to make the users and drop to them): exit 77 otherwise. */
+#include <check.h>
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lessee_proc.h"
+#include "lessor_proc.h"
+#include "testutil.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+#define SEC USEC_PER_SEC
+#define TOKEN "sn00p-s3cret-4f1c9a2e77d0b6"
+#define DAEMON_USER "lessee-snoopd"
+#define RUN_USER "lessee-snoopr"
+#define NEEDLE_LINE "snoop mem: found"
+#define CAPS "+setuid,+setgid,+chown,+dac_override,+kill"
+
+static struct tu_lessor *L;
+static struct tu_lessee *D;
+static char *base; /* creds/, spool/, run/, wrap.sh */
+static bool made_user[2];
+static struct passwd daemon_pw, run_pw;
+
+/* ---------------------------------------------------------------- users */
+
+static bool user_get(const char *name, struct passwd *ret)
+{
+	struct passwd *pw = getpwnam(name);
+
+	if (!pw)
+		return false;
+	*ret = *pw;
+	ret->pw_name = ret->pw_passwd = ret->pw_gecos = ret->pw_dir = ret->pw_shell = NULL;
+	return true;
+}
+
+static void user_make(const char *name, struct passwd *ret, bool *made)
+{
+	_cleanup_free_ char *cmd = NULL;
+
+	if (user_get(name, ret))
+		return; /* left by an earlier run: keep it */
+	ck_assert_int_ge(asprintf(&cmd,
+	                          "useradd --system --user-group --no-create-home "
+	                          "--home-dir /nonexistent --shell /usr/sbin/nologin %s",
+	                          name),
+	                 0);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	*made = true;
+	ck_assert(user_get(name, ret));
+}
+
+static void user_remove(const char *name, bool *made)
+{
+	_cleanup_free_ char *cmd = NULL;
+
+	if (!*made || asprintf(&cmd, "userdel %s", name) < 0)
+		return;
+	if (system(cmd) != 0)
+		fprintf(stderr, "check_secrets: %s failed\n", cmd);
+	*made = false;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static void path_at(char *buf, size_t len, const char *name)
+{
+	ck_assert_int_lt(snprintf(buf, len, "%s/%s", base, name), (int)len);
+}
+
+static void mkdir_owned(const char *name, mode_t mode)
+{
+	char p[512];
+
+	path_at(p, sizeof(p), name);
+	ck_assert_int_eq(mkdir(p, mode), 0);
+	ck_assert_int_eq(chown(p, daemon_pw.pw_uid, daemon_pw.pw_gid), 0);
+	ck_assert_int_eq(chmod(p, mode), 0);
+}
+
+/* Like systemd's LoadCredential=: a directory only the daemon's user can
+ * read, holding api-token. */
+static void make_creds(void)
+{
+	char p[512];
+
+	mkdir_owned("creds", 0700);
+	path_at(p, sizeof(p), "creds/api-token");
+	ck_assert_int_eq(write_file_atomic(p, TOKEN, strlen(TOKEN), 0400), 0);
+	ck_assert_int_eq(chown(p, daemon_pw.pw_uid, daemon_pw.pw_gid), 0);
+	path_at(p, sizeof(p), "creds");
+	ck_assert_int_eq(chmod(p, 0500), 0);
+}
+
+/* The daemon's private directory (its configuration, the notify socket) goes
+ * to its user, then setpriv drops to it, with the given capabilities. */
+static void make_wrapper(bool caps)
+{
+	_cleanup_free_ char *text = NULL;
+	char p[512];
+
+	ck_assert_int_ge(
+	    asprintf(&text,
+	             "#!/bin/sh\n"
+	             "for a; do [ \"$prev\" = --config ] && conf=$a; prev=$a; done\n"
+	             "d=$(dirname \"$conf\")\n"
+	             "chown -R %1$s: \"$d\" && chmod 0711 \"$d\" || exit 125\n"
+	             "exec setpriv --reuid=%1$s --regid=%1$s --clear-groups %2$s -- \"$@\"\n",
+	             DAEMON_USER,
+	             caps ? "--inh-caps=" CAPS " --ambient-caps=" CAPS
+	                    " --bounding-set=-all," CAPS
+	                  : "--bounding-set=-all"),
+	    0);
+	path_at(p, sizeof(p), "wrap.sh");
+	ck_assert_int_eq(write_file_atomic(p, text, strlen(text), 0755), 0);
+}
+
+static void setup(void)
+{
+	user_make(DAEMON_USER, &daemon_pw, &made_user[0]);
+	user_make(RUN_USER, &run_pw, &made_user[1]);
+	base = tu_tmpdir("secrets");
+	ck_assert_ptr_nonnull(base);
+	ck_assert_int_eq(chmod(base, 0711), 0); /* as RuntimeDirectoryMode=0711 */
+	mkdir_owned("spool", 0700);
+	mkdir_owned("run", 0711);
+	make_creds();
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = TOKEN}, &L), 0);
+}
+
+static void teardown(void)
+{
+	int st = D ? tu_lessee_quit(D) : 0;
+	int ls = L ? tu_lessor_stop(L) : 0;
+
+	D = tu_lessee_free(D);
+	L = tu_lessor_free(L);
+	if (base)
+		rm_rf(base);
+	free(base);
+	base = NULL;
+	user_remove(RUN_USER, &made_user[1]);
+	user_remove(DAEMON_USER, &made_user[0]);
+	ck_assert_msg(st == 0, "lessee exited with %d", st);
+	ck_assert_msg(ls == 0, "lessor exited with %d", ls);
+}
+
+static void start_lessee(bool shipped)
+{
+	_cleanup_free_ char *snoop = tu_aux_bin("snoop"), *conf = NULL, *env0 = NULL,
+	                    *wrap0 = NULL;
+	char *env[] = {NULL, NULL}, *wrap[] = {NULL, NULL};
+
+	make_wrapper(shipped);
+	ck_assert_int_ge(asprintf(&wrap0, "%s/wrap.sh", base), 0);
+	ck_assert_int_ge(asprintf(&env0, "CREDENTIALS_DIRECTORY=%s/creds", base), 0);
+	env[0] = env0;
+	wrap[0] = wrap0;
+	ck_assert_int_ge(asprintf(&conf,
+	                          "[api]\ntoken_file =\n"
+	                          "[worker]\nspool_dir = %1$s/spool\nrun_dir = %1$s/run\n%3$s"
+	                          "[workflow.snoop]\n"
+	                          "command = %2$s --creds %1$s/creds --spool %1$s/spool\n",
+	                          base, snoop, shipped ? "run_user = " RUN_USER "\n" : ""),
+	                 0);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                                          .conf = conf,
+	                                                          .env = env,
+	                                                          .wrap = wrap},
+	                                 &D),
+	                 0);
+}
+
+/* Run snoop once: its log. */
+static char *snoop(void)
+{
+	_cleanup_free_ char *id = tu_lessor_enqueue(L, "{\"workflow\":\"snoop\"}");
+	size_t len = 0;
+	char *log;
+
+	ck_assert_ptr_nonnull(id);
+	ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(60 * SEC)), 0);
+	log = tu_lessor_run_log(L, id, &len);
+	ck_assert_ptr_nonnull(log);
+	fprintf(stderr, "--- what the run reached:\n%s---\n", log);
+	return log;
+}
+
+static void assert_denied(const char *log, const char *probe)
+{
+	_cleanup_free_ char *want = NULL;
+
+	ck_assert_int_ge(asprintf(&want, "snoop %s: denied", probe), 0);
+	ck_assert_msg(strstr(log, want), "%s: not denied", probe);
+}
+
+static void assert_uid(const char *log, uid_t uid)
+{
+	_cleanup_free_ char *want = NULL;
+
+	ck_assert_int_ge(asprintf(&want, "snoop uid=%u ", (unsigned)uid), 0);
+	ck_assert_msg(strstr(log, want), "the run did not run as uid %u", (unsigned)uid);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* A run as the daemon's own uid still reaches none of its memory. */
+START_TEST(test_same_uid)
+{
+	_cleanup_free_ char *log = NULL;
+
+	start_lessee(false);
+	log = snoop();
+	assert_uid(log, daemon_pw.pw_uid);
+	ck_assert_msg(strstr(log, "snoop done"), "snoop did not finish");
+	ck_assert_msg(!strstr(log, TOKEN), "the run found the token");
+	ck_assert_msg(!strstr(log, NEEDLE_LINE), "the run found an Authorization header");
+	assert_denied(log, "maps");
+	assert_denied(log, "mem");
+	assert_denied(log, "environ");
+	assert_denied(log, "daemon-fds");
+	assert_denied(log, "ptrace-attach");
+	assert_denied(log, "ptrace-seize");
+	assert_denied(log, "fds");
+	/* the daemon warns: the credential is still the run's to read */
+	ck_assert_int_eq(tu_lessee_wait_log(D, "runs as the daemon's own user", tu_timeout(5 * SEC)),
+	                 0);
+}
+END_TEST
+
+/* The shipped design: runs as worker.run_user reach nothing at all. */
+START_TEST(test_shipped)
+{
+	_cleanup_free_ char *log = NULL;
+
+	start_lessee(true);
+	log = snoop();
+	assert_uid(log, run_pw.pw_uid);
+	ck_assert_msg(strstr(log, "snoop done"), "snoop did not finish");
+	ck_assert_msg(!strstr(log, TOKEN), "the run found the token");
+	ck_assert_msg(!strstr(log, "REACHED"), "the run reached something of the daemon's");
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("secrets");
+	TCase *tc = tcase_create("secrets");
+	int r;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "check_secrets: needs root (users, setpriv): skipped\n");
+		return 77;
+	}
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_same_uid);
+	tcase_add_test(tc, test_shipped);
+	suite_add_tcase(s, tc);
+	r = tu_run(s);
+	return r != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
