@@ -187,6 +187,48 @@ static int load_conf(const struct opts *o, const char *worker_id, struct conf **
 	return r;
 }
 
+/* A run as our own uid can read our credential and spool and signal us; one
+ * as root can read anything.  Not a configuration error (a development setup,
+ * a container without capabilities), but said at each start, reload and
+ * --check-config.  f NULL: to the log. */
+static void shared_uid_warnings(const struct conf *c, FILE *f)
+{
+	uid_t self = geteuid();
+
+	for (size_t i = 0; i < c->n_workflows; i++) {
+		const struct conf_workflow *wf = &c->workflows[i];
+		uid_t uid = wf->user ? wf->uid : self;
+		_cleanup_free_ char *msg = NULL;
+		int n;
+
+		if (uid != self && uid != 0)
+			continue;
+		n = asprintf(&msg,
+			     uid == self ? "workflow.%s runs as the daemon's own user (uid %u): its runs "
+					   "can read the daemon's credential and spool and signal it; "
+					   "set worker.run_user (docs/operations.md, Security)"
+					 : "workflow.%s runs as root (uid %u): its runs can read "
+					   "everything the host has, the daemon's credential included",
+			     wf->name, (unsigned)uid);
+		if (n < 0)
+			continue;
+		if (f)
+			fprintf(f, "lessee: warning: %s\n", msg);
+		else
+			log_warning("configuration: %s", msg);
+	}
+}
+
+static void conf_warnings(const struct conf *c, FILE *f)
+{
+	for (char **w = c->warnings; *w; w++)
+		if (f)
+			fprintf(f, "lessee: warning: %s\n", *w);
+		else
+			log_warning("configuration: %s", *w);
+	shared_uid_warnings(c, f);
+}
+
 static void update_status(struct daemon *d)
 {
 	struct worker_info i;
@@ -252,6 +294,8 @@ static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *user
 		log_error("reload failed: keeping the running configuration");
 	else if (worker_reload(d->worker, next) < 0)
 		log_error("reload could not be applied: keeping the running configuration");
+	else
+		shared_uid_warnings(worker_conf(d->worker), NULL);
 	notify_ready(d->notify);
 }
 
@@ -480,6 +524,12 @@ int main(int argc, char **argv)
 {
 	struct opts o = {0};
 	struct conf *conf = NULL;
+	/* First of all: until this, a process of our uid may read our memory
+	 * (/proc/PID/mem, environ, fd) and ptrace us, and a run is such a process
+	 * unless it drops to another user.  Non-dumpable, /proc/PID/ belongs to
+	 * root and only CAP_SYS_PTRACE passes.  Runs are dumpable again: execve
+	 * resets it for them. */
+	int dumpable = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? -errno : 0;
 	int r;
 
 	block_signals();
@@ -499,14 +549,18 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (o.check_config) {
+		conf_warnings(conf, stderr);
 		r = conf_print(conf, stdout) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 		conf_free(conf);
 		goto out;
 	}
 	log_setup("lessee", conf->log.format, conf->log.level);
 	log_set_worker_id(conf->worker.id);
-	for (char **w = conf->warnings; *w; w++)
-		log_warning("configuration: %s", *w);
+	if (dumpable < 0)
+		log_warning("cannot make the daemon non-dumpable: %s; runs as its user can read "
+			    "its memory",
+			    strerror(-dumpable));
+	conf_warnings(conf, NULL);
 	if (!conf->api.token)
 		log_warning("no API token configured (api.token_file, or the api-token credential): "
 			    "requests are sent without authentication");

@@ -6,7 +6,8 @@
  *   snoop [--creds DIR] [--spool DIR] [--file PATH]...
  *
  * The daemon is the parent (getppid()): its /proc/PID/{maps,mem,environ,fd},
- * PTRACE_ATTACH and PTRACE_SEIZE; then our own fds beyond 0-2, the
+ * PTRACE_ATTACH and PTRACE_SEIZE; then our own fds beyond 0-2 and
+ * capabilities (bounding set aside: it only limits), the
  * credentials directory, the spool, and any file named with --file. */
 #include <dirent.h>
 #include <errno.h>
@@ -33,7 +34,7 @@ static void denied(const char *probe, int err)
 /* The bytes after the needle, printable ones only, so the test can compare. */
 static void print_hit(const char *p, size_t avail)
 {
-	size_t n = 0;
+	size_t n = strlen(NEEDLE);
 
 	while (n < avail && n < 80 && p[n] > 0x20 && p[n] < 0x7f)
 		n++;
@@ -77,16 +78,22 @@ static void probe_mem(void)
 	FILE *maps;
 	int mem;
 
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)daemon_pid);
+	mem = open(path, O_RDONLY | O_CLOEXEC);
+	if (mem < 0)
+		denied("mem", errno);
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)daemon_pid);
 	maps = fopen(path, "re");
 	if (!maps)
-		return denied("maps", errno);
-	printf("snoop maps: REACHED %s\n", path);
-	snprintf(path, sizeof(path), "/proc/%d/mem", (int)daemon_pid);
-	mem = open(path, O_RDONLY | O_CLOEXEC);
-	if (mem < 0) {
-		fclose(maps);
-		return denied("mem", errno);
+		denied("maps", errno);
+	else
+		printf("snoop maps: REACHED %s\n", path);
+	if (mem < 0 || !maps) {
+		if (maps)
+			fclose(maps);
+		if (mem >= 0)
+			close(mem);
+		return;
 	}
 	while (fgets(line, sizeof(line), maps)) {
 		uint64_t lo, hi;
@@ -166,6 +173,29 @@ static void probe_ptrace(const char *probe, enum __ptrace_request req)
 	(void)ptrace(PTRACE_DETACH, daemon_pid, NULL, NULL);
 }
 
+/* Capabilities of our own: with CAP_SETUID a run could become the daemon's
+ * user, with CAP_SYS_PTRACE read it anyway. */
+static void probe_caps(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	bool any = false;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+		char key[16];
+
+		if (sscanf(line, "Cap%15[A-Za-z]:%llx", key, &v) == 2 && v && strcmp(key, "Bnd")) {
+			printf("snoop caps: REACHED Cap%s %llx\n", key, v);
+			any = true;
+		}
+	}
+	if (f)
+		fclose(f);
+	if (!any)
+		printf("snoop caps: denied (none)\n");
+}
+
 static void probe_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -206,6 +236,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("snoop uid=%d parent=%d\n", (int)getuid(), (int)daemon_pid);
 	probe_fds(); /* first: nothing of ours is open yet */
+	probe_caps();
 	probe_mem();
 	probe_environ();
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)daemon_pid);
