@@ -404,6 +404,25 @@ static void set_error(struct run *r, const char *fmt, ...)
 	r->error = s;
 }
 
+/* The run owns its directory, and the daemon may read what the run cannot
+ * (its credential; anything, with the shipped units' CAP_DAC_OVERRIDE): the
+ * result file is read only if it is a regular file of its own, never through
+ * a symbolic link, and a FIFO cannot block the loop. */
+static int read_result_file(const struct run *r, const char *path, char **ret, size_t *ret_len)
+{
+	_cleanup_close_ int fd =
+		open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
+	struct stat st;
+
+	if (fd < 0)
+		return errno == ELOOP ? -EPERM : -errno;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_uid != (r->wf->user ? r->wf->uid : geteuid()))
+		return -EPERM;
+	return read_fd_capped(fd, run_conf(r)->worker.max_output_bytes, ret, ret_len);
+}
+
 /* The result file becomes `output` when it holds valid JSON within the cap. */
 static void read_output(struct run *r)
 {
@@ -416,12 +435,13 @@ static void read_output(struct run *r)
 	if (!r->dir)
 		return;
 	snprintf(path, sizeof(path), "%s/result.json", r->dir);
-	q = read_file_capped(path, run_conf(r)->worker.max_output_bytes, &data, &len);
+	q = read_result_file(r, path, &data, &len);
 	if (q == -ENOENT)
 		return;
 	if (q < 0) {
-		set_error(r, q == -EFBIG ? "result file larger than %" PRIu64 " bytes, ignored"
-					 : "result file unreadable, ignored",
+		set_error(r, q == -EFBIG   ? "result file larger than %" PRIu64 " bytes, ignored"
+			     : q == -EPERM ? "result file is not a regular file of the run's user, ignored"
+					   : "result file unreadable, ignored",
 			  run_conf(r)->worker.max_output_bytes);
 		return;
 	}

@@ -15,6 +15,8 @@
  *   credentials and the spool are out of reach too.
  * Needs root (to make the users and drop to them): exit 77 otherwise. */
 #include <check.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@
 #define TOKEN "sn00p-s3cret-4f1c9a2e77d0b6"
 #define DAEMON_USER "lessee-snoopd"
 #define RUN_USER "lessee-snoopr"
+#define SECRET_JSON "{\"secret\":\"daemon-only-7c1e\"}"
 #define NEEDLE_LINE "snoop mem: found"
 #define CAPS "+setuid,+setgid,+chown,+dac_override,+kill"
 
@@ -81,6 +84,20 @@ static void user_remove(const char *name, bool *made)
 	if (system(cmd) != 0)
 		fprintf(stderr, "check_secrets: %s failed\n", cmd);
 	*made = false;
+}
+
+static bool dir_is_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	bool empty = true;
+
+	ck_assert_msg(d, "%s: %s", path, strerror(errno));
+	while ((de = readdir(d)))
+		if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
+			empty = false;
+	closedir(d);
+	return empty;
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -137,6 +154,38 @@ static void make_wrapper(bool caps)
 	ck_assert_int_eq(write_file_atomic(p, text, strlen(text), 0755), 0);
 }
 
+/* A run's result file is a symbolic link to a secret of the daemon's, or a
+ * FIFO that would block whoever opens it for reading. */
+static void make_trick_scripts(void)
+{
+	_cleanup_free_ char *steal = NULL;
+	static const char fifo[] = "#!/bin/sh\nmkfifo \"$LESSEE_RESULT_FILE\"\n";
+	char p[512];
+
+	path_at(p, sizeof(p), "secret.json");
+	ck_assert_int_eq(write_file_atomic(p, SECRET_JSON, strlen(SECRET_JSON), 0600), 0);
+	ck_assert_int_eq(chown(p, daemon_pw.pw_uid, daemon_pw.pw_gid), 0);
+	ck_assert_int_ge(asprintf(&steal, "#!/bin/sh\nln -s %s \"$LESSEE_RESULT_FILE\"\n", p), 0);
+	path_at(p, sizeof(p), "steal.sh");
+	ck_assert_int_eq(write_file_atomic(p, steal, strlen(steal), 0755), 0);
+	path_at(p, sizeof(p), "fifo.sh");
+	ck_assert_int_eq(write_file_atomic(p, fifo, strlen(fifo), 0755), 0);
+}
+
+/* An ordinary job: reads its input, fills its directory, writes a result. */
+static void make_work_script(void)
+{
+	static const char text[] = "#!/bin/sh\n"
+	                           "n=$(cat)\n"
+	                           "mkdir -p sub/deeper && echo data >sub/deeper/file && chmod 0500 sub\n"
+	                           "printf '{\"n\":%s,\"uid\":%s}\\n' \"$n\" \"$(id -u)\" "
+	                           ">\"$LESSEE_RESULT_FILE\"\n";
+	char p[512];
+
+	path_at(p, sizeof(p), "work.sh");
+	ck_assert_int_eq(write_file_atomic(p, text, strlen(text), 0755), 0);
+}
+
 static void setup(void)
 {
 	user_make(DAEMON_USER, &daemon_pw, &made_user[0]);
@@ -147,6 +196,8 @@ static void setup(void)
 	mkdir_owned("spool", 0700);
 	mkdir_owned("run", 0711);
 	make_creds();
+	make_work_script();
+	make_trick_scripts();
 	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = TOKEN}, &L), 0);
 }
 
@@ -182,7 +233,10 @@ static void start_lessee(bool shipped)
 	                          "[api]\ntoken_file =\n"
 	                          "[worker]\nspool_dir = %1$s/spool\nrun_dir = %1$s/run\n%3$s"
 	                          "[workflow.snoop]\n"
-	                          "command = %2$s --creds %1$s/creds --spool %1$s/spool\n",
+	                          "command = %2$s --creds %1$s/creds --spool %1$s/spool\n"
+	                          "[workflow.work]\ncommand = %1$s/work.sh\n"
+	                          "[workflow.steal]\ncommand = %1$s/steal.sh\nuser = " RUN_USER "\n"
+	                          "[workflow.fifo]\ncommand = %1$s/fifo.sh\nuser = " RUN_USER "\n",
 	                          base, snoop, shipped ? "run_user = " RUN_USER "\n" : ""),
 	                 0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
@@ -263,6 +317,62 @@ START_TEST(test_shipped)
 }
 END_TEST
 
+/* With runs as another user, an ordinary job still works: the daemon writes
+ * its input into the run's directory, reads its result, and removes the
+ * directory the run filled (the capabilities the shipped units give it). */
+START_TEST(test_shipped_work)
+{
+	_cleanup_free_ char *id = NULL, *want = NULL, *rundir = NULL;
+	cJSON *run, *out;
+	char *text;
+
+	start_lessee(true);
+	id = tu_lessor_enqueue(L, "{\"workflow\":\"work\",\"input\":42,\"max_attempts\":1}");
+	ck_assert_ptr_nonnull(id);
+	ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(30 * SEC)), 0);
+	run = tu_lessor_get_run(L, id);
+	out = cJSON_GetObjectItemCaseSensitive(run, "output");
+	text = cJSON_PrintUnformatted(out);
+	ck_assert_int_ge(asprintf(&want, "{\"n\":42,\"uid\":%u}", (unsigned)run_pw.pw_uid), 0);
+	ck_assert_str_eq(text ? text : "(none)", want);
+	free(text);
+	cJSON_Delete(run);
+	ck_assert_int_ge(asprintf(&rundir, "%s/run/lessee-%d", base, (int)tu_lessee_pid(D)), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "-> done", tu_timeout(5 * SEC)), 0);
+	ck_assert_msg(dir_is_empty(rundir), "the run's directory was not removed");
+}
+END_TEST
+
+/* The daemon reads the result file the run made: not through a symbolic link
+ * to what only the daemon may read, and a FIFO does not wedge the loop (the
+ * next run still starts and ends).  Both runs succeed, without output. */
+START_TEST(test_result_file)
+{
+	static const char *const wfs[] = {"steal", "fifo", "work"};
+
+	start_lessee(true);
+	for (size_t i = 0; i < ELEMENTSOF(wfs); i++) {
+		_cleanup_free_ char *body = NULL, *id = NULL, *text = NULL;
+		cJSON *run;
+
+		ck_assert_int_ge(asprintf(&body, "{\"workflow\":\"%s\",\"max_attempts\":1}", wfs[i]),
+		                 0);
+		id = tu_lessor_enqueue(L, body);
+		ck_assert_ptr_nonnull(id);
+		ck_assert_msg(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(20 * SEC)) == 0,
+		              "the %s run did not succeed", wfs[i]);
+		run = tu_lessor_get_run(L, id);
+		text = cJSON_PrintUnformatted(run);
+		cJSON_Delete(run);
+		ck_assert_msg(!strstr(text, "daemon-only"), "%s: the run got the secret: %s", wfs[i],
+		              text);
+		if (i < 2)
+			ck_assert_msg(strstr(text, "not a regular file of the run's user"), "%s: %s",
+			              wfs[i], text);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("secrets");
@@ -277,6 +387,8 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_same_uid);
 	tcase_add_test(tc, test_shipped);
+	tcase_add_test(tc, test_shipped_work);
+	tcase_add_test(tc, test_result_file);
 	suite_add_tcase(s, tc);
 	r = tu_run(s);
 	return r != 0 ? EXIT_FAILURE : EXIT_SUCCESS;

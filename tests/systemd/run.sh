@@ -8,7 +8,8 @@
 # (default /var/cache/lessee-test-rootfs), keyed by suite and package list.
 # The container sees the staged `make install` tree read-only at /usr/local (and
 # whole at /opt/lessee-stage), this directory at /opt/lessee-test, and writes
-# its results, console and journal to $BUILD/check-systemd/.
+# its results, console and journal to $BUILD/check-systemd/; $BUILD/tests/aux
+# is at /opt/lessee-aux.
 # Needs root.  Exit status: 0 every case passed, 1 otherwise.
 set -eu
 
@@ -18,6 +19,7 @@ BUILD=${BUILD:-build/default}
 STAGE=${STAGE:?STAGE must name a make install DESTDIR (use make check-systemd)}
 cache=${LESSEE_ROOTFS_CACHE:-/var/cache/lessee-test-rootfs}
 case "$BUILD" in /*) out=$BUILD/check-systemd ;; *) out=$top/$BUILD/check-systemd ;; esac
+aux=${out%/check-systemd}/tests/aux # tests/aux/snoop, for the secrets case
 suite=bookworm
 # lessee's and lessor's runtime libraries, systemd itself, and the tools the
 # cases use (procps: /bin/kill of ExecReload=; curl: the status endpoint).
@@ -32,11 +34,12 @@ die() {
 }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (systemd-nspawn, debootstrap)"
-for p in "$STAGE" "$here" "$out"; do
+for p in "$STAGE" "$here" "$out" "$aux"; do
 	case "$p" in *:*) die "path '$p' contains ':' (systemd-nspawn --bind cannot take it)" ;; esac
 done
 [ -x "$STAGE/usr/local/bin/lessee" ] && [ -x "$STAGE/usr/local/bin/lessor" ] ||
 	die "$STAGE holds no make install tree"
+[ -x "$aux/snoop" ] || die "$aux/snoop is not built (make check-build)"
 
 # The Debian mirror this machine's apt uses, for bookworm (not -security).
 debian_mirror() {
@@ -132,7 +135,7 @@ rc=0
 timeout -k 10 $boot_limit systemd-nspawn -q -D "$root" -M "$machine" \
 	--volatile=overlay --register=no --keep-unit --private-network --console=pipe \
 	--bind-ro="$STAGE/usr/local:/usr/local" --bind-ro="$STAGE:/opt/lessee-stage" \
-	--bind-ro="$here:/opt/lessee-test" \
+	--bind-ro="$here:/opt/lessee-test" --bind-ro="$aux:/opt/lessee-aux" \
 	--bind-ro="$here/lessee-test.service:/etc/systemd/system/lessee-test.service" \
 	--bind="$out/results:/results" \
 	-b systemd.wants=lessee-test.service >"$out/console.log" 2>&1 || rc=$?

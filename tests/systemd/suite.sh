@@ -416,6 +416,34 @@ no_delegate() {
 	metric_is 'lessee_kill_mode{mode="process_group"}' 1 || fail "metric with Delegate=no"
 }
 enqueue_escape() { lessor enqueue --workflow escape --max-attempts 1; }
+
+# The shipped unit keeps the daemon's secrets from its runs: a run executes as
+# lessee-run (sysusers, LESSEE_WORKER_RUN_USER=), not as the daemon's user,
+# and without its capabilities; the daemon is not dumpable.  The run
+# (tests/aux/snoop) tries the daemon's /proc/PID/{mem,maps,environ,fd},
+# PTRACE_ATTACH and PTRACE_SEIZE, its own fds and capabilities, the
+# credentials directory, the spool and /etc/lessee/api-token: it reaches none.
+case_secrets() {
+	ensure_running || return
+	inv=$(prop InvocationID)
+	pid=$(prop MainPID)
+	run_uid=$(id -u lessee-run 2>/dev/null) || fail "sysusers made no lessee-run user" || return
+	[ "$(stat -c %U "/proc/$pid")" = root ] ||
+		fail "/proc/$pid belongs to $(stat -c %U "/proc/$pid"): the daemon is dumpable" || return
+	amb=$(sed -n 's/^CapAmb:[[:space:]]*//p' "/proc/$pid/status")
+	note "daemon: uid $(stat -c %u "/proc/$pid/status" 2>/dev/null), CapAmb $amb"
+	! journal_of_has "$inv" "runs as the daemon's own user" ||
+		fail "lessee warns that a workflow runs as its own user" || return
+	id=$(lessor enqueue --workflow snoop --max-attempts 1) || fail "lessor enqueue failed" || return
+	wait_until 15 runs_are succeeded "$id" || fail "run: $(runs_summary "$id")" || return
+	log=$(lessor log "$id")
+	echo "$log" | grep -q "^snoop uid=$run_uid " ||
+		fail "the run is not lessee-run ($run_uid): $(echo "$log" | head -n 1)" || return
+	echo "$log" | grep -qx 'snoop done' || fail "snoop did not finish: $log" || return
+	! echo "$log" | grep -qF "$(cat /etc/lessee/api-token)" || fail "the run found the token" || return
+	! echo "$log" | grep -q 'REACHED' || fail "the run reached: $(echo "$log" | grep REACHED)" || return
+	note "$(echo "$log" | grep -c ': denied') probes denied"
+}
 lessor_log_has() { lessor log "$1" | grep -q "$2"; }
 pid_gone() { ! grep -qs '^State:[[:space:]]*[^Z]' "/proc/$1/status"; }
 cgroup_gone() { for m in /sys/fs/cgroup/unified /sys/fs/cgroup; do [ ! -d "$m$1" ] || return 1; done; }
@@ -434,6 +462,7 @@ check "stalled loop: watchdog kills it (Result=watchdog), restarted" case_watchd
 check "bad configuration: exit 78, start fails, not restarted" case_config
 check "SystemCallFilter=~io_uring_*: logs epoll, runs complete" case_io_uring
 check "Delegate=yes: a cgroup per run, a setsid grandchild dies with its run" case_cgroup
+check "secrets: a run is lessee-run, reaches no memory, ptrace, credential, fd or spool" case_secrets
 
 journalctl -b --no-pager -o short-monotonic >$R/journal.txt 2>&1
 date +%s.%N >$R/t_end
