@@ -253,6 +253,10 @@ static int make_run_dir(struct run *r)
 		return -ENOMEM;
 	if ((q = mkdir_p(parent, 0711)) < 0)
 		return q;
+	/* not what the umask (the units' UMask=0077) left of it: a run of
+	 * another user must get through it to its directory */
+	if (chmod(parent, 0711) < 0)
+		return -errno;
 	for (unsigned tries = 0;; tries++) {
 		_cleanup_free_ char *dir = NULL;
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -221,6 +222,21 @@ static void probe_fds(void)
 		printf("snoop fds: denied (none beyond 0-2)\n");
 }
 
+/* Not a probe: what a run needs, its own directory, owned by it and writable. */
+static void show_cwd(void)
+{
+	struct stat st;
+	int fd;
+
+	if (stat(".", &st) < 0)
+		return (void)printf("snoop cwd: stat: %s\n", strerror(errno));
+	fd = open("snoop.tmp", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	printf("snoop cwd: owner %u:%u mode %04o, %s\n", (unsigned)st.st_uid, (unsigned)st.st_gid,
+	       (unsigned)(st.st_mode & 07777), fd >= 0 ? "writable" : strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -234,7 +250,8 @@ int main(int argc, char **argv)
 
 	daemon_pid = getppid();
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("snoop uid=%d parent=%d\n", (int)getuid(), (int)daemon_pid);
+	printf("snoop uid=%d gid=%d parent=%d\n", (int)getuid(), (int)getgid(), (int)daemon_pid);
+	show_cwd();
 	probe_fds(); /* first: nothing of ours is open yet */
 	probe_caps();
 	probe_mem();

@@ -132,7 +132,8 @@ static void make_creds(void)
 }
 
 /* The daemon's private directory (its configuration, the notify socket) goes
- * to its user, then setpriv drops to it, with the given capabilities. */
+ * to its user, then setpriv drops to it, with the given capabilities and the
+ * units' umask. */
 static void make_wrapper(bool caps)
 {
 	_cleanup_free_ char *text = NULL;
@@ -144,6 +145,7 @@ static void make_wrapper(bool caps)
 	             "for a; do [ \"$prev\" = --config ] && conf=$a; prev=$a; done\n"
 	             "d=$(dirname \"$conf\")\n"
 	             "chown -R %1$s: \"$d\" && chmod 0711 \"$d\" || exit 125\n"
+	             "umask 077\n" /* as the units' UMask= */
 	             "exec setpriv --reuid=%1$s --regid=%1$s --clear-groups %2$s -- \"$@\"\n",
 	             DAEMON_USER,
 	             caps ? "--inh-caps=" CAPS " --ambient-caps=" CAPS
@@ -274,7 +276,7 @@ static void assert_uid(const char *log, uid_t uid)
 {
 	_cleanup_free_ char *want = NULL;
 
-	ck_assert_int_ge(asprintf(&want, "snoop uid=%u ", (unsigned)uid), 0);
+	ck_assert_int_ge(asprintf(&want, "snoop uid=%u gid=", (unsigned)uid), 0);
 	ck_assert_msg(strstr(log, want), "the run did not run as uid %u", (unsigned)uid);
 }
 

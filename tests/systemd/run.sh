@@ -8,8 +8,8 @@
 # (default /var/cache/lessee-test-rootfs), keyed by suite and package list.
 # The container sees the staged `make install` tree read-only at /usr/local (and
 # whole at /opt/lessee-stage), this directory at /opt/lessee-test, and writes
-# its results, console and journal to $BUILD/check-systemd/; $BUILD/tests/aux
-# is at /opt/lessee-aux.
+# its results, console and journal to $BUILD/check-systemd/; tests/aux/snoop,
+# built here against libc alone, is at /opt/lessee-aux.
 # Needs root.  Exit status: 0 every case passed, 1 otherwise.
 set -eu
 
@@ -19,7 +19,7 @@ BUILD=${BUILD:-build/default}
 STAGE=${STAGE:?STAGE must name a make install DESTDIR (use make check-systemd)}
 cache=${LESSEE_ROOTFS_CACHE:-/var/cache/lessee-test-rootfs}
 case "$BUILD" in /*) out=$BUILD/check-systemd ;; *) out=$top/$BUILD/check-systemd ;; esac
-aux=${out%/check-systemd}/tests/aux # tests/aux/snoop, for the secrets case
+aux=$out/aux # tests/aux/snoop, for the secrets case, against libc only
 suite=bookworm
 # lessee's and lessor's runtime libraries, systemd itself, and the tools the
 # cases use (procps: /bin/kill of ExecReload=; curl: the status endpoint).
@@ -34,12 +34,11 @@ die() {
 }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (systemd-nspawn, debootstrap)"
-for p in "$STAGE" "$here" "$out" "$aux"; do
+for p in "$STAGE" "$here" "$out"; do
 	case "$p" in *:*) die "path '$p' contains ':' (systemd-nspawn --bind cannot take it)" ;; esac
 done
 [ -x "$STAGE/usr/local/bin/lessee" ] && [ -x "$STAGE/usr/local/bin/lessor" ] ||
 	die "$STAGE holds no make install tree"
-[ -x "$aux/snoop" ] || die "$aux/snoop is not built (make check-build)"
 
 # The Debian mirror this machine's apt uses, for bookworm (not -security).
 debian_mirror() {
@@ -125,7 +124,8 @@ flock 9
 root=$(rootfs)
 
 rm -rf "$out"
-mkdir -p "$out/results"
+mkdir -p "$out/results" "$aux"
+${CC:-cc} -std=gnu11 -D_GNU_SOURCE -O2 -o "$aux/snoop" "$top/tests/aux/snoop.c" || die "cannot build snoop"
 trap cleanup_nspawn EXIT
 trap 'exit 130' INT TERM
 cleanup_nspawn # a killed earlier run
