@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -508,6 +509,40 @@ static void block_signals(void)
 		signal(sigs[i], SIG_DFL);
 }
 
+/* A directory of ours that others may write, without the sticky bit (a
+ * Kubernetes emptyDir is 0777): a run could rename our spool or the run
+ * directories away and put its own in their place.  Taken back. */
+static void tighten_dir(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & S_ISVTX) || !(st.st_mode & (S_IWGRP | S_IWOTH)))
+		return;
+	if (chmod(path, st.st_mode & 07755) < 0)
+		log_warning("%s is writable by others (mode %04o) and cannot be changed: %m", path,
+			    (unsigned)(st.st_mode & 07777));
+	else
+		log_notice("%s was writable by others (mode %04o): now %04o", path,
+			   (unsigned)(st.st_mode & 07777), (unsigned)(st.st_mode & 07755));
+}
+
+static void tighten_dirs(const struct conf *c)
+{
+	const char *dirs[] = {c->worker.spool_dir, c->worker.run_dir};
+
+	for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+		_cleanup_free_ char *parent = strdup(dirs[i]);
+		char *slash = parent ? strrchr(parent, '/') : NULL;
+
+		tighten_dir(dirs[i]);
+		if (slash && slash != parent) {
+			*slash = '\0';
+			tighten_dir(parent);
+		}
+	}
+}
+
 /* Each run holds a pidfd and a pipe: a thousand runs need more than the usual
  * soft limit of 1024 fds.  Take what the hard limit allows. */
 static void raise_fd_limit(void)
@@ -566,6 +601,7 @@ int main(int argc, char **argv)
 			    "requests are sent without authentication");
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
+	tighten_dirs(conf);
 	log_info("lessee %s starting: api=%s concurrency=%u workflows=%zu", LESSEE_VERSION,
 		 conf->api.url, conf->worker.concurrency, conf->n_workflows);
 	r = run_daemon(&o, conf);

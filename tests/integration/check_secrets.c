@@ -321,14 +321,21 @@ END_TEST
 
 /* With runs as another user, an ordinary job still works: the daemon writes
  * its input into the run's directory, reads its result, and removes the
- * directory the run filled (the capabilities the shipped units give it). */
+ * directory the run filled (the capabilities the shipped units give it).
+ * run_dir starts world-writable, as a Kubernetes emptyDir: the daemon takes
+ * it back before any run. */
 START_TEST(test_shipped_work)
 {
 	_cleanup_free_ char *id = NULL, *want = NULL, *rundir = NULL;
 	cJSON *run, *out;
-	char *text;
+	struct stat st;
+	char *text, p[512];
 
+	path_at(p, sizeof(p), "run");
+	ck_assert_int_eq(chmod(p, 0777), 0);
 	start_lessee(true);
+	ck_assert_int_eq(stat(p, &st), 0);
+	ck_assert_msg((st.st_mode & 07777) == 0755, "run_dir is %04o", st.st_mode & 07777);
 	id = tu_lessor_enqueue(L, "{\"workflow\":\"work\",\"input\":42,\"max_attempts\":1}");
 	ck_assert_ptr_nonnull(id);
 	ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(30 * SEC)), 0);
