@@ -1,6 +1,8 @@
 /* lessee: parse options, load the configuration, wire the modules, run the loop. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -543,6 +545,47 @@ static void tighten_dirs(const struct conf *c)
 	}
 }
 
+/* libcurl copies our request headers, the Authorization one among them, into
+ * buffers of its own (a header list per request, the request it sends) and
+ * frees them without wiping: the token would stay in freed memory until
+ * something happens to reuse it.  Its allocations go through these, so what
+ * it frees is zeroed first.  malloc_usable_size() is the whole block (under
+ * ASan and valgrind, exactly what was asked for). */
+static void wiping_free(void *p)
+{
+	if (!p)
+		return;
+	explicit_bzero(p, malloc_usable_size(p));
+	free(p);
+}
+
+static void *wiping_realloc(void *p, size_t n)
+{
+	size_t old;
+	void *q;
+
+	if (!p)
+		return malloc(n);
+	old = malloc_usable_size(p);
+	if (n <= old && n > 0)
+		return p;
+	q = malloc(n ? n : 1);
+	if (!q)
+		return NULL;
+	memcpy(q, p, old < n ? old : n);
+	wiping_free(p);
+	return q;
+}
+
+/* Before anyone else initializes libcurl (lib/http does it once, later). */
+static int curl_wiping_init(void)
+{
+	return curl_global_init_mem(CURL_GLOBAL_DEFAULT, malloc, wiping_free, wiping_realloc,
+				    strdup, calloc) == CURLE_OK
+		       ? 0
+		       : -ENOMEM;
+}
+
 /* Each run holds a pidfd and a pipe: a thousand runs need more than the usual
  * soft limit of 1024 fds.  Take what the hard limit allows. */
 static void raise_fd_limit(void)
@@ -565,6 +608,7 @@ int main(int argc, char **argv)
 	 * root and only CAP_SYS_PTRACE passes.  Runs are dumpable again: execve
 	 * resets it for them. */
 	int dumpable = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? -errno : 0;
+	int wiping = curl_wiping_init();
 	int r;
 
 	block_signals();
@@ -591,6 +635,9 @@ int main(int argc, char **argv)
 	}
 	log_setup("lessee", conf->log.format, conf->log.level);
 	log_set_worker_id(conf->worker.id);
+	if (wiping < 0)
+		log_warning("libcurl would not take a wiping allocator: copies of the token it frees "
+			    "stay in memory");
 	if (dumpable < 0)
 		log_warning("cannot make the daemon non-dumpable: %s; runs as its user can read "
 			    "its memory",

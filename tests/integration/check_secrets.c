@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +383,68 @@ START_TEST(test_result_file)
 }
 END_TEST
 
+/* Copies of needle in the memory of pid (we are root: CAP_SYS_PTRACE reads a
+ * non-dumpable process). */
+static size_t count_in_memory(pid_t pid, const char *needle)
+{
+	char path[64], line[512];
+	static char buf[1 << 16];
+	size_t hits = 0, nl = strlen(needle);
+	FILE *maps;
+	int mem;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	ck_assert_ptr_nonnull(maps = fopen(path, "re"));
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	ck_assert_int_ge(mem = open(path, O_RDONLY | O_CLOEXEC), 0);
+	while (fgets(line, sizeof(line), maps)) {
+		unsigned long long lo, hi;
+		char perms[8];
+
+		if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r' ||
+		    strstr(line, "[vvar"))
+			continue;
+		/* overlapping reads, so that no copy straddles two of them unseen */
+		for (unsigned long long a = lo; a < hi; a += sizeof(buf) - nl) {
+			size_t want = hi - a < sizeof(buf) ? (size_t)(hi - a) : sizeof(buf);
+			ssize_t n = pread(mem, buf, want, (off_t)a);
+
+			if (n <= 0)
+				break;
+			for (const char *p = buf; (p = memmem(p, (size_t)n - (size_t)(p - buf), needle, nl));
+			     p++)
+				if (p + nl <= buf + n && (p - buf < (ssize_t)(sizeof(buf) - nl) || (size_t)n < want))
+					hits++;
+			if ((size_t)n < want || a + (size_t)n >= hi)
+				break;
+		}
+	}
+	fclose(maps);
+	close(mem);
+	return hits;
+}
+
+/* The token lives in one header buffer (and the configuration's copy): the
+ * copies libcurl made for each request are wiped when it frees them, so after
+ * many requests the daemon's memory holds no more than the ones in use (the
+ * header, the long poll's request in flight). */
+START_TEST(test_token_copies)
+{
+	size_t n;
+
+	start_lessee(false);
+	for (int i = 0; i < 20; i++) {
+		_cleanup_free_ char *id = tu_lessor_enqueue(L, "{\"workflow\":\"work\",\"input\":1}");
+
+		ck_assert_ptr_nonnull(id);
+		ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(30 * SEC)), 0);
+	}
+	n = count_in_memory(tu_lessee_pid(D), "Bearer " TOKEN);
+	fprintf(stderr, "copies of the Authorization header in the daemon: %zu\n", n);
+	ck_assert_msg(n <= 3, "%zu copies of the Authorization header in the daemon's memory", n);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("secrets");
@@ -398,6 +461,7 @@ int main(void)
 	tcase_add_test(tc, test_shipped);
 	tcase_add_test(tc, test_shipped_work);
 	tcase_add_test(tc, test_result_file);
+	tcase_add_test(tc, test_token_copies);
 	suite_add_tcase(s, tc);
 	r = tu_run(s);
 	return r != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
