@@ -100,8 +100,9 @@ static void probe_mem(void)
 		uint64_t lo, hi;
 		char perms[8];
 
+		/* > 4 GiB: a sanitizer's shadow, untouched */
 		if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s", &lo, &hi, perms) == 3 &&
-		    perms[0] == 'r' && !strstr(line, "[vvar"))
+		    perms[0] == 'r' && !strstr(line, "[vvar") && hi - lo <= (UINT64_C(4) << 30))
 			scan_region(mem, lo, hi, &bytes, &hits, &printed);
 	}
 	fclose(maps);
