@@ -46,8 +46,7 @@ static size_t scan(const char *buf, size_t len, unsigned *printed)
 {
 	size_t hits = 0, nl = strlen(NEEDLE);
 
-	for (const char *p = buf; (p = memmem(p, len - (size_t)(p - buf), NEEDLE, nl));
-	     p += nl) {
+	for (const char *p = buf; (p = memmem(p, len - (size_t)(p - buf), NEEDLE, nl)); p += nl) {
 		hits++;
 		if ((*printed)++ < 8)
 			print_hit(p, len - (size_t)(p - buf));
@@ -56,7 +55,7 @@ static size_t scan(const char *buf, size_t len, unsigned *printed)
 }
 
 static void scan_region(int mem, uint64_t lo, uint64_t hi, size_t *bytes, size_t *hits,
-			unsigned *printed)
+                        unsigned *printed)
 {
 	static char buf[1 << 16];
 
@@ -241,10 +240,10 @@ static void show_cwd(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"creds", required_argument, NULL, 'c'},
-		{"spool", required_argument, NULL, 's'},
-		{"file", required_argument, NULL, 'f'},
-		{0},
+	    {"creds", required_argument, NULL, 'c'},
+	    {"spool", required_argument, NULL, 's'},
+	    {"file", required_argument, NULL, 'f'},
+	    {0},
 	};
 	char path[64];
 	int c;

@@ -150,8 +150,7 @@ static void make_wrapper(bool caps)
 	             "umask 077\n" /* as the units' UMask= */
 	             "exec setpriv --reuid=%1$s --regid=%1$s --clear-groups %2$s -- \"$@\"\n",
 	             DAEMON_USER,
-	             caps ? "--inh-caps=" CAPS " --ambient-caps=" CAPS
-	                    " --bounding-set=-all," CAPS
+	             caps ? "--inh-caps=" CAPS " --ambient-caps=" CAPS " --bounding-set=-all," CAPS
 	                  : "--bounding-set=-all"),
 	    0);
 	path_at(p, sizeof(p), "wrap.sh");
@@ -179,11 +178,12 @@ static void make_trick_scripts(void)
 /* An ordinary job: reads its input, fills its directory, writes a result. */
 static void make_work_script(void)
 {
-	static const char text[] = "#!/bin/sh\n"
-	                           "n=$(cat)\n"
-	                           "mkdir -p sub/deeper && echo data >sub/deeper/file && chmod 0500 sub\n"
-	                           "printf '{\"n\":%s,\"uid\":%s}\\n' \"$n\" \"$(id -u)\" "
-	                           ">\"$LESSEE_RESULT_FILE\"\n";
+	static const char text[] =
+	    "#!/bin/sh\n"
+	    "n=$(cat)\n"
+	    "mkdir -p sub/deeper && echo data >sub/deeper/file && chmod 0500 sub\n"
+	    "printf '{\"n\":%s,\"uid\":%s}\\n' \"$n\" \"$(id -u)\" "
+	    ">\"$LESSEE_RESULT_FILE\"\n";
 	char p[512];
 
 	path_at(p, sizeof(p), "work.sh");
@@ -224,8 +224,7 @@ static void teardown(void)
 
 static void start_lessee(bool shipped)
 {
-	_cleanup_free_ char *snoop = tu_aux_bin("snoop"), *conf = NULL, *env0 = NULL,
-	                    *wrap0 = NULL;
+	_cleanup_free_ char *snoop = tu_aux_bin("snoop"), *conf = NULL, *env0 = NULL, *wrap0 = NULL;
 	char *env[] = {NULL, NULL}, *wrap[] = {NULL, NULL};
 
 	make_wrapper(shipped);
@@ -244,12 +243,10 @@ static void start_lessee(bool shipped)
 	                          "[workflow.slow]\ncommand = /bin/sleep 1000\ntimeout = 1s\n",
 	                          base, snoop, shipped ? "run_user = " RUN_USER "\n" : ""),
 	                 0);
-	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
-	                                                          .conf = conf,
-	                                                          .env = env,
-	                                                          .wrap = wrap},
-	                                 &D),
-	                 0);
+	ck_assert_int_eq(
+	    tu_lessee_start(
+	        &(struct tu_lessee_opts){.lessor = L, .conf = conf, .env = env, .wrap = wrap}, &D),
+	    0);
 }
 
 /* Run snoop once: its log. */
@@ -303,8 +300,8 @@ START_TEST(test_same_uid)
 	assert_denied(log, "ptrace-seize");
 	assert_denied(log, "fds");
 	/* the daemon warns: the credential is still the run's to read */
-	ck_assert_int_eq(tu_lessee_wait_log(D, "runs as the daemon's own user", tu_timeout(5 * SEC)),
-	                 0);
+	ck_assert_int_eq(
+	    tu_lessee_wait_log(D, "runs as the daemon's own user", tu_timeout(5 * SEC)), 0);
 }
 END_TEST
 
@@ -370,8 +367,8 @@ START_TEST(test_result_file)
 		_cleanup_free_ char *body = NULL, *id = NULL, *text = NULL;
 		cJSON *run;
 
-		ck_assert_int_ge(asprintf(&body, "{\"workflow\":\"%s\",\"max_attempts\":1}", wfs[i]),
-		                 0);
+		ck_assert_int_ge(
+		    asprintf(&body, "{\"workflow\":\"%s\",\"max_attempts\":1}", wfs[i]), 0);
 		id = tu_lessor_enqueue(L, body);
 		ck_assert_ptr_nonnull(id);
 		ck_assert_msg(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(20 * SEC)) == 0,
@@ -379,11 +376,11 @@ START_TEST(test_result_file)
 		run = tu_lessor_get_run(L, id);
 		text = cJSON_PrintUnformatted(run);
 		cJSON_Delete(run);
-		ck_assert_msg(!strstr(text, "daemon-only"), "%s: the run got the secret: %s", wfs[i],
-		              text);
+		ck_assert_msg(!strstr(text, "daemon-only"), "%s: the run got the secret: %s",
+		              wfs[i], text);
 		if (i < 2)
-			ck_assert_msg(strstr(text, "not a regular file of the run's user"), "%s: %s",
-			              wfs[i], text);
+			ck_assert_msg(strstr(text, "not a regular file of the run's user"),
+			              "%s: %s", wfs[i], text);
 	}
 }
 END_TEST
@@ -420,9 +417,9 @@ static int check_config(const char *text, char **out, char **err)
 	path_at(o, sizeof(o), "check.out");
 	path_at(e, sizeof(e), "check.err");
 	ck_assert_int_eq(write_file_atomic(conf, text, strlen(text), 0644), 0);
-	ck_assert_int_ge(asprintf(&cmd, "%s --check-config --config %s >%s 2>%s", tu_lessee_bin(),
-	                          conf, o, e),
-	                 0);
+	ck_assert_int_ge(
+	    asprintf(&cmd, "%s --check-config --config %s >%s 2>%s", tu_lessee_bin(), conf, o, e),
+	    0);
 	st = system(cmd);
 	ck_assert_int_eq(read_file_capped(o, 1 << 20, out, NULL), 0);
 	ck_assert_int_eq(read_file_capped(e, 1 << 20, err, NULL), 0);
@@ -434,9 +431,10 @@ static int check_config(const char *text, char **out, char **err)
 START_TEST(test_check_config)
 {
 	_cleanup_free_ char *out = NULL, *err = NULL, *out2 = NULL, *err2 = NULL;
-	static const char base_conf[] = "[api]\nurl = http://127.0.0.1:1\n"
-	                                "[workflow.a]\ncommand = /bin/true\n"
-	                                "[workflow.b]\ncommand = /bin/true\nuser = " DAEMON_USER "\n";
+	static const char base_conf[] =
+	    "[api]\nurl = http://127.0.0.1:1\n"
+	    "[workflow.a]\ncommand = /bin/true\n"
+	    "[workflow.b]\ncommand = /bin/true\nuser = " DAEMON_USER "\n";
 
 	ck_assert_int_eq(check_config(base_conf, &out, &err), 0);
 	ck_assert_msg(strstr(err, "workflow.a runs as the daemon's own user (uid 0)"), "%s", err);
@@ -444,13 +442,16 @@ START_TEST(test_check_config)
 	{
 		_cleanup_free_ char *text = NULL;
 
-		ck_assert_int_ge(asprintf(&text, "%s[worker]\nrun_user = " RUN_USER "\n", base_conf), 0);
+		ck_assert_int_ge(
+		    asprintf(&text, "%s[worker]\nrun_user = " RUN_USER "\n", base_conf), 0);
 		ck_assert_int_eq(check_config(text, &out2, &err2), 0);
 	}
 	ck_assert_msg(!strstr(err2, "runs as"), "%s", err2);
 	ck_assert_msg(strstr(out2, "run_user = " RUN_USER "\n"), "%s", out2);
-	ck_assert_msg(strstr(out2, "[workflow.a]\ncommand = /bin/true\ntimeout = 30min\nenv =\nuser = " RUN_USER),
-	              "%s", out2);
+	ck_assert_msg(
+	    strstr(out2,
+	           "[workflow.a]\ncommand = /bin/true\ntimeout = 30min\nenv =\nuser = " RUN_USER),
+	    "%s", out2);
 	ck_assert_msg(strstr(out2, "user = " DAEMON_USER "\n"), "%s", out2);
 }
 END_TEST
@@ -484,9 +485,10 @@ static size_t count_in_memory(pid_t pid, const char *needle)
 
 			if (n <= 0)
 				break;
-			for (const char *p = buf; (p = memmem(p, (size_t)n - (size_t)(p - buf), needle, nl));
-			     p++)
-				if (p + nl <= buf + n && (p - buf < (ssize_t)(sizeof(buf) - nl) || (size_t)n < want))
+			for (const char *p = buf;
+			     (p = memmem(p, (size_t)n - (size_t)(p - buf), needle, nl)); p++)
+				if (p + nl <= buf + n &&
+				    (p - buf < (ssize_t)(sizeof(buf) - nl) || (size_t)n < want))
 					hits++;
 			if ((size_t)n < want || a + (size_t)n >= hi)
 				break;
@@ -507,10 +509,12 @@ START_TEST(test_token_copies)
 
 	start_lessee(false);
 	for (int i = 0; i < 20; i++) {
-		_cleanup_free_ char *id = tu_lessor_enqueue(L, "{\"workflow\":\"work\",\"input\":1}");
+		_cleanup_free_ char *id =
+		    tu_lessor_enqueue(L, "{\"workflow\":\"work\",\"input\":1}");
 
 		ck_assert_ptr_nonnull(id);
-		ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(30 * SEC)), 0);
+		ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(30 * SEC)),
+		                 0);
 	}
 	n = count_in_memory(tu_lessee_pid(D), "Bearer " TOKEN);
 	fprintf(stderr, "copies of the Authorization header in the daemon: %zu\n", n);
