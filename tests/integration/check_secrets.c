@@ -66,7 +66,7 @@ static void user_make(const char *name, struct passwd *ret, bool *made)
 	_cleanup_free_ char *cmd = NULL;
 
 	if (user_get(name, ret))
-		return; /* left by an earlier run: keep it */
+		return; /* not ours (or left by a killed run): kept */
 	ck_assert_int_ge(asprintf(&cmd,
 	                          "useradd --system --user-group --no-create-home "
 	                          "--home-dir /nonexistent --shell /usr/sbin/nologin %s",
@@ -190,10 +190,22 @@ static void make_work_script(void)
 	ck_assert_int_eq(write_file_atomic(p, text, strlen(text), 0755), 0);
 }
 
-static void setup(void)
+/* Once, in the parent (an unchecked fixture): a failed test skips its own
+ * teardown, and the users must not outlive the suite. */
+static void users_setup(void)
 {
 	user_make(DAEMON_USER, &daemon_pw, &made_user[0]);
 	user_make(RUN_USER, &run_pw, &made_user[1]);
+}
+
+static void users_teardown(void)
+{
+	user_remove(RUN_USER, &made_user[1]);
+	user_remove(DAEMON_USER, &made_user[0]);
+}
+
+static void setup(void)
+{
 	base = tu_tmpdir("secrets");
 	ck_assert_ptr_nonnull(base);
 	ck_assert_int_eq(chmod(base, 0711), 0); /* as RuntimeDirectoryMode=0711 */
@@ -216,8 +228,6 @@ static void teardown(void)
 		rm_rf(base);
 	free(base);
 	base = NULL;
-	user_remove(RUN_USER, &made_user[1]);
-	user_remove(DAEMON_USER, &made_user[0]);
 	ck_assert_msg(st == 0, "lessee exited with %d", st);
 	ck_assert_msg(ls == 0, "lessor exited with %d", ls);
 }
@@ -532,6 +542,7 @@ int main(void)
 		fprintf(stderr, "check_secrets: needs root (users, setpriv): skipped\n");
 		return 77;
 	}
+	tcase_add_unchecked_fixture(tc, users_setup, users_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_same_uid);
