@@ -445,7 +445,8 @@ case_secrets() {
 	echo "$log" | grep -qx 'snoop done' || fail "snoop did not finish: $log" || return
 	! echo "$log" | grep -qF "$(cat /etc/lessee/api-token)" || fail "the run found the token" || return
 	! echo "$log" | grep -q 'REACHED' || fail "the run reached: $(echo "$log" | grep REACHED)" || return
-	note "$(echo "$log" | grep -c ': denied') probes denied"
+	note "$(echo "$log" | grep -c ': denied') probes denied, e.g. $(echo "$log" |
+		grep -E '^snoop (mem|ptrace-attach|creds):' | tr '\n' ';')"
 }
 lessor_log_has() { lessor log "$1" | grep -q "$2"; }
 pid_gone() { ! grep -qs '^State:[[:space:]]*[^Z]' "/proc/$1/status"; }
