@@ -7,14 +7,22 @@ set -eu
 pkgs_build="gcc make pkg-config libc6-dev libcurl4-openssl-dev liburing-dev libcjson-dev
 	libsystemd-dev libmicrohttpd-dev libsqlite3-dev libpq-dev check libseccomp-dev libyaml-dev"
 pkgs_test="valgrind nginx-light openssl iproute2 util-linux procps curl ca-certificates
-	man-db groff-base binutils chromium nodejs npm prometheus postgresql"
+	man-db groff-base binutils chromium prometheus postgresql"
+# Node.js and npm (the browser test's playwright-core) from Debian, unless the
+# machine already has a node with its own npm (a nodejs build that bundles npm
+# conflicts with Debian's npm package).
+pkgs_node="nodejs npm"
 pkgs_systemd="systemd-container debootstrap"
 
 want=""
 for group in "$@"; do
 	case "$group" in
 	build) want="$want $pkgs_build" ;;
-	test) want="$want $pkgs_build $pkgs_test" ;;
+	test)
+		want="$want $pkgs_build $pkgs_test"
+		command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+			want="$want $pkgs_node"
+		;;
 	systemd) want="$want $pkgs_systemd" ;;
 	*) echo "deps.sh: unknown group '$group'" >&2; exit 2 ;;
 	esac

@@ -1,12 +1,15 @@
 /* lessee: parse options, load the configuration, wire the modules, run the loop. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conf/conf.h"
@@ -206,10 +209,46 @@ static int load_conf(const struct opts *o, const char *worker_id, struct conf **
 	return r;
 }
 
-static void log_conf_warnings(const struct conf *c)
+/* A run as our own uid can read our credential and spool and signal us; one
+ * as root can read anything.  Not a configuration error (a development setup,
+ * a container without capabilities), but said at each start, reload and
+ * --check-config.  f NULL: to the log. */
+static void shared_uid_warnings(const struct conf *c, FILE *f)
+{
+	uid_t self = geteuid();
+
+	for (size_t i = 0; i < c->n_workflows; i++) {
+		const struct conf_workflow *wf = &c->workflows[i];
+		uid_t uid = wf->user ? wf->uid : self;
+		_cleanup_free_ char *msg = NULL;
+		int n;
+
+		if (uid != self && uid != 0)
+			continue;
+		n = asprintf(&msg,
+			     uid == self ? "workflow.%s runs as the daemon's own user (uid %u): its runs "
+					   "can read the daemon's credential and spool and signal it; "
+					   "set worker.run_user (docs/operations.md, Security)"
+					 : "workflow.%s runs as root (uid %u): its runs can read "
+					   "everything the host has, the daemon's credential included",
+			     wf->name, (unsigned)uid);
+		if (n < 0)
+			continue;
+		if (f)
+			fprintf(f, "lessee: warning: %s\n", msg);
+		else
+			log_warning("configuration: %s", msg);
+	}
+}
+
+static void conf_warnings(const struct conf *c, FILE *f)
 {
 	for (char **w = c->warnings; *w; w++)
-		log_warning("configuration: %s", *w);
+		if (f)
+			fprintf(f, "lessee: warning: %s\n", *w);
+		else
+			log_warning("configuration: %s", *w);
+	shared_uid_warnings(c, f);
 }
 
 static void update_status(struct daemon *d)
@@ -275,7 +314,7 @@ static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *user
 	notify_reloading(d->notify);
 	if (load_conf(d->opts, worker_conf(d->worker)->worker.id, &next) < 0)
 		log_error("reload failed: keeping the running configuration");
-	else if (log_conf_warnings(next), false)
+	else if (conf_warnings(next, NULL), false)
 		;
 	else if (worker_reload(d->worker, next) < 0)
 		log_error("reload could not be applied: keeping the running configuration");
@@ -495,6 +534,81 @@ static void block_signals(void)
 		signal(sigs[i], SIG_DFL);
 }
 
+/* A directory of ours that others may write, without the sticky bit (a
+ * Kubernetes emptyDir is 0777): a run could rename our spool or the run
+ * directories away and put its own in their place.  Taken back. */
+static void tighten_dir(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & S_ISVTX) || !(st.st_mode & (S_IWGRP | S_IWOTH)))
+		return;
+	if (chmod(path, st.st_mode & 07755) < 0)
+		log_warning("%s is writable by others (mode %04o) and cannot be changed: %m", path,
+			    (unsigned)(st.st_mode & 07777));
+	else
+		log_notice("%s was writable by others (mode %04o): now %04o", path,
+			   (unsigned)(st.st_mode & 07777), (unsigned)(st.st_mode & 07755));
+}
+
+static void tighten_dirs(const struct conf *c)
+{
+	const char *dirs[] = {c->worker.spool_dir, c->worker.run_dir};
+
+	for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+		_cleanup_free_ char *parent = strdup(dirs[i]);
+		char *slash = parent ? strrchr(parent, '/') : NULL;
+
+		tighten_dir(dirs[i]);
+		if (slash && slash != parent) {
+			*slash = '\0';
+			tighten_dir(parent);
+		}
+	}
+}
+
+/* libcurl copies our request headers, the Authorization one among them, into
+ * buffers of its own (a header list per request, the request it sends) and
+ * frees them without wiping: the token would stay in freed memory until
+ * something happens to reuse it.  Its allocations go through these, so what
+ * it frees is zeroed first.  malloc_usable_size() is the whole block (under
+ * ASan and valgrind, exactly what was asked for). */
+static void wiping_free(void *p)
+{
+	if (!p)
+		return;
+	explicit_bzero(p, malloc_usable_size(p));
+	free(p);
+}
+
+static void *wiping_realloc(void *p, size_t n)
+{
+	size_t old;
+	void *q;
+
+	if (!p)
+		return malloc(n);
+	old = malloc_usable_size(p);
+	if (n <= old && n > 0)
+		return p;
+	q = malloc(n ? n : 1);
+	if (!q)
+		return NULL;
+	memcpy(q, p, old < n ? old : n);
+	wiping_free(p);
+	return q;
+}
+
+/* Before anyone else initializes libcurl (lib/http does it once, later). */
+static int curl_wiping_init(void)
+{
+	return curl_global_init_mem(CURL_GLOBAL_DEFAULT, malloc, wiping_free, wiping_realloc,
+				    strdup, calloc) == CURLE_OK
+		       ? 0
+		       : -ENOMEM;
+}
+
 /* Each run holds a pidfd and a pipe: a thousand runs need more than the usual
  * soft limit of 1024 fds.  Take what the hard limit allows. */
 static void raise_fd_limit(void)
@@ -511,6 +625,13 @@ int main(int argc, char **argv)
 {
 	struct opts o = {0};
 	struct conf *conf = NULL;
+	/* First of all: until this, a process of our uid may read our memory
+	 * (/proc/PID/mem, environ, fd) and ptrace us, and a run is such a process
+	 * unless it drops to another user.  Non-dumpable, /proc/PID/ belongs to
+	 * root and only CAP_SYS_PTRACE passes.  Runs are dumpable again: execve
+	 * resets it for them. */
+	int dumpable = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? -errno : 0;
+	int wiping = curl_wiping_init();
 	int r;
 
 	/* one program name in every message, getopt's included, whatever the path */
@@ -540,19 +661,27 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (o.check_config) {
-		log_conf_warnings(conf); /* on stderr: stdout stays loadable INI */
+		conf_warnings(conf, stderr); /* stdout stays loadable INI */
 		r = conf_print(conf, stdout) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 		conf_free(conf);
 		goto out;
 	}
 	log_setup("lessee", conf->log.format, conf->log.level);
 	log_set_worker_id(conf->worker.id);
-	log_conf_warnings(conf);
+	if (wiping < 0)
+		log_warning("libcurl would not take a wiping allocator: copies of the token it frees "
+			    "stay in memory");
+	if (dumpable < 0)
+		log_warning("cannot make the daemon non-dumpable: %s; runs as its user can read "
+			    "its memory",
+			    strerror(-dumpable));
+	conf_warnings(conf, NULL);
 	if (!conf->api.token)
 		log_warning("no API token configured (api.token_file, or the api-token credential): "
 			    "requests are sent without authentication");
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
+	tighten_dirs(conf);
 	log_info("lessee %s starting: api=%s concurrency=%u workflows=%zu", LESSEE_VERSION,
 		 conf->api.url, conf->worker.concurrency, conf->n_workflows);
 	r = run_daemon(&o, conf);

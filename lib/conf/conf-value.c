@@ -527,8 +527,12 @@ static int lookup_user(const char *v, struct passwd *pw, char **buf)
 	return res ? 0 : r > 0 ? -r : -ESRCH;
 }
 
-static int parse_user(struct conf_workflow *wf, char **field, const char *v, char *p)
+/* workflow.user fills the workflow's uid/gid, worker.run_user the worker's. */
+static int parse_user(const struct conf_key *k, void *base, char **field, const char *v, char *p)
 {
+	struct conf_workflow *wf = base;
+	struct conf_worker *w = &((struct conf *)base)->worker;
+	bool is_wf = streq(k->section, "workflow");
 	_cleanup_free_ char *buf = NULL;
 	struct passwd pw;
 	int r;
@@ -542,8 +546,8 @@ static int parse_user(struct conf_workflow *wf, char **field, const char *v, cha
 		return problem(p, "unknown user '%s'", v);
 	if (set_string(field, v) < 0)
 		return -ENOMEM;
-	wf->uid = pw.pw_uid;
-	wf->gid = pw.pw_gid;
+	*(is_wf ? &wf->uid : &w->run_uid) = pw.pw_uid;
+	*(is_wf ? &wf->gid : &w->run_gid) = pw.pw_gid;
 	return 0;
 }
 
@@ -708,7 +712,7 @@ static int parse_text(const struct conf_key *k, void *base, const char *v, char 
 	case CONF_LISTEN:
 		return parse_listen(base, v, p);
 	case CONF_USER:
-		return parse_user(base, field, v, p);
+		return parse_user(k, base, field, v, p);
 	default:
 		assert(!"not a text type");
 	}

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "conf/conf-int.h"
@@ -78,6 +80,7 @@ const struct conf_key conf_keys[] = {
     {"worker", "max_input_bytes", CONF_SIZE, C(worker.max_input_bytes), KIB, 64 * MIB, LIVE, "4M"},
     {"worker", "spool_dir", CONF_PATH, C(worker.spool_dir), 0, 0, KEY_REQUIRED, NULL},
     {"worker", "run_dir", CONF_PATH, C(worker.run_dir), 0, 0, KEY_REQUIRED, NULL},
+    {"worker", "run_user", CONF_USER, C(worker.run_user), 0, 0, LIVE, NULL},
     {"status", "listen", CONF_LISTEN, C(status.listen), 0, 0, 0, "127.0.0.1:9464"},
     {"status", "heartbeat_url", CONF_URL, C(status.heartbeat_url), 0, 0, 0, NULL},
     {"status", "heartbeat_interval", CONF_DURATION, C(status.heartbeat_interval), SEC, DAY, 0,
@@ -1008,6 +1011,12 @@ static int finalize_workflows(struct loader *L)
 			s->wf.timeout = c->worker.run_timeout;
 		if (!s->origin[max_log])
 			s->wf.max_log_bytes = c->worker.max_log_bytes;
+		if (!s->wf.user && c->worker.run_user) {
+			if (!(s->wf.user = strdup(c->worker.run_user)))
+				return -ENOMEM;
+			s->wf.uid = c->worker.run_uid;
+			s->wf.gid = c->worker.run_gid;
+		}
 		env_dedup(s->wf.env);
 	}
 	c->workflows = calloc(L->n_wfs, sizeof(*c->workflows));
@@ -1218,6 +1227,20 @@ _printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...)
 	return n < 0 ? -ENOMEM : strv_push(&L->c->warnings, msg);
 }
 
+/* May lessee drop a run to another user (setgroups, setresgid, setresuid)?
+ * Root, or an unprivileged daemon with the capabilities (the shipped units'
+ * AmbientCapabilities=). */
+static bool can_change_ids(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3] = {{0}};
+	const uint32_t need = (1U << CAP_SETUID) | (1U << CAP_SETGID);
+
+	if (syscall(SYS_capget, &h, d) < 0)
+		return geteuid() == 0;
+	return (d[0].effective & need) == need;
+}
+
 static int collect_warnings(struct loader *L)
 {
 	const struct conf *c = L->c;
@@ -1231,10 +1254,10 @@ static int collect_warnings(struct loader *L)
 		         "yes): %srun inputs, results and logs cross the network unencrypted",
 		         c->api.token ? "the API token, " : "");
 	for (size_t i = 0; i < c->n_workflows && r >= 0; i++)
-		if (c->workflows[i].user && geteuid() != 0 && c->workflows[i].uid != geteuid())
+		if (c->workflows[i].user && c->workflows[i].uid != geteuid() && !can_change_ids())
 			r = warn(L,
-			         "workflow.%s: user=%s needs lessee to run as root; its runs "
-			         "will fail to start",
+			         "workflow.%s: user=%s needs lessee to run as root or with "
+			         "CAP_SETUID and CAP_SETGID; its runs will fail to start",
 			         c->workflows[i].name, c->workflows[i].user);
 	return r;
 }

@@ -55,6 +55,10 @@ struct conf_worker {
 	uint64_t max_input_bytes;  /* a run's input in a claim answer; caps the answer */
 	char *spool_dir;
 	char *run_dir;
+	/* runs of workflows without user= run as this user; NULL = as lessee's own */
+	char *run_user;
+	uid_t run_uid; /* resolved at load when run_user is set */
+	gid_t run_gid;
 };
 
 struct conf_status {
@@ -75,7 +79,7 @@ struct conf_workflow {
 	char **argv;    /* argv[0] is an absolute path; no shell, no expansion */
 	usec_t timeout; /* effective: the workflow's own, else worker.run_timeout */
 	char **env;     /* "NAME=value", names unique (last assignment wins), never NULL */
-	char *user;     /* NULL = run as lessee's own user */
+	char *user;     /* effective: own, else worker.run_user; NULL = lessee's own user */
 	uid_t uid;      /* resolved at load when user is set */
 	gid_t gid;
 	char *working_directory; /* NULL = the run's fresh directory under run_dir */

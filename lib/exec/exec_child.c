@@ -11,6 +11,7 @@
  * can ever run on the shared memory. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <linux/sched.h>
 #include <sched.h>
@@ -67,6 +68,7 @@ const char *exec_step_name(int step)
 	    [EXEC_STEP_SETGROUPS] = "setgroups",
 	    [EXEC_STEP_SETGID] = "setgid",
 	    [EXEC_STEP_SETUID] = "setuid",
+	    [EXEC_STEP_CAPSET] = "capset",
 	    [EXEC_STEP_NO_NEW_PRIVS] = "no_new_privs",
 	    [EXEC_STEP_PDEATHSIG] = "pdeathsig",
 	    [EXEC_STEP_SIGPROCMASK] = "sigprocmask",
@@ -171,6 +173,23 @@ CHILD_FN static void child_set_ids(const struct exec_child_args *a)
 		child_fail(a, EXEC_STEP_SETUID);
 }
 
+/* A daemon given capabilities as ambient ones (the shipped units, to drop
+ * runs to their user) keeps them across a setresuid between two non-root
+ * users, and would hand them on: the ambient set through any execve, the
+ * inheritable one through a program with file capabilities.  A run could then
+ * setuid back to the daemon's user.  Emptied here (the ambient set follows the
+ * permitted one), a run of an unprivileged user starts with none; one of uid 0
+ * gets root's again from the execve.  Lowering never fails for want of
+ * privilege; a seccomp filter that forbids capset fails the run. */
+CHILD_FN static void child_drop_caps(const struct exec_child_args *a)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {{0}};
+
+	if (syscall(SYS_capset, &h, none) < 0)
+		child_fail(a, EXEC_STEP_CAPSET);
+}
+
 /* After the id change: changing credentials clears the parent-death signal. */
 CHILD_FN static void child_set_pdeathsig(const struct exec_child_args *a)
 {
@@ -208,6 +227,7 @@ CHILD_FN __attribute__((noreturn)) static int child_main(void *arg)
 		child_fail(a, EXEC_STEP_SETRLIMIT);
 	if (a->set_ids)
 		child_set_ids(a);
+	child_drop_caps(a);
 	if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) < 0)
 		child_fail(a, EXEC_STEP_NO_NEW_PRIVS);
 	child_set_pdeathsig(a);

@@ -380,6 +380,10 @@ static int make_run_dir(struct run *r)
 		return -ENOMEM;
 	if ((q = mkdir_p(parent, 0711)) < 0)
 		return q;
+	/* not what the umask (the units' UMask=0077) left of it: a run of
+	 * another user must get through it to its directory */
+	if (chmod(parent, 0711) < 0)
+		return -errno;
 	for (unsigned tries = 0;; tries++) {
 		_cleanup_free_ char *dir = NULL;
 
@@ -597,6 +601,7 @@ static void collect_start(struct run *r)
 	}
 	j->run = r;
 	j->cap = run_conf(r)->worker.max_output_bytes;
+	j->owner = r->wf->user ? r->wf->uid : geteuid();
 	if (offload_submit(r->w->offload, r->wf->user ? &cr : NULL, result_job_work,
 			   on_result_read, j, &r->collect_job) < 0) {
 		result_job_free(j);

@@ -94,6 +94,10 @@ void result_job_work(void *arg)
 		return result_fail(j, -errno, "cannot be examined: %s", strerrordesc_np(errno));
 	if (!S_ISREG(st.st_mode))
 		return result_not_regular(j, st.st_mode);
+	/* a hard link to a file the daemon may read (CAP_DAC_OVERRIDE) and the run may not */
+	if (st.st_uid != j->owner)
+		return result_fail(j, -EPERM, "is not owned by the run's user (uid %u, owner %u)",
+		                   (unsigned)j->owner, (unsigned)st.st_uid);
 	if ((uint64_t)st.st_size > j->cap)
 		return result_fail(j, -EFBIG, "is larger than max_output_bytes (%zu)", j->cap);
 	q = read_fd_capped(fd, j->cap, &j->data, &j->len);

@@ -262,6 +262,7 @@ struct result_job {
 	struct run *run; /* loop only; the job is cancelled when the run is freed */
 	char *dir;
 	size_t cap; /* max_output_bytes */
+	uid_t owner; /* the run's uid: a result file of anyone else is refused */
 	/* written by the helper thread */
 	int err;       /* 0, or -errno with why */
 	char why[160]; /* "is a FIFO, not a regular file" */

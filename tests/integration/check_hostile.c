@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "lessee_proc.h"
@@ -286,7 +287,8 @@ START_TEST(test_result_bad_kinds)
 	static const struct {
 		const char *wf, *script, *want;
 	} cases[] = {
-	    {"dev", "rm -f \"$LESSEE_RESULT_FILE\"\nmknod \"$LESSEE_RESULT_FILE\" c 1 3",
+	    /* runs have no capabilities (no CAP_MKNOD): a link to the test's node */
+	    {"dev", "rm -f \"$LESSEE_RESULT_FILE\"\nln \"$DEV\" \"$LESSEE_RESULT_FILE\"",
 	     "is a character device"},
 	    {"dir", "mkdir \"$LESSEE_RESULT_FILE\"", "is a directory"},
 	    {"big", "head -c 2000 /dev/zero | tr '\\0' ' ' >\"$LESSEE_RESULT_FILE\"",
@@ -299,11 +301,17 @@ START_TEST(test_result_bad_kinds)
 		printf("test_result_bad_kinds: mknod needs root, skipped\n");
 		return;
 	}
+	_cleanup_free_ char *dev = NULL;
+
+	ck_assert_int_ge(asprintf(&dev, "%s/null-dev", scripts), 0);
+	ck_assert_int_eq(mknod(dev, S_IFCHR | 0666, makedev(1, 3)), 0);
 	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-		char name[32], *more = NULL;
+		char name[32], *more = NULL, *script = NULL;
 
 		snprintf(name, sizeof(name), "%s.sh", cases[i].wf);
-		write_script(name, cases[i].script);
+		ck_assert_int_ge(asprintf(&script, "DEV='%s'\n%s", dev, cases[i].script), 0);
+		write_script(name, script);
+		free(script);
 		ck_assert_int_ge(asprintf(&more, "%s[workflow.%s]\ncommand = %s/%s\n", wfs,
 		                          cases[i].wf, scripts, name),
 		                 0);

@@ -8,7 +8,8 @@
 # (default /var/cache/lessee-test-rootfs), keyed by suite and package list.
 # The container sees the staged `make install` tree read-only at /usr/local (and
 # whole at /opt/lessee-stage), this directory at /opt/lessee-test, and writes
-# its results, console and journal to $BUILD/check-systemd/.
+# its results, console and journal to $BUILD/check-systemd/; tests/aux/snoop,
+# built here against libc alone, is at /opt/lessee-aux.
 # Needs root.  Exit status: 0 every case passed, 1 otherwise.
 set -eu
 
@@ -18,6 +19,7 @@ BUILD=${BUILD:-build/default}
 STAGE=${STAGE:?STAGE must name a make install DESTDIR (use make check-systemd)}
 cache=${LESSEE_ROOTFS_CACHE:-/var/cache/lessee-test-rootfs}
 case "$BUILD" in /*) out=$BUILD/check-systemd ;; *) out=$top/$BUILD/check-systemd ;; esac
+aux=$out/aux # tests/aux/snoop, for the secrets case, against libc only
 suite=bookworm
 # lessee's and lessor's runtime libraries, systemd itself, and the tools the
 # cases use (procps: /bin/kill of ExecReload=; curl: the status endpoint).
@@ -122,7 +124,8 @@ flock 9
 root=$(rootfs)
 
 rm -rf "$out"
-mkdir -p "$out/results"
+mkdir -p "$out/results" "$aux"
+${CC:-cc} -std=gnu11 -D_GNU_SOURCE -O2 -o "$aux/snoop" "$top/tests/aux/snoop.c" || die "cannot build snoop"
 trap cleanup_nspawn EXIT
 trap 'exit 130' INT TERM
 cleanup_nspawn # a killed earlier run
@@ -132,7 +135,7 @@ rc=0
 timeout -k 10 $boot_limit systemd-nspawn -q -D "$root" -M "$machine" \
 	--volatile=overlay --register=no --keep-unit --private-network --console=pipe \
 	--bind-ro="$STAGE/usr/local:/usr/local" --bind-ro="$STAGE:/opt/lessee-stage" \
-	--bind-ro="$here:/opt/lessee-test" \
+	--bind-ro="$here:/opt/lessee-test" --bind-ro="$aux:/opt/lessee-aux" \
 	--bind-ro="$here/lessee-test.service:/etc/systemd/system/lessee-test.service" \
 	--bind="$out/results:/results" \
 	-b systemd.wants=lessee-test.service >"$out/console.log" 2>&1 || rc=$?

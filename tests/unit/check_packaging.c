@@ -488,8 +488,41 @@ static void env_instr(const char *args, char ***env)
 		ck_assert_int_ge(strv_extend(env, words[i]), 0);
 }
 
+/* The ENV LESSEE_WORKER_RUN_USER=NAME of a stage, or NULL. */
+static char *stage_run_user(const struct stage *s)
+{
+	_cleanup_(strv_freep) char **env = NULL;
+	const char *v = NULL;
+
+	for (size_t i = 0; i < s->n; i++)
+		if (streq(s->in[i].cmd, "ENV"))
+			env_instr(s->in[i].args, &env);
+	for (char **e = env; e && *e; e++)
+		v = startswith(*e, "LESSEE_WORKER_RUN_USER=") ?: v;
+	return v && *v ? strdup(v) : NULL;
+}
+
+/* A RUN of the stage makes that user: useradd --uid N (N > 0) ... NAME. */
+static bool run_user_made(const struct stage *s)
+{
+	_cleanup_free_ char *name = stage_run_user(s);
+
+	for (size_t i = 0; name && i < s->n; i++) {
+		const char *a = s->in[i].args,
+		           *u = streq(s->in[i].cmd, "RUN") ? strstr(a, "useradd") : NULL;
+		const char *uid = u ? strstr(u, "--uid ") : NULL;
+		const char *end = u ? strstr(u, "&&") : NULL;
+		const char *at = u ? strstr(u, name) : NULL;
+
+		if (uid && atoi(uid + 6) > 0 && at && (!end || at < end) && (!end || uid < end))
+			return true;
+	}
+	return false;
+}
+
 /* The configuration the image starts with: conf/lessee.conf at the default
- * path, the Dockerfile's ENV, plus the API URL a user must give. */
+ * path, the Dockerfile's ENV (but for the run user, who exists only in the
+ * image), plus the API URL a user must give. */
 static struct conf *image_conf(const struct stage *s)
 {
 	_cleanup_(strv_freep) char **env = NULL;
@@ -501,6 +534,9 @@ static struct conf *image_conf(const struct stage *s)
 	for (size_t i = 0; i < s->n; i++)
 		if (streq(s->in[i].cmd, "ENV"))
 			env_instr(s->in[i].args, &env);
+	for (char **e = env; e && *e; e++)
+		if (startswith(*e, "LESSEE_WORKER_RUN_USER="))
+			(*e)[strlen("LESSEE_WORKER_RUN_USER=")] = '\0';
 	ck_assert_int_ge(strv_extend(&env, "LESSEE_API_URL=https://orchestrator.example.com"), 0);
 	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err) == 0,
 	              "the image's configuration: %s", err ? err : "?");
@@ -541,9 +577,11 @@ START_TEST(test_dockerfile)
 	ck_assert_ptr_nonnull(copy);
 	ck_assert_int_eq(sscanf(copy, "--from=%127s %*s %255s", from, dest), 2);
 	ck_assert_str_eq(from, build->name);
-	/* not root, with a numeric uid (runAsNonRoot can check it) */
+	/* root (the capabilities to drop runs need it in a container), and the
+	 * runs' user is another, made here, numeric and not root */
 	user = one(rt, "USER");
-	ck_assert_msg(isdigit((unsigned char)user[0]) && atoi(user) > 0, "USER %s", user);
+	ck_assert_str_eq(user, "0:0");
+	ck_assert_msg(run_user_made(rt), "the runtime stage does not make LESSEE_WORKER_RUN_USER");
 	ck_assert_str_eq(one(rt, "STOPSIGNAL"), "SIGTERM");
 	/* the image's own configuration is valid and listens where EXPOSE says */
 	c = image_conf(rt);
@@ -745,7 +783,7 @@ START_TEST(test_kubernetes)
 {
 	cJSON *docs = yaml_load("docs/kubernetes.yaml");
 	cJSON *cm = named(docs, "kind", "ConfigMap"), *dep = named(docs, "kind", "Deployment");
-	cJSON *pod = at(dep, "spec.template.spec"), *ctr, *args, *vol, *m;
+	cJSON *pod = at(dep, "spec.template.spec"), *ctr, *args, *vol, *m, *caps, *drop;
 	cJSON *data = at(cm, "data"), *file = cJSON_GetObjectItemCaseSensitive(data, "lessee.conf");
 	const char *conf_path = "/etc/lessee/lessee.conf";
 	_cleanup_free_ char *token = NULL, *conf_dir = NULL;
@@ -785,12 +823,29 @@ START_TEST(test_kubernetes)
 	m = mount_of(ctr, token);
 	vol = named(at(pod, "volumes"), "name", str_at(m, "name"));
 	ck_assert_ptr_nonnull(at(vol, "secret.secretName"));
-	mode = strtol(str_at(vol, "secret.defaultMode"), NULL, 0); /* 0440: octal */
-	ck_assert_msg((mode & 07) == 0 && (mode & 0040), "defaultMode %lo", (unsigned long)mode);
-	ck_assert_ptr_nonnull(at(pod, "securityContext.fsGroup"));
+	mode = strtol(str_at(vol, "secret.defaultMode"), NULL, 0); /* 0400: octal */
+	ck_assert_msg((mode & 077) == 0 && (mode & 0400), "defaultMode %lo", (unsigned long)mode);
 
-	/* not root, nothing writable but the volumes lessee writes to */
-	ck_assert_str_eq(str_at(pod, "securityContext.runAsNonRoot"), "true");
+	/* the Dockerfile's user (root, for the capabilities that drop runs to
+	 * their user: those and no other), nothing writable but the volumes
+	 * lessee writes to */
+	ck_assert_str_eq(str_at(pod, "securityContext.runAsNonRoot"), "false");
+	caps = at(ctr, "securityContext.capabilities.add");
+	ck_assert_msg(cJSON_GetArraySize(caps) == 5, "capabilities.add: %d entries",
+	              cJSON_GetArraySize(caps));
+	for (const char *const *cap =
+	         (const char *const[]){"SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "KILL", NULL};
+	     *cap; cap++) {
+		bool found = false;
+		const cJSON *it;
+
+		cJSON_ArrayForEach(it, caps) found =
+		    found || (cJSON_IsString(it) && streq(it->valuestring, *cap));
+		ck_assert_msg(found, "capabilities.add lacks %s", *cap);
+	}
+	drop = cJSON_GetArrayItem(at(ctr, "securityContext.capabilities.drop"), 0);
+	ck_assert_msg(cJSON_IsString(drop) && streq(drop->valuestring, "ALL"),
+	              "capabilities.drop is not [ALL]");
 	df_parse(&df);
 	ck_assert_int_eq(atoi(str_at(pod, "securityContext.runAsUser")),
 	                 atoi(one(&df.st[df.n - 1], "USER")));
