@@ -2,6 +2,7 @@
  * with long poll.  A fresh claim_id per claim; a retry of the same claim after a
  * transport error or 5xx reuses it, so a lost response never strands a run. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,18 +31,48 @@ static unsigned free_slots(const worker_t *w)
 	return w->n_runs >= c ? 0 : MIN(c - w->n_runs, PROTO_MAX_RUNS);
 }
 
-/* The configured workflows whose breaker lets a run in now. */
-static char **claimable_workflows(worker_t *w)
+/* The runs of a workflow that hold one of its slots: every one in the table
+ * but those being given back. */
+static unsigned wf_in_use(const worker_t *w, const char *name)
+{
+	unsigned n = 0;
+
+	for (const struct run *r = w->runs; r; r = r->next)
+		if (r->state != RUN_RELEASING && streq_ptr(r->workflow, name))
+			n++;
+	return n;
+}
+
+/* Free slots of the workflow's own concurrency, UINT_MAX without one. */
+static unsigned wf_free_slots(const worker_t *w, const struct conf_workflow *wf)
+{
+	unsigned used;
+
+	if (!wf->concurrency)
+		return UINT_MAX;
+	used = wf_in_use(w, wf->name);
+	return used >= wf->concurrency ? 0 : wf->concurrency - used;
+}
+
+/* The configured workflows whose breaker lets a run in now and that are under
+ * their own concurrency; *ret_room: how many runs they can take at most. */
+static char **claimable_workflows(worker_t *w, unsigned *ret_room)
 {
 	const struct conf *c = worker_cur_conf(w);
 	char **v = calloc(1, sizeof(char *));
+	unsigned room = 0;
 
 	for (size_t i = 0; v && i < c->n_workflows; i++) {
 		struct wfstate *s = worker_wfstate(w, c->workflows[i].name);
+		unsigned f = wf_free_slots(w, &c->workflows[i]);
 
-		if (s && breaker_allows(&s->breaker) && strv_extend(&v, s->name) < 0)
+		if (!s || !breaker_allows(&s->breaker) || f == 0)
+			continue;
+		room = f > UINT_MAX - room ? UINT_MAX : room + f;
+		if (strv_extend(&v, s->name) < 0)
 			v = strv_free(v);
 	}
+	*ret_room = room;
 	return v;
 }
 
@@ -161,17 +192,20 @@ void claim_kick(worker_t *w)
 	const struct conf *c = worker_cur_conf(w);
 	char **wfs = NULL;
 	_cleanup_free_ char *url = NULL, *body = NULL;
-	unsigned slots = free_slots(w);
+	unsigned slots = free_slots(w), room = 0;
 	struct proto_claim_req rq;
 
 	if (w->phase != WORKER_RUNNING || w->claim_req || ev_timer_armed(w->claim_timer) ||
 	    w->in_arrival || slots == 0)
 		return;
-	wfs = claimable_workflows(w);
+	wfs = claimable_workflows(w, &room);
 	if (!wfs || !wfs[0]) {
-		strv_free(wfs); /* every workflow blocked: the breaker timer kicks us */
+		/* every workflow blocked: the breaker timer or a run's end kicks us */
+		strv_free(wfs);
 		return;
 	}
+	/* never more than the workflows asked for can take (workflow.concurrency) */
+	slots = MIN(slots, room);
 	if (!w->claim_id_used)
 		uuid_v7(w->claim_id);
 	rq = (struct proto_claim_req){
@@ -247,6 +281,12 @@ static enum run_event triage(worker_t *w, struct run *r)
 	}
 	s = worker_wfstate(w, r->workflow);
 	if (!s || !breaker_allows(&s->breaker)) {
+		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
+		return RE_RELEASE;
+	}
+	if (r->wf->concurrency && wf_in_use(w, r->workflow) > r->wf->concurrency) {
+		/* the API handed more of one workflow than its concurrency: give the
+		 * rest back; our next claim leaves the workflow out */
 		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}

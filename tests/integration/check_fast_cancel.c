@@ -36,8 +36,8 @@ static void setup(void)
 	snprintf(path, sizeof(path), "%s/sleeper.sh", scripts);
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0755), 0);
 	ck_assert_int_eq(
-		tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests", .args = args}, &L),
-		0);
+	    tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests", .args = args}, &L),
+	    0);
 }
 
 static void teardown(void)
@@ -61,12 +61,12 @@ static void start_lessee(unsigned concurrency, const char *lease)
 	_cleanup_free_ char *conf = NULL;
 
 	ck_assert_int_ge(asprintf(&conf,
-				  "[worker]\nconcurrency = %u\n%s\n"
-				  "[workflow.sleeper]\ncommand = %s/sleeper.sh\n",
-				  concurrency, lease, scripts),
-			 0);
+	                          "[worker]\nconcurrency = %u\n%s\n"
+	                          "[workflow.sleeper]\ncommand = %s/sleeper.sh\n",
+	                          concurrency, lease, scripts),
+	                 0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
-			 0);
+	                 0);
 }
 
 static char *enqueue(void)
@@ -120,7 +120,7 @@ static usec_t cancel_latency(const char *id, usec_t max)
 	while (tu_pid_alive(pid) && time_mono() < end)
 		tu_sleep(5 * USEC_PER_MSEC);
 	ck_assert_msg(!tu_pid_alive(pid), "child %d still alive after %llu ms", (int)pid,
-		      (unsigned long long)(max / USEC_PER_MSEC));
+	              (unsigned long long)(max / USEC_PER_MSEC));
 	return time_mono() - t0;
 }
 
@@ -132,14 +132,16 @@ static void check_fast(unsigned concurrency, unsigned runs)
 	for (unsigned i = 0; i < runs; i++)
 		ids[i] = enqueue();
 	for (unsigned i = 0; i < runs; i++)
-		ck_assert_int_eq(tu_lessor_wait_status(L, ids[i], "running", tu_timeout(10 * SEC)), 0);
+		ck_assert_int_eq(tu_lessor_wait_status(L, ids[i], "running", tu_timeout(10 * SEC)),
+		                 0);
 	for (unsigned i = 0; i < runs; i++) {
 		usec_t d = cancel_latency(ids[i], tu_timeout(20 * SEC));
 
-		ck_assert_msg(d < tu_timeout(2 * SEC), "cancel took %llu ms with lease_refresh = 30s",
-			      (unsigned long long)(d / USEC_PER_MSEC));
-		ck_assert_int_eq(tu_lessor_wait_status(L, ids[i], "cancelled", tu_timeout(10 * SEC)),
-				 0);
+		ck_assert_msg(d < tu_timeout(2 * SEC),
+		              "cancel took %llu ms with lease_refresh = 30s",
+		              (unsigned long long)(d / USEC_PER_MSEC));
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "cancelled", tu_timeout(10 * SEC)), 0);
 		free(ids[i]);
 	}
 }
@@ -172,10 +174,11 @@ START_TEST(test_cancel_old_server)
 	_cleanup_free_ char *id = NULL, *log = NULL;
 	long status = 0;
 
-	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
-					"{\"endpoint\":\"claims\",\"legacy\":true,\"count\":100000}",
-					&status, NULL),
-			 0);
+	ck_assert_int_eq(
+	    tu_lessor_json(L, "POST", "/v1/admin/faults",
+	                   "{\"endpoint\":\"claims\",\"legacy\":true,\"count\":100000}", &status,
+	                   NULL),
+	    0);
 	ck_assert_int_eq(status, 200);
 	start_lessee(1, "lease_ttl = 6s\nlease_refresh = 1s\n");
 	id = enqueue();

@@ -42,21 +42,23 @@ static void setup(void)
 	scripts = tu_tmpdir("semantics");
 	ck_assert_ptr_nonnull(scripts);
 	write_script("sleeper.sh", "echo pid=$$\nexec sleep 1000");
-	write_script("retry.sh", "read -r line\ncase \"$line\" in *retry*) exit 75;; esac\necho ok");
+	write_script("retry.sh",
+	             "read -r line\ncase \"$line\" in *retry*) exit 75;; esac\necho ok");
 	write_script("fail.sh", "echo three-bytes-and-more\nexit 3");
 	write_script("crash.sh", "kill -SEGV $$");
 	/* the ledger: a second run inside the lock at once is an overlap */
-	ck_assert_int_ge(asprintf(&ledger,
-				  "exec 9>>\"%1$s/ledger.lock\"\n"
-				  "if ! flock -n 9; then echo overlap >> \"%1$s/overlaps\"; exit 1; fi\n"
-				  "echo \"start $LESSEE_RUN_ID\" >> \"%1$s/ledger\"\n"
-				  "sleep 0.4\n"
-				  "echo \"end $LESSEE_RUN_ID\" >> \"%1$s/ledger\"",
-				  scripts),
-			 0);
+	ck_assert_int_ge(
+	    asprintf(&ledger,
+	             "exec 9>>\"%1$s/ledger.lock\"\n"
+	             "if ! flock -n 9; then echo overlap >> \"%1$s/overlaps\"; exit 1; fi\n"
+	             "echo \"start $LESSEE_RUN_ID\" >> \"%1$s/ledger\"\n"
+	             "sleep 0.4\n"
+	             "echo \"end $LESSEE_RUN_ID\" >> \"%1$s/ledger\"",
+	             scripts),
+	    0);
 	write_script("ledger.sh", ledger);
 	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests"}, &L),
-			 0);
+	                 0);
 }
 
 static void teardown(void)
@@ -80,7 +82,7 @@ static void start_lessee(const char *fmt)
 
 	ck_assert_int_ge(asprintf(&conf, fmt, scripts), 0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
-			 0);
+	                 0);
 }
 
 static char *enqueue(const char *workflow, const char *extra_json)
@@ -89,8 +91,8 @@ static char *enqueue(const char *workflow, const char *extra_json)
 	char *id;
 
 	ck_assert_int_ge(asprintf(&body, "{\"workflow\":\"%s\"%s%s}", workflow,
-				  extra_json ? "," : "", extra_json ? extra_json : ""),
-			 0);
+	                          extra_json ? "," : "", extra_json ? extra_json : ""),
+	                 0);
 	id = tu_lessor_enqueue(L, body);
 	ck_assert_msg(id, "enqueue %s", body);
 	return id;
@@ -137,8 +139,8 @@ static char *log_line(const char *needle)
 	_cleanup_free_ char *log = NULL;
 	const char *p, *b, *e;
 
-	ck_assert_msg(tu_lessee_wait_log(D, needle, tu_timeout(15 * SEC)) == 0, "no log line with %s",
-		      needle);
+	ck_assert_msg(tu_lessee_wait_log(D, needle, tu_timeout(15 * SEC)) == 0,
+	              "no log line with %s", needle);
 	log = tu_lessee_log(D);
 	p = strstr(log, needle);
 	ck_assert_ptr_nonnull(p);
@@ -164,7 +166,7 @@ START_TEST(test_max_timeout_caps_run_timeout)
 	long long started, finished;
 
 	start_lessee("[worker]\nmax_timeout = 2s\n"
-		     "[workflow.sleeper]\ncommand = %s/sleeper.sh\n");
+	             "[workflow.sleeper]\ncommand = %s/sleeper.sh\n");
 	id = enqueue("sleeper", "\"timeout_s\":3600,\"max_attempts\":1");
 	wait_status(id, "failed", 15 * SEC);
 	run = tu_lessor_get_run(L, id);
@@ -172,7 +174,7 @@ START_TEST(test_max_timeout_caps_run_timeout)
 	started = tu_rfc3339_ms(jstr(run, "started_at"));
 	finished = tu_rfc3339_ms(jstr(run, "finished_at"));
 	ck_assert_msg(finished - started >= 1800 && finished - started < 6000,
-		      "ran %lld ms with max_timeout = 2s", finished - started);
+	              "ran %lld ms with max_timeout = 2s", finished - started);
 	cJSON_Delete(run);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "capped by max_timeout", 5 * SEC), 0);
 }
@@ -186,7 +188,7 @@ START_TEST(test_workflow_max_timeout)
 	long long started, finished;
 
 	start_lessee("[worker]\nmax_timeout = 1h\n"
-		     "[workflow.sleeper]\ncommand = %s/sleeper.sh\nmax_timeout = 1s\n");
+	             "[workflow.sleeper]\ncommand = %s/sleeper.sh\nmax_timeout = 1s\n");
 	id = enqueue("sleeper", "\"timeout_s\":600,\"max_attempts\":1");
 	wait_status(id, "failed", 15 * SEC);
 	run = tu_lessor_get_run(L, id);
@@ -194,7 +196,7 @@ START_TEST(test_workflow_max_timeout)
 	started = tu_rfc3339_ms(jstr(run, "started_at"));
 	finished = tu_rfc3339_ms(jstr(run, "finished_at"));
 	ck_assert_msg(finished - started < 5000, "ran %lld ms with max_timeout = 1s",
-		      finished - started);
+	              finished - started);
 	cJSON_Delete(run);
 }
 END_TEST
@@ -209,9 +211,9 @@ START_TEST(test_exit75_is_not_a_breaker_failure)
 	prom_doc_t *doc;
 
 	start_lessee("[worker]\nmax_consecutive_failures = 2\nfailure_cooldown = 1h\n"
-		     "failure_cooldown_max = 1h\n"
-		     "[status]\nlisten = 127.0.0.1:0\n"
-		     "[workflow.retry]\ncommand = %s/retry.sh\n");
+	             "failure_cooldown_max = 1h\n"
+	             "[status]\nlisten = 127.0.0.1:0\n"
+	             "[workflow.retry]\ncommand = %s/retry.sh\n");
 	for (int i = 0; i < 3; i++) {
 		ids[i] = enqueue("retry", "\"input\":\"retry\",\"max_attempts\":1");
 		wait_status(ids[i], "failed", 20 * SEC);
@@ -226,11 +228,11 @@ START_TEST(test_exit75_is_not_a_breaker_failure)
 	tu_sleep(300 * USEC_PER_MSEC); /* the last report's bookkeeping */
 	doc = scrape();
 	ck_assert_double_eq(prom_value(doc, "lessee_runs_finished_total", "workflow", "retry",
-				       "outcome", "retry", NULL),
-			    3);
+	                               "outcome", "retry", NULL),
+	                    3);
 	ck_assert_double_eq(prom_value(doc, "lessee_runs_finished_total", "workflow", "retry",
-				       "outcome", "succeeded", NULL),
-			    1);
+	                               "outcome", "succeeded", NULL),
+	                    1);
 	prom_free(doc);
 	for (int i = 0; i < 3; i++)
 		free(ids[i]);
@@ -247,8 +249,8 @@ START_TEST(test_workflow_concurrency)
 	int starts = 0;
 
 	start_lessee("[worker]\nconcurrency = 4\n"
-		     "[workflow.ledger]\ncommand = %1$s/ledger.sh\nconcurrency = 1\n"
-		     "[workflow.sleeper]\ncommand = %1$s/sleeper.sh\n");
+	             "[workflow.ledger]\ncommand = %1$s/ledger.sh\nconcurrency = 1\n"
+	             "[workflow.sleeper]\ncommand = %1$s/sleeper.sh\n");
 	for (int i = 0; i < 6; i++)
 		ids[i] = enqueue("ledger", "\"max_attempts\":1");
 	sl[0] = enqueue("sleeper", NULL);
@@ -279,7 +281,7 @@ START_TEST(test_end_line_logfmt)
 	_cleanup_free_ char *fail = NULL, *crash = NULL, *line = NULL;
 
 	start_lessee("[workflow.fail]\ncommand = %1$s/fail.sh\n"
-		     "[workflow.crash]\ncommand = %1$s/crash.sh\n");
+	             "[workflow.crash]\ncommand = %1$s/crash.sh\n");
 	fail = enqueue("fail", "\"max_attempts\":1");
 	wait_status(fail, "failed", 15 * SEC);
 	line = log_line("finished: failed");
@@ -288,7 +290,7 @@ START_TEST(test_end_line_logfmt)
 	assert_has(line, " exit_code=3");
 	assert_has(line, " duration_ms=");
 	assert_has(line, " pid=");
-	assert_has(line, " log_bytes=22");
+	assert_has(line, " log_bytes=21");
 	assert_has(line, " attempt=1");
 	ck_assert_ptr_null(strstr(line, "signal="));
 	free(line);
@@ -321,7 +323,7 @@ START_TEST(test_end_line_json)
 	ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "pid")));
 	ck_assert_int_gt(cJSON_GetObjectItem(j, "pid")->valueint, 1);
 	ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "log_bytes")));
-	ck_assert_int_eq(cJSON_GetObjectItem(j, "log_bytes")->valueint, 22);
+	ck_assert_int_eq(cJSON_GetObjectItem(j, "log_bytes")->valueint, 21);
 	ck_assert(cJSON_GetObjectItem(j, "attempt") != NULL);
 	cJSON_Delete(j);
 }
