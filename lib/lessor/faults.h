@@ -20,6 +20,7 @@ struct lessor_fault {
 	unsigned count;         /* requests left to affect */
 	unsigned retry_after_s; /* 0 = no Retry-After header */
 	unsigned delay_ms;
+	bool legacy; /* claims: answer as a server without cancel events ("held" ignored) */
 };
 
 typedef struct lessor_faults lessor_faults;

@@ -536,6 +536,56 @@ int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsig
 	return 0;
 }
 
+/* ---- cancel events: which held leases' runs were asked to cancel ---- */
+
+struct cancels_ctx {
+	char *const *ids, *const *tokens;
+	size_t n;
+	int64_t now;
+	char **out;
+};
+
+static int cancels_tx(lessor_store *s, void *userdata)
+{
+	struct cancels_ctx *c = userdata;
+
+	for (size_t i = 0; i < c->n; i++) {
+		sqlite3_stmt *st;
+		int64_t seq;
+		int r;
+
+		if (lessor_run_id_parse(c->ids[i], &seq) < 0)
+			continue;
+		r = lessor_db_query(s, &st,
+		                    "SELECT 1 FROM runs r JOIN leases l ON l.id = r.lease_id"
+		                    " WHERE r.seq = ? AND l.token = ? AND r.cancel_requested"
+		                    " AND r.lease_expires_at > ?",
+		                    "isi", seq, c->tokens[i], c->now);
+		if (r < 0)
+			return r;
+		if (r > 0 && strv_extend(&c->out, c->ids[i]) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int lessor_store_cancels(lessor_store *s, char *const *ids, char *const *tokens, size_t n,
+                         int64_t now, char ***ret)
+{
+	struct cancels_ctx c = {.ids = ids, .tokens = tokens, .n = n, .now = now};
+	int r;
+
+	if (!(c.out = calloc(1, sizeof(char *))))
+		return -ENOMEM;
+	r = n ? lessor_db_tx(s, false, cancels_tx, &c) : 0;
+	if (r < 0) {
+		strv_free(c.out);
+		return r;
+	}
+	*ret = c.out;
+	return 0;
+}
+
 /* ---- log ---- */
 
 struct log_ctx {

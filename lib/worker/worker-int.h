@@ -222,6 +222,8 @@ struct worker {
 	long queue_depth;
 	unsigned claim_cancels; /* /v1/claims/{id}/cancel requests in flight */
 	bool in_arrival;        /* handling a claim's runs: no nested claim */
+	bool cancels_known;     /* the API's claim answers carry "cancel_requested" */
+	bool claim_held_only;   /* the open claim asks for no runs, only for cancels */
 
 	/* spool delivery */
 	struct spool_item *spool_items;

@@ -119,6 +119,11 @@ static usec_t cancel_latency(const char *id, usec_t max)
 	end = t0 + max;
 	while (tu_pid_alive(pid) && time_mono() < end)
 		tu_sleep(5 * USEC_PER_MSEC);
+	if (tu_pid_alive(pid)) {
+		_cleanup_free_ char *log = tu_lessee_log(D);
+
+		fprintf(stderr, "---- lessee log ----\n%s---- end ----\n", log ? log : "");
+	}
 	ck_assert_msg(!tu_pid_alive(pid), "child %d still alive after %llu ms", (int)pid,
 	              (unsigned long long)(max / USEC_PER_MSEC));
 	return time_mono() - t0;
