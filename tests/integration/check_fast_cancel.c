@@ -196,6 +196,87 @@ START_TEST(test_cancel_old_server)
 }
 END_TEST
 
+static cJSON *claim(const char *body, long want)
+{
+	_cleanup_free_ char *url = NULL;
+	long status = 0;
+	cJSON *resp = NULL;
+
+	ck_assert_int_ge(asprintf(&url, "%s/v1/claims", tu_lessor_url(L)), 0);
+	ck_assert_int_eq(tu_http_json("POST", url, tu_lessor_token(L), body, &status, &resp), 0);
+	ck_assert_msg(status == want, "claim %s: HTTP %ld, expected %ld", body, status, want);
+	return resp;
+}
+
+static int n_cancels(const cJSON *resp, const char *id)
+{
+	const cJSON *a = cJSON_GetObjectItem(resp, "cancel_requested"), *e;
+	int n = 0;
+
+	ck_assert_msg(cJSON_IsArray(a), "no cancel_requested in the answer");
+	cJSON_ArrayForEach(e, a)
+	{
+		ck_assert(cJSON_IsString(e));
+		n += streq(e->valuestring, id);
+	}
+	return n;
+}
+
+/* lessor's side: max_runs 0 only with held, cancel_requested only for the
+ * current lease, a parked claim for no runs granted nothing. */
+START_TEST(test_lessor_held_claims)
+{
+	_cleanup_free_ char *id = enqueue(), *body = NULL, *stale = NULL;
+	cJSON *r, *run;
+	const char *token;
+
+	cJSON_Delete(claim("{\"claim_id\":\"c0\",\"worker_id\":\"w\",\"max_runs\":0,"
+	                   "\"lease_ttl_s\":60}",
+	                   400));
+	cJSON_Delete(claim("{\"claim_id\":\"c0\",\"worker_id\":\"w\",\"max_runs\":1,"
+	                   "\"lease_ttl_s\":60,\"held\":[{\"id\":\"r-1\"}]}",
+	                   400));
+	/* no runs asked: the pending run stays pending, the answer comes at wait_s */
+	r = claim("{\"claim_id\":\"c1\",\"worker_id\":\"w\",\"max_runs\":0,"
+	          "\"lease_ttl_s\":60,\"wait_s\":1,\"held\":[]}",
+	          200);
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r, "runs")), 0);
+	ck_assert_int_eq(n_cancels(r, id), 0);
+	cJSON_Delete(r);
+	r = claim("{\"claim_id\":\"c2\",\"worker_id\":\"w\",\"max_runs\":1,"
+	          "\"lease_ttl_s\":60,\"held\":[]}",
+	          200);
+	run = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "runs"), 0);
+	ck_assert_ptr_nonnull(run);
+	token = cJSON_GetObjectItem(cJSON_GetObjectItem(run, "lease"), "token")->valuestring;
+	cancel(id);
+	ck_assert_int_ge(asprintf(&body,
+	                          "{\"claim_id\":\"c3\",\"worker_id\":\"w\",\"max_runs\":0,"
+	                          "\"lease_ttl_s\":60,\"wait_s\":20,"
+	                          "\"held\":[{\"id\":\"%s\",\"token\":\"%s\"}]}",
+	                          id, token),
+	                 0);
+	ck_assert_int_ge(asprintf(&stale,
+	                          "{\"claim_id\":\"c4\",\"worker_id\":\"w\",\"max_runs\":0,"
+	                          "\"lease_ttl_s\":60,\"wait_s\":1,"
+	                          "\"held\":[{\"id\":\"%s\",\"token\":\"0000\"}]}",
+	                          id),
+	                 0);
+	cJSON_Delete(r);
+	{
+		usec_t t0 = time_mono();
+
+		r = claim(body, 200); /* answered at once, not after wait_s */
+		ck_assert_uint_lt(time_mono() - t0, 5 * SEC);
+	}
+	ck_assert_int_eq(n_cancels(r, id), 1);
+	cJSON_Delete(r);
+	r = claim(stale, 200);
+	ck_assert_int_eq(n_cancels(r, id), 0);
+	cJSON_Delete(r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fast_cancel");
@@ -206,6 +287,7 @@ int main(void)
 	tcase_add_test(tc, test_cancel_fast_with_free_slots);
 	tcase_add_test(tc, test_cancel_fast_all_slots_busy);
 	tcase_add_test(tc, test_cancel_old_server);
+	tcase_add_test(tc, test_lessor_held_claims);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
