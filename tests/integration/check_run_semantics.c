@@ -14,6 +14,7 @@
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "promparse.h"
+#include "test_httpd.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -274,6 +275,54 @@ START_TEST(test_workflow_concurrency)
 }
 END_TEST
 
+/* An API that hands more runs of a workflow than its concurrency (lessor never
+ * does: a scripted server): the surplus is released unstarted, reason
+ * blocked_workflow, and the claim after leaves the workflow out. */
+START_TEST(test_workflow_concurrency_surplus_released)
+{
+	static const char answer[] = "{\"runs\":["
+	                             "{\"id\":\"r-1\",\"workflow\":\"ledger\",\"attempt\":1,"
+	                             "\"lease\":{\"token\":\"t1\",\"ttl_s\":60},\"input\":{}},"
+	                             "{\"id\":\"r-2\",\"workflow\":\"ledger\",\"attempt\":1,"
+	                             "\"lease\":{\"token\":\"t2\",\"ttl_s\":60},\"input\":{}}]}";
+	struct test_httpd *h = NULL;
+	_cleanup_free_ char *files = tu_tmpdir("surplus"), *path = NULL, *url = NULL, *conf = NULL,
+	                    *log = NULL;
+
+	ck_assert_ptr_nonnull(files);
+	ck_assert_int_ge(asprintf(&path, "%s/v1_claims", files), 0);
+	ck_assert_int_eq(write_file_atomic(path, answer, strlen(answer), 0644), 0);
+	ck_assert_int_eq(test_httpd_start(&(struct test_httpd_opts){.files_dir = files}, &h), 0);
+	url = test_httpd_url(h, "%s", "");
+	ck_assert_int_ge(asprintf(&conf,
+	                          "[api]\nurl = %s\n[worker]\nconcurrency = 4\n"
+	                          "[workflow.ledger]\ncommand = %s/sleeper.sh\nconcurrency = 1\n",
+	                          url, scripts),
+	                 0);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
+	                 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "releasing the run unstarted (blocked_workflow)",
+	                                    tu_timeout(10 * SEC)),
+	                 0);
+	log = tu_lessee_log(D);
+	for (const char *p = log; *p;) {
+		const char *eol = strchrnul(p, '\n');
+		_cleanup_free_ char *line = strndup(p, (size_t)(eol - p));
+
+		if (strstr(line, "releasing the run unstarted (blocked_workflow)"))
+			assert_has(line, "run_id=r-2");
+		if (strstr(line, "-> running"))
+			assert_has(line, "run_id=r-1");
+		p = *eol ? eol + 1 : eol;
+	}
+	ck_assert_ptr_nonnull(strstr(log, "claimed -> running (start: pid"));
+	ck_assert_int_eq(tu_lessee_quit(D), 0);
+	D = tu_lessee_free(D);
+	test_httpd_stop(h);
+	rm_rf(files);
+}
+END_TEST
+
 /* The run's end is one line: outcome, exit code or signal, duration, pid, log
  * bytes, attempt. */
 START_TEST(test_end_line_logfmt)
@@ -340,6 +389,7 @@ int main(void)
 	tcase_add_test(tc, test_workflow_max_timeout);
 	tcase_add_test(tc, test_exit75_is_not_a_breaker_failure);
 	tcase_add_test(tc, test_workflow_concurrency);
+	tcase_add_test(tc, test_workflow_concurrency_surplus_released);
 	tcase_add_test(tc, test_end_line_logfmt);
 	tcase_add_test(tc, test_end_line_json);
 	suite_add_tcase(s, tc);
