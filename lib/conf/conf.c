@@ -773,14 +773,15 @@ static int wf_cmp(const void *a, const void *b)
 
 _printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...);
 
-/* Caps that can never bind, or always do: said once at start, not an error. */
-static int check_run_caps(struct loader *L, const struct conf_workflow *wf)
+/* Caps that can never bind, or always do: said once at start, not an error.
+ * A timeout inherited from worker.run_timeout is not the workflow's choice. */
+static int check_run_caps(struct loader *L, const struct conf_workflow *wf, bool own_timeout)
 {
 	const struct conf_worker *w = &L->c->worker;
 	char t[TIME_DURATION_MAX], m[TIME_DURATION_MAX];
 	int r = 0;
 
-	if (wf->max_timeout != USEC_INFINITY && wf->timeout > wf->max_timeout)
+	if (own_timeout && wf->max_timeout != USEC_INFINITY && wf->timeout > wf->max_timeout)
 		r = warn(L, "workflow.%s: timeout %s is above max_timeout %s: its runs are stopped "
 		            "at %s",
 		         wf->name, time_format_duration(t, sizeof(t), wf->timeout),
@@ -815,7 +816,7 @@ static int finalize_workflows(struct loader *L)
 			s->wf.max_log_bytes = c->worker.max_log_bytes;
 		if (!s->origin[max_timeout])
 			s->wf.max_timeout = c->worker.max_timeout;
-		if ((r = check_run_caps(L, &s->wf)) < 0)
+		if ((r = check_run_caps(L, &s->wf, s->origin[timeout] != NULL)) < 0)
 			return r;
 		env_dedup(s->wf.env);
 	}
