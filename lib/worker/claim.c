@@ -197,6 +197,26 @@ static void on_claim_too_large(worker_t *w, const struct http_response *resp)
 					   w->claim_failures++, 0));
 }
 
+/* A claim for cancels only failed: no claim_id to keep, and a short pause, so
+ * that a slot coming free is claimed soon (the timer holds claim_kick back).
+ * A server that refuses one outright has no cancel events after all. */
+static void on_claim_for_cancels_failed(worker_t *w, const struct http_response *resp)
+{
+	const struct conf *c = worker_cur_conf(w);
+	char why[160];
+
+	metric_add(w->m_claims, 1, "error");
+	if (resp->status == 400 || resp->status == 422) { /* our request, not a passing fault */
+		w->cancels_known = false;
+		log_warning("the API refused a claim for cancel events only (%s); a cancel "
+			    "reaches a run at its next lease renewal",
+			    api_describe(resp, why, sizeof(why)));
+	}
+	claim_later(w, MIN(backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+					       w->claim_failures++, 0),
+			   MAX(c->worker.poll_interval, CLAIM_RETRY_BASE)));
+}
+
 static void on_claim(http_req_t *req, const struct http_response *resp, void *userdata)
 {
 	worker_t *w = userdata;
@@ -205,12 +225,9 @@ static void on_claim(http_req_t *req, const struct http_response *resp, void *us
 
 	w->claim_req = NULL;
 	w->claim_held_only = false;
-	if (held_only && resp->status == 400) {
-		/* it said it had cancel events, yet refuses a claim for none */
-		w->cancels_known = false;
-		log_warning("the API refused a claim for cancel events only (%s); a cancel "
-			    "reaches a run at its next lease renewal",
-			    api_describe(resp, why, sizeof(why)));
+	if (held_only && resp->status != 200) {
+		on_claim_for_cancels_failed(w, resp);
+		return;
 	}
 	if (resp->status == 200) {
 		on_claim_ok(w, resp, w->claim_sent_at);

@@ -196,6 +196,31 @@ START_TEST(test_cancel_old_server)
 }
 END_TEST
 
+/* A server that said it has cancel events yet refuses a claim for none: the
+ * worker stops asking, cancel goes through the renewal, claims go on. */
+START_TEST(test_claim_for_cancels_refused)
+{
+	_cleanup_free_ char *id = NULL, *next = NULL;
+	long status = 0;
+
+	start_lessee(1, "lease_ttl = 6s\nlease_refresh = 1s\n");
+	id = enqueue();
+	ck_assert_int_eq(tu_lessor_wait_status(L, id, "running", tu_timeout(10 * SEC)), 0);
+	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
+	                                "{\"endpoint\":\"claims\",\"status\":400,\"count\":1}",
+	                                &status, NULL),
+	                 0);
+	ck_assert_int_eq(status, 200);
+	ck_assert_int_eq(
+	    tu_lessee_wait_log(D, "refused a claim for cancel events only", tu_timeout(10 * SEC)),
+	    0);
+	(void)cancel_latency(id, tu_timeout(10 * SEC));
+	ck_assert_int_eq(tu_lessor_wait_status(L, id, "cancelled", tu_timeout(10 * SEC)), 0);
+	next = enqueue();
+	ck_assert_int_eq(tu_lessor_wait_status(L, next, "running", tu_timeout(10 * SEC)), 0);
+}
+END_TEST
+
 static cJSON *claim(const char *body, long want)
 {
 	_cleanup_free_ char *url = NULL;
@@ -288,6 +313,7 @@ int main(void)
 	tcase_add_test(tc, test_cancel_fast_all_slots_busy);
 	tcase_add_test(tc, test_cancel_old_server);
 	tcase_add_test(tc, test_lessor_held_claims);
+	tcase_add_test(tc, test_claim_for_cancels_refused);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
