@@ -225,6 +225,8 @@ START_TEST(test_exit75_is_not_a_breaker_failure)
 		_cleanup_free_ char *log = tu_lessee_log(D);
 
 		ck_assert_ptr_null(strstr(log, "times in a row"));
+		ck_assert_ptr_nonnull(strstr(log, "finished: retry, exit status 75"));
+		ck_assert_ptr_nonnull(strstr(log, " outcome=retry exit_code=75"));
 	}
 	tu_sleep(300 * USEC_PER_MSEC); /* the last report's bookkeeping */
 	doc = scrape();
