@@ -65,6 +65,8 @@ const struct conf_key conf_keys[] = {
     {"worker", "poll_interval", CONF_DURATION, C(worker.poll_interval), 10 * MS, HOUR, LIVE, "2s"},
     {"worker", "run_timeout", CONF_DURATION, C(worker.run_timeout), SEC, 30 * DAY, LIVE | INF,
      "30min"},
+    {"worker", "max_timeout", CONF_DURATION, C(worker.max_timeout), SEC, 30 * DAY, LIVE | INF,
+     "infinity"},
     {"worker", "kill_grace", CONF_DURATION, C(worker.kill_grace), 0, HOUR, LIVE, "10s"},
     {"worker", "drain_timeout", CONF_DURATION, C(worker.drain_timeout), 0, 30 * DAY, LIVE | INF,
      "infinity"},
@@ -97,6 +99,8 @@ const struct conf_key conf_wf_keys[] = {
     {"workflow", "user", CONF_USER, W(user), 0, 0, LIVE, NULL},
     {"workflow", "working_directory", CONF_PATH, W(working_directory), 0, 0, LIVE, NULL},
     {"workflow", "max_log_bytes", CONF_SIZE, W(max_log_bytes), KIB, TIB, LIVE, NULL},
+    {"workflow", "max_timeout", CONF_DURATION, W(max_timeout), SEC, 30 * DAY, LIVE | INF, NULL},
+    {"workflow", "concurrency", CONF_UINT, W(concurrency), 0, 4096, LIVE, "0"},
 };
 const size_t conf_n_wf_keys = ELEMENTSOF(conf_wf_keys);
 
@@ -984,14 +988,37 @@ static int wf_cmp(const void *a, const void *b)
 	              ((const struct conf_workflow *)b)->name);
 }
 
+_printf_(2, 3) static int warn(struct loader *L, const char *fmt, ...);
+
+/* Caps that can never bind, or always do: said once at start, not an error.
+ * A timeout inherited from worker.run_timeout is not the workflow's choice. */
+static int check_run_caps(struct loader *L, const struct conf_workflow *wf, bool own_timeout)
+{
+	const struct conf_worker *w = &L->c->worker;
+	char t[TIME_DURATION_MAX], m[TIME_DURATION_MAX];
+	int r = 0;
+
+	if (own_timeout && wf->max_timeout != USEC_INFINITY && wf->timeout > wf->max_timeout)
+		r = warn(L, "workflow.%s: timeout %s is above max_timeout %s: its runs are stopped "
+		            "at %s",
+		         wf->name, time_format_duration(t, sizeof(t), wf->timeout),
+		         time_format_duration(m, sizeof(m), wf->max_timeout), m);
+	if (r >= 0 && wf->concurrency > w->concurrency)
+		r = warn(L, "workflow.%s: concurrency %u is above worker.concurrency %u: the worker's "
+		            "slots are the limit",
+		         wf->name, wf->concurrency, w->concurrency);
+	return r;
+}
+
 static int finalize_workflows(struct loader *L)
 {
-	size_t timeout = 1, max_log = 5; /* indexes in conf_wf_keys */
+	size_t timeout = 1, max_log = 5, max_timeout = 6; /* indexes in conf_wf_keys */
 	struct conf *c = L->c;
 	int r = 0;
 
 	assert(streq(conf_wf_keys[timeout].name, "timeout"));
 	assert(streq(conf_wf_keys[max_log].name, "max_log_bytes"));
+	assert(streq(conf_wf_keys[max_timeout].name, "max_timeout"));
 	if (L->n_wfs == 0)
 		return L->parse_errors > 0
 		           ? -EINVAL
@@ -1017,6 +1044,10 @@ static int finalize_workflows(struct loader *L)
 			s->wf.uid = c->worker.run_uid;
 			s->wf.gid = c->worker.run_gid;
 		}
+		if (!s->origin[max_timeout])
+			s->wf.max_timeout = c->worker.max_timeout;
+		if ((r = check_run_caps(L, &s->wf, s->origin[timeout] != NULL)) < 0)
+			return r;
 		env_dedup(s->wf.env);
 	}
 	c->workflows = calloc(L->n_wfs, sizeof(*c->workflows));

@@ -197,6 +197,8 @@ int lessor_h_cancel(lessor_call *c)
 		return lessor_reply_error(c, 409, "conflict", "the run has already finished");
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
+	/* a claim that holds the run answers now (cancel events, docs/protocol.md) */
+	lessor_waiters_wake_cancel(c->api->waiters, c->arg);
 	return reply_status(c, status);
 }
 
@@ -235,6 +237,7 @@ int lessor_h_faults_set(lessor_call *c)
 	const char *name;
 	int64_t status, count, retry_after, delay, every;
 	struct lessor_fault x;
+	bool legacy;
 	enum lessor_endpoint ep;
 	static const char *const endpoints[] = {"claims",  "lease", "log", "complete",
 	                                        "release", "all",   NULL};
@@ -247,16 +250,20 @@ int lessor_h_faults_set(lessor_call *c)
 	    lessor_field_int(c->json, "retry_after_s", false, 0, 3600, 0, &retry_after, c->msg) <
 	        0 ||
 	    lessor_field_int(c->json, "delay_ms", false, 0, 600000, 0, &delay, c->msg) < 0 ||
-	    lessor_field_int(c->json, "every", false, 1, 1000000, 1, &every, c->msg) < 0)
+	    lessor_field_int(c->json, "every", false, 1, 1000000, 1, &every, c->msg) < 0 ||
+	    lessor_field_bool(c->json, "legacy", false, &legacy, c->msg) < 0)
 		return lessor_reply_invalid(c);
-	if ((status != 0 && status < 100) || (status == 0 && delay == 0))
+	if (legacy && !streq(name, "claims"))
+		return lessor_reply_error(c, 400, "invalid_request", "legacy is a claims fault");
+	if ((status != 0 && status < 100) || (status == 0 && delay == 0 && !legacy))
 		return lessor_reply_error(c, 400, "invalid_request",
-		                          "a fault needs a status in 100..599 or a delay_ms");
+		                          "a fault needs a status in 100..599, a delay_ms or legacy");
 	x = (struct lessor_fault){.status = (unsigned)status,
 	                          .count = (unsigned)count,
 	                          .retry_after_s = (unsigned)retry_after,
 	                          .delay_ms = (unsigned)delay,
-	                          .every = (unsigned)every};
+	                          .every = (unsigned)every,
+	                          .legacy = legacy};
 	if (lessor_endpoint_from_name(name, &ep) == 0)
 		lessor_faults_set(c->api->faults, ep, &x);
 	else

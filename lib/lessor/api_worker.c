@@ -14,6 +14,7 @@
 #define MAX_TTL_S 3600
 #define MAX_WAIT_S 60
 #define MAX_JSON_INT (1LL << 53)
+#define MAX_HELD 4096
 
 static const char *const complete_statuses[] = {"succeeded", "failed", "cancelled", NULL};
 static const char *const complete_reasons[] = {"exit",      "timeout",  "crash", "spawn_error",
@@ -31,6 +32,10 @@ struct claim_state {
 	char *tags_json;
 	usec_t deadline;
 	bool recorded;
+	/* cancel events: the leases the worker holds ("held") */
+	bool has_held;
+	char **held_ids, **held_tokens;
+	size_t n_held;
 };
 
 static void claim_state_free(void *p)
@@ -43,7 +48,42 @@ static void claim_state_free(void *p)
 	strv_free(cs->tags);
 	free(cs->workflows_json);
 	free(cs->tags_json);
+	strv_free(cs->held_ids);
+	strv_free(cs->held_tokens);
 	free(cs);
+}
+
+/* "held": [{"id", "token"}, ...], the leases whose cancel the answer reports.
+ * A server playing an older one (the "legacy" claims fault) ignores it. */
+static int held_fields(lessor_call *c, struct claim_state *cs)
+{
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(c->json, "held"), *e;
+
+	if (!h || cJSON_IsNull(h) || (c->fault_taken && c->fault.legacy))
+		return 0;
+	if (!cJSON_IsArray(h) || cJSON_GetArraySize(h) > MAX_HELD) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "'held' must be an array of at most %d leases",
+		         MAX_HELD);
+		return -EINVAL;
+	}
+	cs->held_ids = calloc(1, sizeof(char *));
+	cs->held_tokens = calloc(1, sizeof(char *));
+	if (!cs->held_ids || !cs->held_tokens)
+		return -ENOMEM;
+	cJSON_ArrayForEach(e, h)
+	{
+		const char *id, *token;
+		int r;
+
+		if ((r = lessor_field_str(e, "id", true, 0, lessor_valid_id, &id, c->msg)) < 0 ||
+		    (r = lessor_field_str(e, "token", true, 0, lessor_valid_id, &token, c->msg)) < 0)
+			return r;
+		if (strv_extend(&cs->held_ids, id) < 0 || strv_extend(&cs->held_tokens, token) < 0)
+			return -ENOMEM;
+		cs->n_held++;
+	}
+	cs->has_held = true;
+	return 0;
 }
 
 static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wait)
@@ -52,11 +92,15 @@ static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wai
 	int64_t max_runs, ttl;
 	int r;
 
+	if ((r = held_fields(c, cs)) < 0)
+		return r;
+	/* a claim for no runs only waits for cancel events */
 	if ((r = lessor_field_str(j, "claim_id", true, 0, lessor_valid_id, &cs->req.claim_id,
 	                          c->msg)) < 0 ||
 	    (r = lessor_field_str(j, "worker_id", true, 0, lessor_valid_worker_id,
 	                          &cs->req.worker_id, c->msg)) < 0 ||
-	    (r = lessor_field_int(j, "max_runs", true, 1, MAX_RUNS, 1, &max_runs, c->msg)) < 0 ||
+	    (r = lessor_field_int(j, "max_runs", true, cs->has_held ? 0 : 1, MAX_RUNS, 1, &max_runs,
+	                          c->msg)) < 0 ||
 	    (r = lessor_field_int(j, "lease_ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg)) < 0 ||
 	    (r = lessor_field_int(j, "wait_s", false, 0, MAX_WAIT_S, 0, ret_wait, c->msg)) < 0 ||
 	    (r = lessor_field_ids(j, "workflows", LESSOR_WORKFLOWS_MAX, &cs->workflows, c->msg)) <
@@ -118,33 +162,54 @@ static cJSON *grant_json(const struct lessor_grant *g)
 	return o;
 }
 
-static int claim_reply(lessor_call *c, struct lessor_claim_result *res)
+/* cancels: the held runs asked to cancel, sent (maybe empty) when the claim
+ * named its held leases; taken. */
+static int claim_reply(lessor_call *c, struct lessor_claim_result *res, char **cancels)
 {
 	cJSON *o = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(o, "runs");
+	const struct claim_state *cs = c->state;
 
 	for (size_t i = 0; runs && i < res->n_runs; i++)
 		cJSON_AddItemToArray(runs, grant_json(&res->runs[i]));
 	cJSON_AddNumberToObject(o, "queue_depth", (double)res->queue_depth);
+	if (cs && cs->has_held)
+		cJSON_AddItemToObject(o, "cancel_requested", cJSON_Parse("[]"));
+	for (size_t i = 0; cancels && cancels[i]; i++)
+		cJSON_AddItemToArray(cJSON_GetObjectItem(o, "cancel_requested"),
+		                     cJSON_CreateString(cancels[i]));
+	strv_free(cancels);
 	lessor_claim_result_done(res);
 	return lessor_reply_json(c, 200, o);
 }
 
-/* One look for runs; LESSOR_CALL_REPLY when answered, 0 when there is nothing yet. */
+/* One look for runs (none for a claim of max_runs 0) and for the held runs'
+ * cancels; LESSOR_CALL_REPLY when answered, 0 when there is nothing yet. */
 static int claim_once(lessor_call *c, struct claim_state *cs)
 {
-	struct lessor_claim_result res;
+	struct lessor_claim_result res = {0};
+	char **cancels = NULL;
 	int r;
 
-	cs->req.record_worker = !cs->recorded;
-	r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
-	if (r == -EEXIST)
-		return lessor_reply_error(c, 400, "invalid_request",
-		                          "claim_id was used by another worker");
-	if (r < 0)
+	if (cs->has_held &&
+	    (r = lessor_store_cancels(c->api->store, cs->held_ids, cs->held_tokens, cs->n_held,
+	                              lessor_now_ms(), &cancels)) < 0)
 		return lessor_reply_store_error(c, r);
-	cs->recorded = true;
-	if (res.n_runs > 0 || res.replay || res.cancelled || time_mono() >= cs->deadline)
-		return claim_reply(c, &res);
+	if (cs->req.max_runs > 0) {
+		cs->req.record_worker = !cs->recorded;
+		r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
+		if (r < 0)
+			strv_free(cancels);
+		if (r == -EEXIST)
+			return lessor_reply_error(c, 400, "invalid_request",
+			                          "claim_id was used by another worker");
+		if (r < 0)
+			return lessor_reply_store_error(c, r);
+		cs->recorded = true;
+	}
+	if (res.n_runs > 0 || res.replay || res.cancelled || (cancels && cancels[0]) ||
+	    time_mono() >= cs->deadline)
+		return claim_reply(c, &res, cancels);
+	strv_free(cancels);
 	lessor_claim_result_done(&res);
 	return 0;
 }
@@ -168,12 +233,14 @@ int lessor_h_claim(lessor_call *c)
 		                                   .claim = true,
 		                                   .workflows = cs->workflows,
 		                                   .tags = cs->tags,
-		                                   .claim_id = cs->req.claim_id};
+		                                   .claim_id = cs->req.claim_id,
+		                                   .held = cs->has_held ? cs->held_ids : NULL,
+		                                   .no_runs = cs->req.max_runs == 0};
 		r = lessor_call_park(c, gen);
 		if (r == 0)
 			return LESSOR_CALL_SUSPENDED;
 		if (r == -ESHUTDOWN)
-			return claim_reply(c, &none);
+			return claim_reply(c, &none, NULL);
 	}
 }
 

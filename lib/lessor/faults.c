@@ -108,6 +108,8 @@ cJSON *lessor_faults_json(lessor_faults *f)
 		cJSON_AddNumberToObject(e, "retry_after_s", x->retry_after_s);
 		cJSON_AddNumberToObject(e, "delay_ms", x->delay_ms);
 		cJSON_AddNumberToObject(e, "every", x->every > 1 ? x->every : 1);
+		if (x->legacy)
+			cJSON_AddBoolToObject(e, "legacy", true);
 	}
 	pthread_mutex_unlock(&f->lock);
 	return o;

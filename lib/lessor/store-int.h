@@ -48,6 +48,9 @@ struct lessor_store_backend {
 	int (*read_log)(void *be, const char *id, char **ret, size_t *ret_len);
 	int (*lease_holder)(void *be, int64_t seq, const char *lease_token, char **ret_worker_id);
 	int (*claim_owner)(void *be, const char *claim_id, char **ret_worker_id);
+	/* Of the held leases (run seq, token), the runs asked to cancel, as run ids. */
+	int (*cancels)(void *be, const int64_t *seqs, char *const *tokens, size_t n, int64_t now,
+	               char ***ret);
 };
 
 extern const struct lessor_store_backend lessor_store_backend_sqlite;

@@ -178,6 +178,22 @@ int lessor_store_claim_owner(lessor_store *s, const char *claim_id, char **ret_w
 	return s->be->claim_owner(s->impl, claim_id, ret_worker_id);
 }
 
+/* Ids that cannot be runs are left out: they cannot have been asked to cancel. */
+int lessor_store_cancels(lessor_store *s, char *const *ids, char *const *tokens, size_t n,
+                         int64_t now, char ***ret)
+{
+	_cleanup_free_ int64_t *seqs = calloc(n + 1, sizeof(*seqs));
+	_cleanup_free_ char **toks = calloc(n + 1, sizeof(*toks));
+	size_t m = 0;
+
+	if (!seqs || !toks)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (lessor_run_id_parse(ids[i], &seqs[m]) >= 0 && seqs[m] > 0)
+			toks[m++] = tokens[i];
+	return s->be->cancels(s->impl, seqs, toks, m, now, ret);
+}
+
 /* ---- shared helpers ---- */
 
 bool lessor_run_status_valid(const char *s)

@@ -121,6 +121,12 @@ int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now
 int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
                        int64_t now, bool *ret_cancel_requested);
 
+/* Of the n leases (run ids[i] held with tokens[i], current and unexpired),
+ * the run ids whose cancel was requested; *ret (a strv, never NULL on
+ * success) is the caller's.  Read only: a stale lease is simply left out. */
+int lessor_store_cancels(lessor_store *s, char *const *ids, char *const *tokens, size_t n,
+                         int64_t now, char ***ret);
+
 /* Appends at byte offset `start`.  *ret_length is the log's length afterwards
  * (also on -ERANGE and -EFBIG; on -EFBIG the part that fit was kept). */
 int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,

@@ -102,5 +102,7 @@ int lessor_pg_list_json(void *be, const char *status, const char *workflow, unsi
 int lessor_pg_stats_json(void *be, cJSON **ret);
 int lessor_pg_workers_json(void *be, cJSON **ret);
 int lessor_pg_read_log(void *be, const char *id, char **ret, size_t *ret_len);
+int lessor_pg_cancels(void *be, const int64_t *seqs, char *const *tokens, size_t n, int64_t now,
+                      char ***ret);
 int lessor_pg_lease_holder(void *be, int64_t seq, const char *lease_token, char **ret_worker_id);
 int lessor_pg_claim_owner(void *be, const char *claim_id, char **ret_worker_id);

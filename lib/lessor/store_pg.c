@@ -766,4 +766,5 @@ const struct lessor_store_backend lessor_store_backend_pg = {
     .read_log = lessor_pg_read_log,
     .lease_holder = lessor_pg_lease_holder,
     .claim_owner = lessor_pg_claim_owner,
+    .cancels = lessor_pg_cancels,
 };

@@ -375,3 +375,55 @@ int lessor_pg_claim_owner(void *be, const char *claim_id, char **ret_worker_id)
 
 	return owner_view(be, &x, ret_worker_id);
 }
+
+/* ---- cancel events: which held leases' runs were asked to cancel ---- */
+
+struct cancels_ctx {
+	const int64_t *seqs;
+	char *const *tokens;
+	size_t n;
+	int64_t now;
+	char **out;
+};
+
+static int cancels_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
+{
+	struct cancels_ctx *x = userdata;
+
+	for (size_t i = 0; i < x->n; i++) {
+		_cleanup_pgresult_ PGresult *res = NULL;
+		char id[LESSOR_RUN_ID_MAX];
+		int r;
+
+		r = pg_query(s, c, &res, false,
+		             "SELECT 1 FROM lessor_runs WHERE seq = $2 AND token = $3"
+		             " AND status = 'running' AND cancel_requested"
+		             " AND lease_expires_at > lessor_now($1)",
+		             "nis", PG_CLOCK(s, x->now), x->seqs[i], x->tokens[i]);
+		if (r < 0)
+			return r;
+		if (PQntuples(res) == 0)
+			continue;
+		lessor_run_id_format(id, x->seqs[i]);
+		if (strv_extend(&x->out, id) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int lessor_pg_cancels(void *be, const int64_t *seqs, char *const *tokens, size_t n, int64_t now,
+                      char ***ret)
+{
+	struct cancels_ctx x = {.seqs = seqs, .tokens = tokens, .n = n, .now = now};
+	int r;
+
+	if (!(x.out = calloc(1, sizeof(char *))))
+		return -ENOMEM;
+	r = n ? pg_run(be, false, false, cancels_fn, &x) : 0;
+	if (r < 0) {
+		strv_free(x.out);
+		return r;
+	}
+	*ret = x.out;
+	return 0;
+}

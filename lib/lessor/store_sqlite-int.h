@@ -73,6 +73,8 @@ int lessor_sqlite_list_json(void *be, const char *status, const char *workflow, 
 int lessor_sqlite_stats_json(void *be, cJSON **ret);
 int lessor_sqlite_workers_json(void *be, cJSON **ret);
 int lessor_sqlite_read_log(void *be, const char *id, char **ret, size_t *ret_len);
+int lessor_sqlite_cancels(void *be, const int64_t *seqs, char *const *tokens, size_t n,
+                          int64_t now, char ***ret);
 int lessor_sqlite_lease_holder(void *be, int64_t seq, const char *lease_token,
                                char **ret_worker_id);
 int lessor_sqlite_claim_owner(void *be, const char *claim_id, char **ret_worker_id);

@@ -413,4 +413,5 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .read_log = lessor_sqlite_read_log,
     .lease_holder = lessor_sqlite_lease_holder,
     .claim_owner = lessor_sqlite_claim_owner,
+    .cancels = lessor_sqlite_cancels,
 };

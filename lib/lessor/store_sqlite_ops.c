@@ -510,6 +510,56 @@ int lessor_sqlite_renew(void *be, const char *id, const char *token, unsigned tt
 	return 0;
 }
 
+/* ---- cancel events: which held leases' runs were asked to cancel ---- */
+
+struct cancels_ctx {
+	const int64_t *seqs;
+	char *const *tokens;
+	size_t n;
+	int64_t now;
+	char **out;
+};
+
+static int cancels_tx(lessor_sqlite *s, void *userdata)
+{
+	struct cancels_ctx *c = userdata;
+
+	for (size_t i = 0; i < c->n; i++) {
+		char id[LESSOR_RUN_ID_MAX];
+		sqlite3_stmt *st;
+		int r;
+
+		r = lessor_db_query(s, &st,
+		                    "SELECT 1 FROM runs r JOIN leases l ON l.id = r.lease_id"
+		                    " WHERE r.seq = ? AND l.token = ? AND r.cancel_requested"
+		                    " AND r.lease_expires_at > ?",
+		                    "isi", c->seqs[i], c->tokens[i], c->now);
+		if (r < 0)
+			return r;
+		lessor_run_id_format(id, c->seqs[i]);
+		if (r > 0 && strv_extend(&c->out, id) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int lessor_sqlite_cancels(void *be, const int64_t *seqs, char *const *tokens, size_t n,
+                          int64_t now, char ***ret)
+{
+	struct cancels_ctx c = {.seqs = seqs, .tokens = tokens, .n = n, .now = now};
+	int r;
+
+	if (!(c.out = calloc(1, sizeof(char *))))
+		return -ENOMEM;
+	r = n ? lessor_db_tx(be, false, cancels_tx, &c) : 0;
+	if (r < 0) {
+		strv_free(c.out);
+		return r;
+	}
+	*ret = c.out;
+	return 0;
+}
+
 /* ---- log ---- */
 
 struct log_ctx {

@@ -134,7 +134,7 @@ static bool match_run(const struct lessor_waiter *x, const void *arg)
 {
 	const struct run_desc *d = arg;
 
-	if (!x->claim)
+	if (!x->claim || x->no_runs)
 		return false;
 	if (!d->workflow)
 		return true;
@@ -151,6 +151,16 @@ void lessor_waiters_wake(lessor_waiters *w, const char *workflow, char *const *t
 	struct run_desc d = {workflow, tags};
 
 	resume_matching(w, match_run, &d, true, true);
+}
+
+static bool match_held(const struct lessor_waiter *x, const void *arg)
+{
+	return x->claim && x->held && strv_contains(x->held, arg);
+}
+
+void lessor_waiters_wake_cancel(lessor_waiters *w, const char *id)
+{
+	resume_matching(w, match_held, id, true, true);
 }
 
 static bool match_claim_id(const struct lessor_waiter *x, const void *arg)

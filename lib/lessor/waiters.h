@@ -26,6 +26,8 @@ struct lessor_waiter {
 	char *const *workflows;            /* NULL = any workflow (borrowed) */
 	char *const *tags;                 /* the claimer's tags (borrowed) */
 	const char *claim_id;              /* borrowed */
+	char *const *held;                 /* run ids whose cancel wakes it (borrowed), or NULL */
+	bool no_runs;                      /* a claim for no runs: new runs do not wake it */
 	void (*resume)(void *userdata);    /* called once, from any thread, lock not held */
 	void *userdata;
 	bool woken; /* set before resume: the wake-up was a match or a cancel, not the deadline */
@@ -48,6 +50,8 @@ int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t see
 /* A run of `workflow` needing `tags` became claimable: resume every claim
  * waiter that could take it.  workflow NULL: resume every claim waiter. */
 void lessor_waiters_wake(lessor_waiters *w, const char *workflow, char *const *tags);
+/* The run `id` was asked to cancel: resume the claim waiters that hold it. */
+void lessor_waiters_wake_cancel(lessor_waiters *w, const char *id);
 /* Resume the claim waiters of claim_id (the claim was cancelled). */
 void lessor_waiters_wake_claim(lessor_waiters *w, const char *claim_id);
 /* Resume waiters whose deadline passed; returns the next deadline or USEC_INFINITY. */

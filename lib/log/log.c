@@ -21,9 +21,8 @@ static struct {
 } L = {"lessee", LOG_FORMAT_LOGFMT, LOG_INFO, ""};
 
 static const char *const level_names[] = {
-	[LOG_EMERG] = "emerg",   [LOG_ALERT] = "alert",   [LOG_CRIT] = "crit",
-	[LOG_ERR] = "error",     [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
-	[LOG_INFO] = "info",     [LOG_DEBUG] = "debug",
+    [LOG_EMERG] = "emerg",     [LOG_ALERT] = "alert",   [LOG_CRIT] = "crit", [LOG_ERR] = "error",
+    [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 };
 
 const char *log_level_name(int prio)
@@ -181,6 +180,23 @@ static void field(struct buf *b, bool json, const char *key, const char *val)
 		buf_appends(b, val); /* logfmt leaves plain words bare */
 }
 
+/* A number: bare in both formats. */
+static void num_field(struct buf *b, bool json, const char *key, long long v)
+{
+	buf_printf(b, json ? ",\"%s\":%lld" : " %s=%lld", key, v);
+}
+
+static void end_fields(struct buf *b, bool json, const struct log_run_end *e)
+{
+	if (e->has_exit_code)
+		num_field(b, json, "exit_code", e->exit_code);
+	field(b, json, "signal", e->signal);
+	num_field(b, json, "duration_ms", (long long)e->duration_ms);
+	if (e->pid > 0)
+		num_field(b, json, "pid", e->pid);
+	num_field(b, json, "log_bytes", (long long)e->log_bytes);
+}
+
 static void emit_text(int prio, const struct log_fields *f, const char *msg)
 {
 	struct buf b = BUF_INIT(0);
@@ -201,6 +217,8 @@ static void emit_text(int prio, const struct log_fields *f, const char *msg)
 		field(&b, json, "workflow", f->workflow);
 		field(&b, json, "attempt", attempt);
 		field(&b, json, "outcome", f->outcome);
+		if (f->end)
+			end_fields(&b, json, f->end);
 	}
 	buf_appends(&b, json ? "}\n" : "\n");
 	if (b.data)
@@ -208,8 +226,7 @@ static void emit_text(int prio, const struct log_fields *f, const char *msg)
 	buf_done(&b);
 }
 
-static void iov_field(struct iovec *iov, char bufs[][256], int *n, const char *key,
-		      const char *val)
+static void iov_field(struct iovec *iov, char bufs[][256], int *n, const char *key, const char *val)
 {
 	if (!val || !*val)
 		return;
@@ -218,12 +235,30 @@ static void iov_field(struct iovec *iov, char bufs[][256], int *n, const char *k
 	(*n)++;
 }
 
+static void journal_end_fields(struct iovec *iov, char bufs[][256], int *n,
+                               const struct log_run_end *e)
+{
+	char v[4][32] = {"", "", "", ""};
+
+	if (e->has_exit_code)
+		snprintf(v[0], sizeof(v[0]), "%d", e->exit_code);
+	snprintf(v[1], sizeof(v[1]), "%llu", (unsigned long long)e->duration_ms);
+	if (e->pid > 0)
+		snprintf(v[2], sizeof(v[2]), "%d", e->pid);
+	snprintf(v[3], sizeof(v[3]), "%llu", (unsigned long long)e->log_bytes);
+	iov_field(iov, bufs, n, "EXIT_CODE", v[0]);
+	iov_field(iov, bufs, n, "SIGNAL", e->signal);
+	iov_field(iov, bufs, n, "DURATION_MS", v[1]);
+	iov_field(iov, bufs, n, "RUN_PID", v[2]);
+	iov_field(iov, bufs, n, "LOG_BYTES", v[3]);
+}
+
 /* Only the fields that have a value: an empty RUN_ID= would match every filter. */
 static void emit_journal(int prio, const struct log_fields *f, const char *msg)
 {
-	char bufs[7][256], attempt[16] = "", p[2] = {(char)('0' + prio), 0};
+	char bufs[12][256], attempt[16] = "", p[2] = {(char)('0' + prio), 0};
 	struct buf m = BUF_INIT(0);
-	struct iovec iov[8];
+	struct iovec iov[13];
 	int n = 0, r;
 
 	buf_printf(&m, "MESSAGE=%s", msg);
@@ -238,6 +273,8 @@ static void emit_journal(int prio, const struct log_fields *f, const char *msg)
 		iov_field(iov, bufs, &n, "WORKFLOW", f->workflow);
 		iov_field(iov, bufs, &n, "ATTEMPT", attempt);
 		iov_field(iov, bufs, &n, "OUTCOME", f->outcome);
+		if (f->end)
+			journal_end_fields(iov, bufs, &n, f->end);
 	}
 	if (m.data && (r = sd_journal_sendv(iov, n)) < 0) {
 		char why[128];

@@ -4,15 +4,29 @@
 #pragma once
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <syslog.h>
 
 #include "util/macro.h"
 
 enum log_format {
-	LOG_FORMAT_AUTO,    /* journal if JOURNAL_STREAM matches stderr, else logfmt */
+	LOG_FORMAT_AUTO, /* journal if JOURNAL_STREAM matches stderr, else logfmt */
 	LOG_FORMAT_LOGFMT,
 	LOG_FORMAT_JSON,
 	LOG_FORMAT_JOURNAL,
+};
+
+/* What a run's end line carries: exit_code= or signal=, duration_ms=, pid=,
+ * log_bytes= (JSON numbers; journald EXIT_CODE= SIGNAL= DURATION_MS= RUN_PID=
+ * LOG_BYTES=). */
+struct log_run_end {
+	bool has_exit_code;
+	int exit_code;
+	const char *signal; /* "SIGSEGV", or NULL */
+	uint64_t duration_ms;
+	int pid; /* 0 = never started */
+	uint64_t log_bytes;
 };
 
 /* Structured context attached to a line; any member may be NULL/0. */
@@ -21,6 +35,7 @@ struct log_fields {
 	const char *workflow;
 	unsigned attempt;
 	const char *outcome;
+	const struct log_run_end *end; /* only on a run's end line */
 };
 
 void log_setup(const char *ident, enum log_format format, int max_level);
@@ -34,8 +49,7 @@ int log_get_max_level(void);
 void log_set_worker_id(const char *id);
 enum log_format log_get_format(void);
 
-void log_emitv(int prio, const struct log_fields *f, const char *fmt, va_list ap)
-	_printf_(3, 0);
+void log_emitv(int prio, const struct log_fields *f, const char *fmt, va_list ap) _printf_(3, 0);
 void log_emit(int prio, const struct log_fields *f, const char *fmt, ...) _printf_(3, 4);
 /* Logs and returns err (a negative errno), for `return log_errno(r, ...)`. */
 int log_errno(int prio, int err, const char *fmt, ...) _printf_(3, 4);

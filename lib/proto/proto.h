@@ -22,10 +22,22 @@ bool proto_valid_id(const char *s);       /* run ids and workflow names */
 bool proto_valid_tag(const char *s);
 bool proto_valid_worker_id(const char *s);
 
+/* A lease the worker holds, named in a claim so the answer carries its
+ * cancellation (docs/protocol.md, "Cancel events"). */
+struct proto_held {
+	const char *id;
+	const char *token;
+};
+
+#define PROTO_HELD_MAX 4096
+
 struct proto_claim_req {
 	const char *claim_id;
 	const char *worker_id;
-	unsigned max_runs;          /* 1..256 */
+	unsigned max_runs;          /* 1..256; 0 only with held, to a server that has cancel events */
+	bool send_held;             /* send "held" (maybe empty): asks for "cancel_requested" */
+	const struct proto_held *held;
+	size_t n_held;
 	unsigned lease_ttl_s;       /* 1..3600 */
 	unsigned wait_s;            /* 0..60 */
 	char *const *workflows;     /* NULL = omit (any); empty vector = none */
@@ -51,6 +63,10 @@ struct proto_claim_resp {
 	struct proto_run *runs;
 	size_t n_runs;
 	long queue_depth; /* -1 = not given */
+	/* "cancel_requested": the held runs whose cancel was asked for; has_cancels:
+	 * the field was there (the server has cancel events) */
+	bool has_cancels;
+	char **cancels; /* run ids, valid ones only; NULL unless has_cancels */
 };
 
 int proto_claim_body(const struct proto_claim_req *rq, char **ret);

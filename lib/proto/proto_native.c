@@ -56,6 +56,20 @@ static cJSON *strv_to_json(char *const *v)
 	return a;
 }
 
+static int held_to_json(cJSON *o, const struct proto_held *h, size_t n)
+{
+	cJSON *a = cJSON_AddArrayToObject(o, "held");
+
+	for (size_t i = 0; a && i < n; i++) {
+		cJSON *e = cJSON_CreateObject();
+
+		if (!e || !cJSON_AddItemToArray(a, e) || !cJSON_AddStringToObject(e, "id", h[i].id) ||
+		    !cJSON_AddStringToObject(e, "token", h[i].token))
+			return -ENOMEM;
+	}
+	return a ? 0 : -ENOMEM;
+}
+
 int proto_claim_body(const struct proto_claim_req *rq, char **ret)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
@@ -80,6 +94,8 @@ int proto_claim_body(const struct proto_claim_req *rq, char **ret)
 		cJSON_Delete(tags);
 		return -ENOMEM;
 	}
+	if (rq->send_held && held_to_json(o, rq->held, rq->n_held) < 0)
+		return -ENOMEM;
 	return json_finish(o, ret);
 }
 
@@ -239,7 +255,7 @@ static const char *key_name(const struct json_span *key, char *buf, size_t size)
 
 static int key_index(const struct json_span *key, const char *const *names, size_t n)
 {
-	char buf[16];
+	char buf[32]; /* the longest key we read, "cancel_requested", and more */
 	const char *k = key_name(key, buf, sizeof(buf));
 
 	for (size_t i = 0; k && i < n; i++)
@@ -343,9 +359,34 @@ static int scan_runs(struct json_iter *top, struct claim_scan *cs)
 	return r;
 }
 
+/* "cancel_requested": an array of run ids; anything else in it is skipped (a
+ * hostile id never reaches the run table), a non-array is as if absent. */
+static int scan_cancels(const struct json_span *v, struct proto_claim_resp *ret)
+{
+	_cleanup_json_ cJSON *a = v->len <= PROTO_CLAIM_ENVELOPE
+	                              ? cJSON_ParseWithLength(v->p, v->len)
+	                              : NULL;
+	const cJSON *e;
+
+	if (ret->has_cancels || !cJSON_IsArray(a))
+		return 0;
+	ret->cancels = calloc(1, sizeof(char *));
+	if (!ret->cancels)
+		return -ENOMEM;
+	ret->has_cancels = true;
+	cJSON_ArrayForEach(e, a)
+	{
+		if (!cJSON_IsString(e) || !proto_valid_id(e->valuestring))
+			continue;
+		if (strv_extend(&ret->cancels, e->valuestring) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 static int scan_claim(const char *body, size_t len, struct claim_scan *cs)
 {
-	static const char *const top_keys[] = {"runs", "queue_depth"};
+	static const char *const top_keys[] = {"runs", "queue_depth", "cancel_requested"};
 	const char *end = body + len;
 	struct json_iter it;
 	struct json_span key, val;
@@ -370,7 +411,8 @@ static int scan_claim(const char *body, size_t len, struct claim_scan *cs)
 				have_depth = true;
 				if (json_uint(qd, 0, 1e12, &depth))
 					cs->ret->queue_depth = depth;
-			}
+			} else if (r >= 0 && k == 2)
+				r = scan_cancels(&val, cs->ret);
 		}
 		if (r < 0)
 			break;
@@ -434,6 +476,7 @@ void proto_claim_resp_done(struct proto_claim_resp *r)
 	for (size_t i = 0; i < r->n_runs; i++)
 		proto_run_done(&r->runs[i]);
 	free(r->runs);
+	strv_free(r->cancels);
 	*r = (struct proto_claim_resp){.queue_depth = -1};
 }
 

@@ -2,6 +2,7 @@
  * with long poll.  A fresh claim_id per claim; a retry of the same claim after a
  * transport error or 5xx reuses it, so a lost response never strands a run. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,18 +33,48 @@ static unsigned free_slots(const worker_t *w)
 	return w->n_runs >= c ? 0 : MIN(c - w->n_runs, PROTO_MAX_RUNS);
 }
 
-/* The configured workflows whose breaker lets a run in now. */
-static char **claimable_workflows(worker_t *w)
+/* The runs of a workflow that hold one of its slots: every one in the table
+ * but those being given back. */
+static unsigned wf_in_use(const worker_t *w, const char *name)
+{
+	unsigned n = 0;
+
+	for (const struct run *r = w->runs; r; r = r->next)
+		if (r->state != RUN_RELEASING && streq_ptr(r->workflow, name))
+			n++;
+	return n;
+}
+
+/* Free slots of the workflow's own concurrency, UINT_MAX without one. */
+static unsigned wf_free_slots(const worker_t *w, const struct conf_workflow *wf)
+{
+	unsigned used;
+
+	if (!wf->concurrency)
+		return UINT_MAX;
+	used = wf_in_use(w, wf->name);
+	return used >= wf->concurrency ? 0 : wf->concurrency - used;
+}
+
+/* The configured workflows whose breaker lets a run in now and that are under
+ * their own concurrency; *ret_room: how many runs they can take at most. */
+static char **claimable_workflows(worker_t *w, unsigned *ret_room)
 {
 	const struct conf *c = worker_cur_conf(w);
 	char **v = calloc(1, sizeof(char *));
+	unsigned room = 0;
 
 	for (size_t i = 0; v && i < c->n_workflows; i++) {
 		struct wfstate *s = worker_wfstate(w, c->workflows[i].name);
+		unsigned f = wf_free_slots(w, &c->workflows[i]);
 
-		if (s && breaker_allows(&s->breaker) && strv_extend(&v, s->name) < 0)
+		if (!s || !breaker_allows(&s->breaker) || f == 0)
+			continue;
+		room = f > UINT_MAX - room ? UINT_MAX : room + f;
+		if (strv_extend(&v, s->name) < 0)
 			v = strv_free(v);
 	}
+	*ret_room = room;
 	return v;
 }
 
@@ -113,6 +144,54 @@ static void claim_answered(worker_t *w)
 	w->claim_error[0] = '\0';
 }
 
+/* ---- cancel events (docs/protocol.md): a claim names the leases we hold and
+ * its answer lists those whose cancel the API was asked for ---- */
+
+/* A held lease whose cancel would still change something. */
+static bool cancellable(const struct run *r)
+{
+	return !r->lost && r->kill_reason == KILL_NONE && r->id && r->token &&
+	       (r->state == RUN_RUNNING || r->state == RUN_WAITING);
+}
+
+static struct proto_held *held_leases(const worker_t *w, size_t *ret_n)
+{
+	struct proto_held *h = calloc(w->n_runs + 1, sizeof(*h));
+	size_t n = 0;
+
+	for (const struct run *r = w->runs; h && r && n < PROTO_HELD_MAX; r = r->next)
+		if (cancellable(r))
+			h[n++] = (struct proto_held){.id = r->id, .token = r->token};
+	*ret_n = n;
+	return h;
+}
+
+static void cancels_arrived(worker_t *w, const struct proto_claim_resp *cr)
+{
+	if (cr->has_cancels != w->cancels_known) {
+		w->cancels_known = cr->has_cancels;
+		if (cr->has_cancels)
+			log_info("the API delivers cancel events with claim answers: a cancel "
+				 "reaches a run without waiting for its lease renewal");
+		else
+			log_notice("the API no longer delivers cancel events: a cancel reaches a "
+				   "run at its next lease renewal");
+	}
+	w->in_arrival = true; /* no claim from inside a run's transition */
+	for (size_t i = 0; cr->cancels && cr->cancels[i]; i++) {
+		struct run *r;
+
+		for (r = w->runs; r; r = r->next)
+			if (cancellable(r) && streq(r->id, cr->cancels[i]))
+				break;
+		if (!r)
+			continue;
+		snprintf(r->note, sizeof(r->note), "cancel event in a claim answer");
+		run_dispatch(r, RE_CANCEL);
+	}
+	w->in_arrival = false;
+}
+
 static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t sent_at)
 {
 	struct proto_claim_resp cr;
@@ -137,8 +216,9 @@ static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t se
 	w->queue_depth = cr.queue_depth;
 	metric_set(w->m_queue_depth, cr.queue_depth < 0 ? 0 : (double)cr.queue_depth);
 	metric_add(w->m_claims, 1, cr.n_runs ? "runs" : "empty");
+	cancels_arrived(w, &cr);
 	claim_runs_arrived(w, &cr, sent_at);
-	if (cr.n_runs == 0)
+	if (cr.n_runs == 0 && !(cr.cancels && cr.cancels[0]))
 		after_empty(w, ev_now(w->ev) - sent_at);
 	else {
 		w->idle_polls = 0;
@@ -161,12 +241,38 @@ static void on_claim_too_large(worker_t *w, const struct http_response *resp)
 					   w->claim_failures++, 0));
 }
 
+/* A claim for cancels only failed: no claim_id to keep, and a short pause, so
+ * that a slot coming free is claimed soon (the timer holds claim_kick back).
+ * A server that refuses one outright has no cancel events after all. */
+static void on_claim_for_cancels_failed(worker_t *w, const struct http_response *resp)
+{
+	const struct conf *c = worker_cur_conf(w);
+	char why[160];
+
+	metric_add(w->m_claims, 1, "error");
+	if (resp->status == 400 || resp->status == 422) { /* our request, not a passing fault */
+		w->cancels_known = false;
+		log_warning("the API refused a claim for cancel events only (%s); a cancel "
+			    "reaches a run at its next lease renewal",
+			    api_describe(resp, why, sizeof(why)));
+	}
+	claim_later(w, MIN(backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+					       w->claim_failures++, 0),
+			   MAX(c->worker.poll_interval, CLAIM_RETRY_BASE)));
+}
+
 static void on_claim(http_req_t *req, const struct http_response *resp, void *userdata)
 {
 	worker_t *w = userdata;
 	char why[160];
+	bool held_only = w->claim_held_only;
 
 	w->claim_req = NULL;
+	w->claim_held_only = false;
+	if (held_only && resp->status != 200) {
+		on_claim_for_cancels_failed(w, resp);
+		return;
+	}
 	if (resp->status == 200) {
 		on_claim_ok(w, resp, w->claim_sent_at);
 		return;
@@ -198,23 +304,88 @@ static void on_claim(http_req_t *req, const struct http_response *resp, void *us
 					CLAIM_RETRY_CAP));
 }
 
+/* Every slot busy (or every workflow at its limit): keep a claim for no runs
+ * open, so a cancel of a held run still comes at once.  Only to an API that
+ * said it has cancel events, and only with a long poll. */
+static void claim_for_cancels(worker_t *w)
+{
+	const struct conf *c = worker_cur_conf(w);
+	_cleanup_free_ char *url = NULL, *body = NULL;
+	_cleanup_free_ struct proto_held *held = NULL;
+	char *none[] = {NULL};
+	char id[UUID_STRING_MAX];
+	struct proto_claim_req rq;
+	size_t n = 0;
+
+	if (!w->cancels_known || c->worker.long_poll == 0 || w->claim_id_used)
+		return;
+	held = held_leases(w, &n);
+	if (!held || n == 0)
+		return;
+	uuid_v7(id); /* nothing is granted to it: never reused, never cancelled */
+	rq = (struct proto_claim_req){
+		.claim_id = id,
+		.worker_id = c->worker.id,
+		.max_runs = 0,
+		.lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
+		.wait_s = (unsigned)(c->worker.long_poll / USEC_PER_SEC),
+		.workflows = none,
+		.tags = c->worker.tags,
+		.send_held = true,
+		.held = held,
+		.n_held = n,
+	};
+	if (proto_claim_body(&rq, &body) < 0 || proto_url(w->api.base, "/v1/claims", NULL, &url) < 0)
+		return;
+	w->claim_sent_at = ev_now(w->ev);
+	if (api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
+		     claim_max_response(w, 0), on_claim, w, &w->claim_req) < 0) {
+		w->claim_req = NULL;
+		return;
+	}
+	w->claim_held_only = true;
+}
+
+/* A slot came free while a claim for cancels only is open: claim for runs. */
+static void claim_for_cancels_stop(worker_t *w)
+{
+	if (!w->claim_req || !w->claim_held_only)
+		return;
+	http_cancel(w->claim_req);
+	w->claim_req = NULL;
+	w->claim_held_only = false;
+}
+
 void claim_kick(worker_t *w)
 {
 	const struct conf *c = worker_cur_conf(w);
 	char **wfs = NULL;
 	_cleanup_free_ char *url = NULL, *body = NULL;
-	unsigned slots = free_slots(w);
+	unsigned slots = free_slots(w), room = 0;
+	_cleanup_free_ struct proto_held *held = NULL;
+	size_t n_held = 0;
 	struct proto_claim_req rq;
 	int q;
 
-	if (w->phase != WORKER_RUNNING || w->claim_req || ev_timer_armed(w->claim_timer) ||
-	    w->in_arrival || slots == 0)
+	if (w->phase != WORKER_RUNNING || ev_timer_armed(w->claim_timer) || w->in_arrival)
 		return;
-	wfs = claimable_workflows(w);
-	if (!wfs || !wfs[0]) {
-		strv_free(wfs); /* every workflow blocked: the breaker timer kicks us */
+	wfs = slots ? claimable_workflows(w, &room) : NULL;
+	if (wfs && wfs[0])
+		claim_for_cancels_stop(w);
+	if (w->claim_req) {
+		strv_free(wfs);
 		return;
 	}
+	if (!wfs || !wfs[0]) {
+		/* every slot busy or every workflow blocked (the breaker timer or a
+		 * run's end kicks us): only cancels to wait for */
+		strv_free(wfs);
+		claim_for_cancels(w);
+		return;
+	}
+	held = held_leases(w, &n_held);
+	/* never more than the workflows asked for can take (workflow.concurrency) */
+	slots = MIN(slots, room);
 	if (!w->claim_id_used)
 		uuid_v7(w->claim_id);
 	rq = (struct proto_claim_req){
@@ -225,6 +396,9 @@ void claim_kick(worker_t *w)
 		.wait_s = (unsigned)(c->worker.long_poll / USEC_PER_SEC),
 		.workflows = wfs,
 		.tags = c->worker.tags,
+		.send_held = held != NULL,
+		.held = held,
+		.n_held = n_held,
 	};
 	if ((q = proto_claim_body(&rq, &body)) < 0 ||
 	    (q = proto_url(w->api.base, "/v1/claims", NULL, &url)) < 0)
@@ -265,11 +439,13 @@ static void on_claim_cancel(http_req_t *req, const struct http_response *resp, v
 void claim_stop(worker_t *w)
 {
 	_cleanup_free_ char *url = NULL;
-	bool open = w->claim_req || w->claim_id_used;
+	/* a claim for cancels only is granted nothing: no cancel on the server */
+	bool open = (w->claim_req && !w->claim_held_only) || w->claim_id_used;
 
 	ev_timer_disarm(w->claim_timer);
 	http_cancel(w->claim_req);
 	w->claim_req = NULL;
+	w->claim_held_only = false;
 	if (!open)
 		return;
 	/* the server may have granted runs to the claim whose answer we dropped */
@@ -298,6 +474,12 @@ static enum run_event triage(worker_t *w, struct run *r)
 	}
 	s = worker_wfstate(w, r->workflow);
 	if (!s || !breaker_allows(&s->breaker)) {
+		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
+		return RE_RELEASE;
+	}
+	if (r->wf->concurrency && wf_in_use(w, r->workflow) > r->wf->concurrency) {
+		/* the API handed more of one workflow than its concurrency: give the
+		 * rest back; our next claim leaves the workflow out */
 		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}

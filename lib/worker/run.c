@@ -355,11 +355,31 @@ static int build_env(struct run *r, char ***ret)
 	return exec_env_build(NULL, NULL, extra, ret);
 }
 
-static usec_t run_timeout(const struct run *r)
+/* What the run asks for: the API's timeout_s, else the workflow's own, else
+ * worker.run_timeout. */
+static usec_t run_timeout_asked(const struct run *r)
 {
 	if (r->timeout_s)
 		return r->timeout_s * USEC_PER_SEC;
-	return r->wf->timeout; /* the workflow's own, else worker.run_timeout */
+	return r->wf->timeout;
+}
+
+/* The smaller of what the run asks for and the operator's max_timeout. */
+static usec_t run_timeout(const struct run *r)
+{
+	return MIN(run_timeout_asked(r), r->wf->max_timeout);
+}
+
+static void log_timeout_cap(struct run *r)
+{
+	char a[TIME_DURATION_MAX], m[TIME_DURATION_MAX];
+
+	if (run_timeout_asked(r) <= r->wf->max_timeout)
+		return;
+	run_log(r, LOG_NOTICE, "timeout %s (%s) capped by max_timeout: stopped after %s",
+	        time_format_duration(a, sizeof(a), run_timeout_asked(r)),
+	        r->timeout_s ? "the API's timeout_s" : "the workflow's",
+	        time_format_duration(m, sizeof(m), r->wf->max_timeout));
 }
 
 /* <run_dir>/lessee-<pid>/<id>.<attempt>.<n>, n counting the daemon's run
@@ -509,8 +529,10 @@ static int spawn(struct run *r, const char **step)
 	*step = NULL;
 	q = exec_spawn(r->w->ev, &spec, on_output, on_exit_cb, r, &r->proc, step);
 	strv_free(env);
-	if (q >= 0 && timeout != USEC_INFINITY)
+	if (q >= 0 && timeout != USEC_INFINITY) {
+		log_timeout_cap(r);
 		ev_timer_arm(r->timer, timeout);
+	}
 	return q;
 }
 
@@ -681,10 +703,19 @@ static void classify(struct run *r)
 	}
 }
 
+/* Exit 75 (EX_TEMPFAIL): the run asks to be tried again later. */
+static bool outcome_is_retry(const struct run *r)
+{
+	return r->outcome.status == PROTO_FAILED && r->outcome.reason == PROTO_REASON_EXIT &&
+	       r->outcome.has_exit_code && r->outcome.exit_code == 75;
+}
+
 const char *run_outcome_label(const struct run *r)
 {
 	if (r->outcome.status == PROTO_SUCCEEDED)
 		return "succeeded";
+	if (outcome_is_retry(r))
+		return "retry";
 	if (r->outcome.status == PROTO_CANCELLED)
 		return "cancelled";
 	switch (r->outcome.reason) {
@@ -701,10 +732,12 @@ const char *run_outcome_label(const struct run *r)
 	}
 }
 
-/* Does this outcome count against the workflow's breaker? */
+/* Does this outcome count against the workflow's breaker?  A retry (exit 75)
+ * says nothing either way: it neither counts nor resets the failures. */
 static bool outcome_is_failure(const struct run *r)
 {
-	return r->outcome.status == PROTO_FAILED && r->outcome.reason != PROTO_REASON_REJECTED;
+	return r->outcome.status == PROTO_FAILED && r->outcome.reason != PROTO_REASON_REJECTED &&
+	       !outcome_is_retry(r);
 }
 
 static int build_body(struct run *r)
@@ -1123,7 +1156,9 @@ static void run_record_outcome(struct run *r)
 	metric_add(r->w->m_finished, 1, r->workflow, label);
 	metric_observe(r->w->m_duration, (double)(ev_now(r->w->ev) - r->started_at) / USEC_PER_SEC,
 		       r->workflow);
-	if (breaker_record(&s->breaker, outcome_is_failure(r), ev_now(r->w->ev)))
+	if (outcome_is_retry(r))
+		breaker_run_abandoned(&s->breaker);
+	else if (breaker_record(&s->breaker, outcome_is_failure(r), ev_now(r->w->ev)))
 		worker_breaker_changed(r->w, s);
 }
 
@@ -1163,6 +1198,50 @@ static void run_free(struct run *r)
 	free(r);
 }
 
+/* What the end line calls the run's fate. */
+static const char *end_label(const struct run *r, enum run_state before)
+{
+	const char *label = no_verdict_label(r);
+
+	if (label)
+		return label;
+	if (before == RUN_RELEASING)
+		return "released";
+	return run_outcome_label(r);
+}
+
+/* The run's end: one line with every field an operator asks about. */
+static void log_end(struct run *r, enum run_state before, enum run_event ev)
+{
+	struct logship_stats st = {0};
+	usec_t now = ev_now(r->w->ev), d = 0;
+	char dur[TIME_DURATION_MAX], how[48] = "";
+	struct log_run_end end;
+	struct log_fields f = run_fields(r, end_label(r, before));
+
+	if (r->log)
+		logship_get_stats(r->log, &st);
+	if (r->proc && r->result.duration)
+		d = r->result.duration;
+	else if (r->started_at)
+		d = now - r->started_at;
+	end = (struct log_run_end){.has_exit_code = r->outcome.has_exit_code,
+	                           .exit_code = r->outcome.exit_code,
+	                           .signal = r->outcome.signal,
+	                           .duration_ms = d / USEC_PER_MSEC,
+	                           .pid = r->proc ? (int)exec_pid(r->proc) : 0,
+	                           .log_bytes = st.acked};
+	f.end = &end;
+	if (end.has_exit_code)
+		snprintf(how, sizeof(how), ", exit status %d", end.exit_code);
+	else if (end.signal)
+		snprintf(how, sizeof(how), ", %s", end.signal);
+	log_emit(LOG_INFO, &f, "finished: %s%s after %s (%s -> done, %s%s%s)", f.outcome, how,
+	         time_format_duration(dur, sizeof(dur), d), state_names[before], event_names[ev],
+	         r->note[0] ? ": " : "", r->note);
+	r->note[0] = '\0';
+}
+
 /* One info line per change of state, with the outcome once there is one. */
 static void log_transition(struct run *r, enum run_state before, enum run_event ev)
 {
@@ -1189,9 +1268,11 @@ void run_dispatch(struct run *r, enum run_event ev)
 	if (after == before)
 		return;
 	r->state = after;
-	log_transition(r, before, ev);
-	if (after != RUN_DONE)
+	if (after != RUN_DONE) {
+		log_transition(r, before, ev);
 		return;
+	}
+	log_end(r, before, ev);
 	run_record_outcome(r);
 	worker_run_done(r->w, r);
 	run_free(r);

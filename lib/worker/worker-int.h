@@ -227,6 +227,8 @@ struct worker {
 	unsigned claim_fail_unlogged; /* of those, not yet in a log line */
 	usec_t claim_fail_logged_at;
 	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
+	bool cancels_known;     /* the API's claim answers carry "cancel_requested" */
+	bool claim_held_only;   /* the open claim asks for no runs, only for cancels */
 
 	/* spool delivery */
 	struct spool_item *spool_items;

@@ -74,7 +74,8 @@ metrics_t *worker_metrics(worker_t *w)
  * series from the start; docs/operations.md lists them. */
 static const char *const outcome_labels[] = {"succeeded", "failed",	"timeout",
 					     "crash",	  "spawn_error", "rejected",
-					     "cancelled", "lease_lost",	"released"};
+					     "cancelled", "lease_lost",	"released",
+					     "retry"};
 
 static void worker_metrics_zero_workflow(worker_t *w, const char *name)
 {
