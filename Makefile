@@ -1,12 +1,16 @@
 # lessee + lessor.  GNU make.
 #
-#   make                 build lessee and lessor (installs missing Debian deps as root)
+#   make                 build lessee and lessor (never installs packages: see make deps)
+#   make deps            install the missing Debian build packages (root; else prints the command)
 #   make check           build and run the whole test suite under both loop backends
 #   make demo            lessor + lessee working real runs on a temporary database
 #   make bench           build the benchmarks (run them from build/*/bench/)
 #   make chaos           lessor + three lessees + thousands of runs under faults (10-20 min)
 #   make chaos-short     the same, small (a few minutes; .ci/run runs it)
-#   make install         PREFIX=/usr/local DESTDIR=
+#   make install         PREFIX=/usr/local DESTDIR=  (daemons in $(SBINDIR); builds, installs no package)
+#   make uninstall       the same variables: removes what install put, but the configuration
+#   make deb             ../lessee_$(VERSION)-1_*.deb with dpkg-buildpackage (debian/)
+#   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
 #   make WERROR=1 SANITIZE=address,undefined check
 #
 # Objects go to build/<variant>/ so a sanitizer build never mixes with a plain one.
@@ -16,14 +20,23 @@ BINDIR     ?= $(PREFIX)/bin
 SBINDIR    ?= $(PREFIX)/sbin
 SYSCONFDIR ?= /etc
 MANDIR     ?= $(PREFIX)/share/man
-UNITDIR    ?= $(PREFIX)/lib/systemd/system
-SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
-TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+DOCDIR     ?= $(PREFIX)/share/doc/lessee
 DESTDIR    ?=
 
+# The one place the version is written: -DLESSEE_VERSION, and debian/changelog
+# must agree (check_packaging holds them together).
 VERSION    := 0.1.0
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
+
+# systemd's directories from systemd.pc: as it says for PREFIX=/usr (the
+# system's own, /lib/systemd/system on Debian 12), relocated under any other
+# PREFIX; $(PREFIX)/lib/... when systemd.pc is not installed.
+systemd_dir = $(or $(shell $(PKG_CONFIG) $(if $(filter /usr,$(PREFIX)),,--define-variable=prefix=$(PREFIX) \
+	--define-variable=root_prefix=$(PREFIX)) --variable=$1 systemd 2>/dev/null),$(PREFIX)/lib/$2)
+UNITDIR     ?= $(call systemd_dir,systemdsystemunitdir,systemd/system)
+SYSUSERSDIR ?= $(call systemd_dir,sysusersdir,sysusers.d)
+TMPFILESDIR ?= $(call systemd_dir,tmpfilesdir,tmpfiles.d)
 
 VARIANT    := $(if $(SANITIZE),san,$(if $(COVERAGE),cov,default))
 BUILD      ?= build/$(VARIANT)
@@ -77,12 +90,13 @@ TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
-.PHONY: all deps deps-test build check check-build demo bench install clean valgrind-check \
-	check-systemd format chaos chaos-short
+.PHONY: all deps build check check-build demo bench install uninstall clean valgrind-check \
+	check-systemd check-deb deb format chaos chaos-short
 .DEFAULT_GOAL := all
 
-all: deps
-	@$(MAKE) --no-print-directory build
+# Building never installs packages: `make deps` does (the targets that run
+# things on a fresh machine, check and demo, call it themselves).
+all: build
 
 deps:
 	@scripts/deps.sh build
@@ -167,23 +181,49 @@ bench:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory build $(BENCHES)
 
-install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \
-		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
-		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
-	install -m 0755 $(LESSEE) $(LESSOR) $(DESTDIR)$(BINDIR)/
+# Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
+# man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.
+# The units and man pages are rewritten to name the installed paths.
+UNITS     := $(notdir $(wildcard systemd/*.service))
+MANPAGES  := $(wildcard docs/man/*.[1-8])
+DOCS      := $(wildcard docs/*.md docs/*.yaml) README.md
+install_sed = -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/etc/lessee/|$(SYSCONFDIR)/lessee/|g' \
+	-e 's|/etc/lessor/|$(SYSCONFDIR)/lessor/|g' -e 's|/usr/share/doc/lessee/|$(DOCDIR)/|g'
+
+install: build
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) \
+		$(sort $(patsubst .%,$(DESTDIR)$(MANDIR)/man%,$(suffix $(MANPAGES))))
+	install -m 0755 $(LESSEE) $(LESSOR) $(DESTDIR)$(SBINDIR)/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/lessee/lessee.conf ] || \
 		install -m 0644 conf/lessee.conf $(DESTDIR)$(SYSCONFDIR)/lessee/lessee.conf
-	# the units name the installed paths, whatever PREFIX and SYSCONFDIR are
-	for f in systemd/*.service; do \
-		sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/lessee/|$(SYSCONFDIR)/lessee/|g' \
-			-e 's|/etc/lessor/|$(SYSCONFDIR)/lessor/|g' "$$f" \
-			>$(DESTDIR)$(UNITDIR)/$${f#systemd/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${f#systemd/}; \
+	for f in $(UNITS); do \
+		sed $(install_sed) systemd/$$f >$(DESTDIR)$(UNITDIR)/$$f && \
+			chmod 0644 $(DESTDIR)$(UNITDIR)/$$f || exit 1; \
 	done
 	install -m 0644 systemd/lessee.sysusers $(DESTDIR)$(SYSUSERSDIR)/lessee.conf
 	install -m 0644 systemd/lessee.tmpfiles $(DESTDIR)$(TMPFILESDIR)/lessee.conf
-	install -m 0644 docs/man/*.5 $(DESTDIR)$(MANDIR)/man5/
-	install -m 0644 docs/man/*.8 $(DESTDIR)$(MANDIR)/man8/
+	for f in $(MANPAGES); do \
+		s=$${f##*.}; sed $(install_sed) $$f >$(DESTDIR)$(MANDIR)/man$$s/$${f##*/} && \
+			chmod 0644 $(DESTDIR)$(MANDIR)/man$$s/$${f##*/} || exit 1; \
+	done
+	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+
+# Everything install put, but $(SYSCONFDIR)/lessee (the operator's configuration).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/lessee $(DESTDIR)$(SBINDIR)/lessor \
+		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
+		$(DESTDIR)$(SYSUSERSDIR)/lessee.conf $(DESTDIR)$(TMPFILESDIR)/lessee.conf \
+		$(foreach f,$(MANPAGES),$(DESTDIR)$(MANDIR)/man$(patsubst .%,%,$(suffix $f))/$(notdir $f)) \
+		$(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOCS)))
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+# A Debian package of this tree (debian/), built the Debian way; lintian's
+# verdict is printed (debian/lessee.lintian-overrides explains each override).
+deb:
+	@scripts/deps.sh build deb
+	dpkg-buildpackage -us -uc -b
+	lintian --fail-on error,warning ../lessee_$(VERSION)-*_$$(dpkg --print-architecture).changes
 
 format:
 	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c)

@@ -35,7 +35,7 @@ die() {
 for p in "$STAGE" "$here" "$out"; do
 	case "$p" in *:*) die "path '$p' contains ':' (systemd-nspawn --bind cannot take it)" ;; esac
 done
-[ -x "$STAGE/usr/local/bin/lessee" ] && [ -x "$STAGE/usr/local/bin/lessor" ] ||
+[ -x "$STAGE/usr/local/sbin/lessee" ] && [ -x "$STAGE/usr/local/sbin/lessor" ] ||
 	die "$STAGE holds no make install tree"
 
 # The Debian mirror this machine's apt uses, for bookworm (not -security).

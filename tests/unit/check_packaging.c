@@ -436,12 +436,19 @@ static void env_instr(const char *args, char ***env)
 }
 
 /* The configuration the image starts with: conf/lessee.conf at the default
- * path, the Dockerfile's ENV, plus the API URL a user must give. */
+ * path, the Dockerfile's ENV, plus what a user must give: the API URL and a
+ * workflow (the shipped file has none live). */
 static struct conf *image_conf(const struct stage *s)
 {
 	_cleanup_(strv_freep) char **env = NULL;
-	_cleanup_free_ char *path = src_path("conf/lessee.conf"), *err = NULL;
+	_cleanup_free_ char *text = read_src("conf/lessee.conf"), *err = NULL;
+	_cleanup_free_ char *dir = tu_tmpdir("image"), *path = NULL, *full = NULL;
 	struct conf *c = NULL;
+
+	ck_assert_ptr_nonnull(dir);
+	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
+	ck_assert_int_ge(asprintf(&full, "%s\n[workflow.user]\ncommand = /bin/true\n", text), 0);
+	ck_assert_int_ge(write_file_atomic(path, full, strlen(full), 0644), 0);
 
 	ck_assert_msg(stage_has(s, "COPY", "conf/lessee.conf /etc/lessee/lessee.conf"),
 	              "the image does not ship conf/lessee.conf as /etc/lessee/lessee.conf");
@@ -451,6 +458,7 @@ static struct conf *image_conf(const struct stage *s)
 	ck_assert_int_ge(strv_extend(&env, "LESSEE_API_URL=https://orchestrator.example.com"), 0);
 	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err) == 0,
 	              "the image's configuration: %s", err ? err : "?");
+	ck_assert_int_ge(rm_rf(dir), 0);
 	return c;
 }
 
@@ -842,7 +850,7 @@ static void check_see_also(const char *dest, const char *page_path)
 		ck_assert_msg(p > see && p[-1] == '/', "%s: SEE ALSO names a source path: %.40s",
 		              page_path, p);
 	for (const char *p = see; (p = strstr(p, "/usr/share/doc/lessee/")); docs++) {
-		size_t n = strcspn(p, " \t\n,;)");
+		size_t n = strcspn(p, " \t\n,;:)");
 		_cleanup_free_ char *f = NULL;
 
 		while (n > 0 && p[n - 1] == '.')
@@ -891,8 +899,8 @@ START_TEST(test_install_layout)
 		exec[strcspn(exec, " ")] = '\0';
 		ck_assert_msg(startswith(exec, "/usr/sbin/") && is_exec(dest, exec),
 		              "%s: ExecStart=%s is not the installed daemon", units[i], exec);
-		ck_assert_msg(unit_value(unit, "Documentation"), "%s has no Documentation=",
-		              units[i]);
+		ck_assert_msg(unit_value(unit, "Documentation"),
+		              "%s has no Documentation=", units[i]);
 	}
 	check_see_also(dest, "docs/man/lessee.8");
 	check_see_also(dest, "docs/man/lessee.conf.5");
@@ -920,17 +928,19 @@ END_TEST
  * workflow, a commented example instead. */
 START_TEST(test_conf_no_workflow)
 {
-	_cleanup_free_ char *path = src_path("conf/lessee.conf"), *text = read_src("conf/lessee.conf");
+	_cleanup_free_ char *path = src_path("conf/lessee.conf"),
+	                    *text = read_src("conf/lessee.conf");
 	_cleanup_free_ char *err = NULL;
 	char *const env[] = {"LESSEE_API_URL=https://ci.example.com", NULL};
 	struct conf *c = NULL;
 
-	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err) == 0,
-	              "conf/lessee.conf: %s", err ? err : "?");
-	ck_assert_msg(c->n_workflows == 0, "conf/lessee.conf runs %zu workflow(s), first '%s'",
-	              c->n_workflows, c->workflows[0].name);
+	int r = conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err);
+
+	ck_assert_msg(r < 0, "conf/lessee.conf runs %zu workflow(s), first '%s'",
+	              c ? c->n_workflows : 0, c && c->n_workflows ? c->workflows[0].name : "");
+	ck_assert_msg(err && strstr(err, "no [workflow.NAME] section"), "conf/lessee.conf: %s",
+	              err ? err : "?");
 	ck_assert_msg(strstr(text, "\n#[workflow."), "conf/lessee.conf has no commented example");
-	conf_free(c);
 }
 END_TEST
 
@@ -945,18 +955,30 @@ START_TEST(test_run_dir_on_disk)
 	                          "STATE_DIRECTORY=/var/lib/lessee", NULL};
 	char *const env_none[] = {"LESSEE_API_URL=https://ci.example.com", NULL};
 	_cleanup_free_ char *cache = unit_value(unit, "CacheDirectory");
+	_cleanup_free_ char *dir = tu_tmpdir("rundir"), *path = NULL;
+	static const char wf[] = "[workflow.w]\ncommand = /bin/true\n";
 	struct conf *c = NULL;
 	char *err = NULL;
 
-	ck_assert_msg(!unit_value(unit, "RuntimeDirectory") && !unit_value(tmpl, "RuntimeDirectory"),
+	ck_assert_ptr_nonnull(dir);
+	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
+	ck_assert_int_ge(write_file_atomic(path, wf, strlen(wf), 0644), 0);
+
+	ck_assert_msg(!unit_value(unit, "RuntimeDirectory") &&
+	                  !unit_value(tmpl, "RuntimeDirectory"),
 	              "a lessee unit still puts the runs in RuntimeDirectory= (a tmpfs)");
 	ck_assert_msg(cache && streq(cache, "lessee"), "lessee.service: CacheDirectory=%s", cache);
-	ck_assert_int_eq(conf_load(&(struct conf_source){.env = env_unit}, &c, &err), 0);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env_unit}, &c, &err) ==
+	                  0,
+	              "%s", err);
 	ck_assert_str_eq(c->worker.run_dir, "/var/cache/lessee/runs");
 	conf_free(c);
-	ck_assert_int_eq(conf_load(&(struct conf_source){.env = env_none}, &c, &err), 0);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env_none}, &c, &err) ==
+	                  0,
+	              "%s", err);
 	ck_assert_str_eq(c->worker.run_dir, "/var/cache/lessee/runs");
 	conf_free(c);
+	ck_assert_int_ge(rm_rf(dir), 0);
 }
 END_TEST
 
