@@ -172,6 +172,15 @@ check-systemd:
 		SYSCONFDIR=/etc >/dev/null
 	@BUILD=$(BUILD) STAGE=$(SYSTEMD_STAGE) tests/systemd/run.sh
 
+# make deb's package installed with dpkg in the same container, lessor and
+# lessee run from it as its services (tests/systemd/deb-suite.sh).  Root.
+check-deb:
+	@scripts/deps.sh test systemd deb
+	@$(MAKE) --no-print-directory deb >$(abspath $(BUILD))/deb.log 2>&1 || \
+		{ tail -n 30 $(abspath $(BUILD))/deb.log; exit 1; }
+	@grep -E '^(lintian|deb):|^[EWIN]: ' $(abspath $(BUILD))/deb.log | grep -v '^N: ' || true
+	@BUILD=$(BUILD) DEB=$(DEB) tests/systemd/run.sh
+
 demo:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory build
@@ -232,6 +241,7 @@ deb:
 		tar -x -C $(DEB_DIR)/lessee-$(VERSION)
 	cd $(DEB_DIR)/lessee-$(VERSION) && dpkg-buildpackage -us -uc -b
 	lintian --fail-on error,warning --info $(DEB_DIR)/lessee_*_$(DEB_ARCH).changes
+	@echo "lintian: no error or warning (overrides explained in debian/lessee.lintian-overrides)"
 	@echo "deb: $(DEB)"
 
 format:
