@@ -103,7 +103,15 @@ deps:
 
 build: $(LESSEE) $(LESSOR)
 
-$(BUILD)/%.o: %.c
+# Missing -dev packages: say so once, before the compiler does in its own words.
+.PHONY: pkgs-present
+pkgs-present:
+	@$(PKG_CONFIG) --exists $(sort $(LESSEE_PKGS) $(LESSOR_PKGS)) 2>/dev/null || { \
+		echo "make: missing build packages ($(sort $(LESSEE_PKGS) $(LESSOR_PKGS)));" \
+			"run make deps (as root it installs them, else it prints the command)" >&2; \
+		exit 1; }
+
+$(BUILD)/%.o: %.c | pkgs-present
 	@mkdir -p $(@D)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
