@@ -13,7 +13,15 @@
  *    (conf_load) listening on all addresses, the probes hit /healthz and
  *    /readyz on that port, the grace period exceeds drain_timeout +
  *    kill_grace, the token is a Secret file others cannot read, the spool and
- *    run directories are writable mounts under a read-only root, non-root. */
+ *    run directories are writable mounts under a read-only root, non-root;
+ *  - make install / uninstall (into a DESTDIR): no package installed by
+ *    install, build or all (make -n), daemons in sbin and the units' ExecStart=
+ *    naming them, the unit directory systemd.pc's, Documentation= in every
+ *    unit, the man pages' SEE ALSO naming installed documents, uninstall
+ *    leaving only the configuration; the shipped lessee.conf has no live
+ *    workflow; run directories on disk (CacheDirectory=); one version
+ *    (Makefile, --version, debian/changelog); debian/control's Build-Depends
+ *    all installed by scripts/deps.sh build deb. */
 #include <cJSON.h>
 #include <check.h>
 #include <ctype.h>
@@ -1012,6 +1020,63 @@ START_TEST(test_version)
 }
 END_TEST
 
+/* The words of NAME="..." in scripts/deps.sh (a package group). */
+static char *deps_group(const char *script, const char *name)
+{
+	_cleanup_free_ char *head = NULL;
+	const char *p;
+
+	ck_assert_int_ge(asprintf(&head, "\n%s=\"", name), 0);
+	p = strstr(script, head);
+	ck_assert_msg(p, "scripts/deps.sh has no %s", name);
+	p += strlen(head);
+	return strndup(p, strcspn(p, "\""));
+}
+
+static bool has_word(const char *words, const char *w)
+{
+	size_t n = strlen(w);
+
+	for (const char *p = words; (p = strstr(p, w)); p += n)
+		if ((p == words || isspace((unsigned char)p[-1])) &&
+		    (!p[n] || isspace((unsigned char)p[n])))
+			return true;
+	return false;
+}
+
+/* make deb runs scripts/deps.sh build deb, then dpkg-buildpackage, which
+ * refuses to start unless every Build-Depends is installed: each must be in
+ * one of those two groups (or be systemd, debhelper's own). */
+START_TEST(test_deb_build_depends)
+{
+	_cleanup_free_ char *control = read_src("debian/control"),
+	                    *script = read_src("scripts/deps.sh");
+	_cleanup_free_ char *build = deps_group(script, "pkgs_build");
+	_cleanup_free_ char *deb = deps_group(script, "pkgs_deb");
+	_cleanup_free_ char *field = NULL;
+	const char *p = strstr(control, "\nBuild-Depends:"), *end;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(p);
+	p += strlen("\nBuild-Depends:");
+	for (end = p; (end = strchr(end, '\n')) && isspace((unsigned char)end[1]); end++)
+		;
+	field = end ? strndup(p, end - p) : strdup(p);
+	for (char *save = NULL, *tok = strtok_r(field, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		tok += strspn(tok, " \t\n");
+		tok[strcspn(tok, " \t\n(")] = '\0';
+		if (startswith(tok, "debhelper-compat"))
+			tok[strlen("debhelper")] = '\0';
+		ck_assert_msg(
+		    has_word(build, tok) || has_word(deb, tok) || streq(tok, "systemd"),
+		    "debian/control Build-Depends %s: not in scripts/deps.sh build or deb", tok);
+		n++;
+	}
+	ck_assert_int_ge(n, 8);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("packaging");
@@ -1029,6 +1094,7 @@ int main(void)
 	tcase_add_test(ti, test_conf_no_workflow);
 	tcase_add_test(ti, test_run_dir_on_disk);
 	tcase_add_test(ti, test_version);
+	tcase_add_test(ti, test_deb_build_depends);
 	tcase_set_timeout(ti, 120);
 	tcase_set_timeout(tm, 60);
 	tcase_set_timeout(td, 60);
