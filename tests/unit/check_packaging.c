@@ -894,8 +894,9 @@ START_TEST(test_install_layout)
 	/* the unit directory is the one systemd.pc names for PREFIX=/usr */
 	run((char *const[]){"pkg-config", "--variable=systemdsystemunitdir", "systemd", NULL}, NULL,
 	    &o);
-	ck_assert_int_eq(o.status, 0);
-	unitdir = strndup(o.out, strcspn(o.out, "\n"));
+	/* without systemd.pc (no systemd package) the Makefile's fallback */
+	unitdir = o.status == 0 ? strndup(o.out, strcspn(o.out, "\n"))
+	                        : strdup("/usr/lib/systemd/system");
 	output_done(&o);
 	for (size_t i = 0; i < ELEMENTSOF(units); i++) {
 		_cleanup_free_ char *path = NULL, *unit = NULL, *exec = NULL;
