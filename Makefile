@@ -226,9 +226,11 @@ install: build
 	done
 	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
 
-# Everything install put, but $(SYSCONFDIR)/lessee (the operator's configuration).
+# Everything install put, but $(SYSCONFDIR)/lessee (the operator's configuration);
+# also the daemons in $(BINDIR), where installs before 0.1.0's packaging put them.
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/lessee $(DESTDIR)$(SBINDIR)/lessor \
+		$(DESTDIR)$(BINDIR)/lessee $(DESTDIR)$(BINDIR)/lessor \
 		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
 		$(DESTDIR)$(SYSUSERSDIR)/lessee.conf $(DESTDIR)$(TMPFILESDIR)/lessee.conf \
 		$(foreach f,$(MANPAGES),$(DESTDIR)$(MANDIR)/man$(patsubst .%,%,$(suffix $f))/$(notdir $f)) \
