@@ -227,7 +227,7 @@ install: build
 	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
 
 # Everything install put, but $(SYSCONFDIR)/lessee (the operator's configuration);
-# also the daemons in $(BINDIR), where installs before 0.1.0's packaging put them.
+# also the daemons in $(BINDIR), where earlier installs put them.
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/lessee $(DESTDIR)$(SBINDIR)/lessor \
 		$(DESTDIR)$(BINDIR)/lessee $(DESTDIR)$(BINDIR)/lessor \

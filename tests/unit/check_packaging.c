@@ -1018,6 +1018,19 @@ START_TEST(test_version)
 	run((char *const[]){lessor, "--version", NULL}, NULL, &o);
 	ck_assert_msg(o.status == 0 && strstr(o.out, version), "lessor --version: %s", o.out);
 	output_done(&o);
+	/* the man pages' footer: .TH NAME SECTION DATE "lessee VERSION" ... */
+	for (const char *const *m =
+	         (const char *const[]){"docs/man/lessee.8", "docs/man/lessee.conf.5", NULL};
+	     *m; m++) {
+		_cleanup_free_ char *page = read_src(*m), *th = NULL, *quoted = NULL;
+		const char *l = strstr(page, "\n.TH ");
+
+		ck_assert_msg(l, "%s has no .TH", *m);
+		th = strndup(l + 1, strcspn(l + 1, "\n"));
+		ck_assert_int_ge(asprintf(&quoted, " %s\"", version), 0);
+		ck_assert_msg(strstr(th, quoted), "%s: %s, the Makefile VERSION %s", *m, th,
+		              version);
+	}
 }
 END_TEST
 
