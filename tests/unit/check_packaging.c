@@ -899,7 +899,7 @@ START_TEST(test_install_layout)
 	                        : strdup("/usr/lib/systemd/system");
 	output_done(&o);
 	for (size_t i = 0; i < ELEMENTSOF(units); i++) {
-		_cleanup_free_ char *path = NULL, *unit = NULL, *exec = NULL;
+		_cleanup_free_ char *path = NULL, *unit = NULL, *exec = NULL, *doc = NULL;
 
 		ck_assert_int_ge(asprintf(&path, "%s/%s", unitdir, units[i]), 0);
 		unit = read_staged(dest, path);
@@ -908,8 +908,8 @@ START_TEST(test_install_layout)
 		exec[strcspn(exec, " ")] = '\0';
 		ck_assert_msg(startswith(exec, "/usr/sbin/") && is_exec(dest, exec),
 		              "%s: ExecStart=%s is not the installed daemon", units[i], exec);
-		ck_assert_msg(unit_value(unit, "Documentation"),
-		              "%s has no Documentation=", units[i]);
+		doc = unit_value(unit, "Documentation");
+		ck_assert_msg(doc, "%s has no Documentation=", units[i]);
 	}
 	check_see_also(dest, "docs/man/lessee.8");
 	check_see_also(dest, "docs/man/lessee.conf.5");
