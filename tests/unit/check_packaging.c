@@ -776,7 +776,9 @@ END_TEST
 /* ---- make install, make uninstall, the version ------------------------------------ */
 
 /* make -C <top> ARGS... with BUILD= the directory of the lessee under test,
- * so that install copies what was tested and builds nothing. */
+ * so that install copies what was tested, and builds nothing: -o keeps make
+ * from relinking them (with this make's flags, not a SANITIZE build's) when
+ * a source changed since. */
 static void run_make(const char *const *args, struct output *o)
 {
 	_cleanup_free_ char *top = src_path(""), *bin = strdup(tu_lessee_bin());
@@ -794,6 +796,10 @@ static void run_make(const char *const *args, struct output *o)
 	ck_assert_int_ge(strv_extend(&argv, "-C"), 0);
 	ck_assert_int_ge(strv_extend(&argv, top), 0);
 	ck_assert_int_ge(strv_extend(&argv, build), 0);
+	ck_assert_int_ge(strv_extend(&argv, "-o"), 0);
+	ck_assert_int_ge(strv_extend(&argv, tu_lessee_bin()), 0);
+	ck_assert_int_ge(strv_extend(&argv, "-o"), 0);
+	ck_assert_int_ge(strv_extend(&argv, tu_lessor_bin()), 0);
 	for (size_t i = 0; args[i]; i++)
 		ck_assert_int_ge(strv_extend(&argv, args[i]), 0);
 	run(argv, (char *const[]){"MAKEFLAGS=", "MFLAGS=", NULL}, o);
