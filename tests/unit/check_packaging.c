@@ -21,7 +21,8 @@
  *    leaving only the configuration; the shipped lessee.conf has no live
  *    workflow; run directories on disk (CacheDirectory=); one version
  *    (Makefile, --version, debian/changelog); debian/control's Build-Depends
- *    all installed by scripts/deps.sh build deb. */
+ *    all installed by scripts/deps.sh build deb, and every library -dev of
+ *    its build group among them. */
 #include <cJSON.h>
 #include <check.h>
 #include <ctype.h>
@@ -1074,6 +1075,9 @@ START_TEST(test_deb_build_depends)
 	_cleanup_free_ char *build = deps_group(script, "pkgs_build");
 	_cleanup_free_ char *deb = deps_group(script, "pkgs_deb");
 	_cleanup_free_ char *field = NULL;
+	_cleanup_(strv_freep) char **names = NULL;
+	/* build-essential, and what only the tests link (TEST_PKGS) */
+	static const char build_only[] = "gcc make libc6-dev check libseccomp-dev libyaml-dev";
 	const char *p = strstr(control, "\nBuild-Depends:"), *end;
 	int n = 0;
 
@@ -1091,9 +1095,21 @@ START_TEST(test_deb_build_depends)
 		ck_assert_msg(
 		    has_word(build, tok) || has_word(deb, tok) || streq(tok, "systemd"),
 		    "debian/control Build-Depends %s: not in scripts/deps.sh build or deb", tok);
+		ck_assert_int_ge(strv_extend(&names, tok), 0);
 		n++;
 	}
 	ck_assert_int_ge(n, 8);
+	/* and the other way: every build package the daemons need is a
+	 * Build-Depends (build-essential's and the tests' own aside) */
+	for (char *save = NULL, *tok = strtok_r(build, " \t\n", &save); tok;
+	     tok = strtok_r(NULL, " \t\n", &save)) {
+		if (has_word(build_only, tok))
+			continue;
+		ck_assert_msg(
+		    strv_contains(names, tok),
+		    "scripts/deps.sh builds with %s, debian/control does not Build-Depend on it",
+		    tok);
+	}
 }
 END_TEST
 
