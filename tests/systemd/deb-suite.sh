@@ -12,7 +12,7 @@ TAP=$R/results.tap
 T=/opt/lessee-test
 DEB=/opt/lessee-deb/lessee.deb
 U=lessee.service
-export LESSOR_URL=http://127.0.0.1:8080 LESSOR_TOKEN_FILE=/var/lib/lessor/admin-token
+export LESSOR_URL=http://127.0.0.1:8080 LESSOR_ADMIN_TOKEN_FILE=/var/lib/lessor/admin-token
 export SYSTEMD_PAGER='' SYSTEMD_COLORS=0 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
 date +%s.%N >$R/t_start

@@ -15,7 +15,7 @@ U=lessee.service
 UNITS=/usr/local/lib/systemd/system
 RUNTIME_DROPINS=/run/systemd/system/$U.d
 # lessor.service's admin token, made by its first start (ExecStartPre=)
-export LESSOR_URL=http://127.0.0.1:8080 LESSOR_TOKEN_FILE=/var/lib/lessor/admin-token
+export LESSOR_URL=http://127.0.0.1:8080 LESSOR_ADMIN_TOKEN_FILE=/var/lib/lessor/admin-token
 export SYSTEMD_PAGER='' SYSTEMD_COLORS=0 PATH=/usr/local/sbin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 
 date +%s.%N >$R/t_start
