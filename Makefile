@@ -9,7 +9,7 @@
 #   make chaos-short     the same, small (a few minutes; .ci/run runs it)
 #   make install         PREFIX=/usr/local DESTDIR=  (daemons in $(SBINDIR); builds, installs no package)
 #   make uninstall       the same variables: removes what install put, but the configuration
-#   make deb             ../lessee_$(VERSION)-1_*.deb with dpkg-buildpackage (debian/)
+#   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
 #   make WERROR=1 SANITIZE=address,undefined check
 #
