@@ -26,9 +26,10 @@ ARG DEBIAN_IMAGE=debian:bookworm-slim
 FROM ${DEBIAN_IMAGE} AS build
 WORKDIR /src
 COPY . .
-# scripts/deps.sh holds the one list of build packages; as root it installs them.
+# make deps (scripts/deps.sh, the one list of build packages) installs them;
+# make itself never installs packages.
 RUN apt-get update \
-    && scripts/deps.sh build \
+    && make deps \
     && make -j"$(nproc)" \
     && rm -rf /var/lib/apt/lists/*
 
@@ -40,16 +41,18 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 # The user every workflow without user= runs as (worker.run_user), with a
 # fixed numeric uid/gid.  spool_dir and run_dir are the defaults
-# (/var/lib/lessee/spool, /run/lessee), the daemon's: the spool unreadable by
-# runs, the run directories traversable to each run's own.  Mount volumes
-# there for a read-only root file system.
+# (/var/lib/lessee/spool, /var/cache/lessee/runs: on disk, not a tmpfs), the
+# daemon's: the spool unreadable by runs, the run directories traversable to
+# each run's own.  Mount volumes there for a read-only root file system.  The
+# shipped lessee.conf runs no workflow: mount your own (see the docker run
+# above).  lessee is a daemon (lessee(8)): in sbin, as make install puts it.
 RUN groupadd --system --gid 10002 lessee-run \
     && useradd --system --uid 10002 --gid lessee-run --home-dir /nonexistent \
         --no-create-home --shell /usr/sbin/nologin lessee-run \
     && install -d -m 0755 /var/lib/lessee \
     && install -d -m 0700 /var/lib/lessee/spool \
-    && install -d -m 0711 /run/lessee
-COPY --from=build /src/build/default/lessee /usr/local/bin/lessee
+    && install -d -m 0711 /var/cache/lessee /var/cache/lessee/runs
+COPY --from=build /src/build/default/lessee /usr/local/sbin/lessee
 COPY conf/lessee.conf /etc/lessee/lessee.conf
 # The status endpoint must be reachable from outside the container's network
 # namespace (probes, Prometheus).  It has no authentication: publish it only
@@ -70,5 +73,5 @@ STOPSIGNAL SIGTERM
 # and environment): no curl in the image.  Answered by the event loop itself,
 # so it fails when the loop is wedged; an API outage does not make it fail.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=15s --retries=3 \
-    CMD ["/usr/local/bin/lessee", "status", "--healthz"]
-ENTRYPOINT ["/usr/local/bin/lessee"]
+    CMD ["/usr/local/sbin/lessee", "status", "--healthz"]
+ENTRYPOINT ["/usr/local/sbin/lessee"]

@@ -1,13 +1,17 @@
 # lessee + lessor.  GNU make.
 #
-#   make                 build lessee and lessor (installs missing Debian deps as root)
+#   make                 build lessee and lessor (never installs packages: see make deps)
+#   make deps            install the missing Debian build packages (root; else prints the command)
 #   make check           build and run the whole test suite under both loop backends
 #   make demo            lessor + lessee working real runs on a temporary database
 #   make bench           build the benchmarks (run them from build/*/bench/)
 #   make chaos           lessor + three lessees + thousands of runs under faults (10-20 min)
 #   make chaos-short     the same, small (a few minutes; .ci/run runs it)
+#   make install         PREFIX=/usr/local DESTDIR=  (daemons in $(SBINDIR); builds, installs no package)
+#   make uninstall       the same variables: removes what install put, but the configuration
+#   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
+#   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
 #   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg (npm)
-#   make install         PREFIX=/usr/local DESTDIR=
 #   make WERROR=1 SANITIZE=address,undefined check
 #
 # Objects go to build/<variant>/ so a sanitizer build never mixes with a plain one.
@@ -17,14 +21,23 @@ BINDIR     ?= $(PREFIX)/bin
 SBINDIR    ?= $(PREFIX)/sbin
 SYSCONFDIR ?= /etc
 MANDIR     ?= $(PREFIX)/share/man
-UNITDIR    ?= $(PREFIX)/lib/systemd/system
-SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
-TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+DOCDIR     ?= $(PREFIX)/share/doc/lessee
 DESTDIR    ?=
 
+# The one place the version is written: -DLESSEE_VERSION, and debian/changelog
+# must agree (check_packaging holds them together).
 VERSION    := 0.1.0
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
+
+# systemd's directories from systemd.pc: as it says for PREFIX=/usr (the
+# system's own, /lib/systemd/system on Debian 12), relocated under any other
+# PREFIX; $(PREFIX)/lib/... when systemd.pc is not installed.
+systemd_dir = $(or $(shell $(PKG_CONFIG) $(if $(filter /usr,$(PREFIX)),,--define-variable=prefix=$(PREFIX) \
+	--define-variable=root_prefix=$(PREFIX)) --variable=$1 systemd 2>/dev/null),$(PREFIX)/lib/$2)
+UNITDIR     ?= $(call systemd_dir,systemdsystemunitdir,systemd/system)
+SYSUSERSDIR ?= $(call systemd_dir,sysusersdir,sysusers.d)
+TMPFILESDIR ?= $(call systemd_dir,tmpfilesdir,tmpfiles.d)
 
 VARIANT    := $(if $(SANITIZE),san,$(if $(COVERAGE),cov,default))
 BUILD      ?= build/$(VARIANT)
@@ -81,19 +94,28 @@ TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
-.PHONY: all deps deps-test build check check-build demo bench bench-compare install clean \
-	valgrind-check check-systemd format chaos chaos-short
+.PHONY: all deps build check check-build demo bench bench-compare install uninstall clean \
+	valgrind-check check-systemd check-deb deb format chaos chaos-short
 .DEFAULT_GOAL := all
 
-all: deps
-	@$(MAKE) --no-print-directory build
+# Building never installs packages: `make deps` does (the targets that run
+# things on a fresh machine, check and demo, call it themselves).
+all: build
 
 deps:
 	@scripts/deps.sh build
 
 build: $(LESSEE) $(LESSOR)
 
-$(BUILD)/%.o: %.c
+# Missing -dev packages: say so once, before the compiler does in its own words.
+.PHONY: pkgs-present
+pkgs-present:
+	@$(PKG_CONFIG) --exists $(sort $(LESSEE_PKGS) $(LESSOR_PKGS)) 2>/dev/null || { \
+		echo "make: missing build packages ($(sort $(LESSEE_PKGS) $(LESSOR_PKGS)));" \
+			"run make deps (as root it installs them, else it prints the command)" >&2; \
+		exit 1; }
+
+$(BUILD)/%.o: %.c | pkgs-present
 	@mkdir -p $(@D)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -182,6 +204,15 @@ check-systemd:
 		SYSCONFDIR=/etc >/dev/null
 	@BUILD=$(BUILD) STAGE=$(SYSTEMD_STAGE) tests/systemd/run.sh
 
+# make deb's package installed with dpkg in the same container, lessor and
+# lessee run from it as its services (tests/systemd/deb-suite.sh).  Root.
+check-deb:
+	@scripts/deps.sh build systemd deb
+	@$(MAKE) --no-print-directory deb >$(abspath $(BUILD))/deb.log 2>&1 || \
+		{ tail -n 30 $(abspath $(BUILD))/deb.log; exit 1; }
+	@grep -E '^(lintian|deb):|^[EWIN]: ' $(abspath $(BUILD))/deb.log | grep -v '^N: ' || true
+	@BUILD=$(BUILD) DEB=$(DEB) tests/systemd/run.sh
+
 demo:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory build
@@ -197,23 +228,61 @@ bench-compare: bench
 	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
 	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
 
-install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \
-		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) \
-		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
-	install -m 0755 $(LESSEE) $(LESSOR) $(DESTDIR)$(BINDIR)/
+# Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
+# man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.
+# The units and man pages are rewritten to name the installed paths.
+UNITS     := $(notdir $(wildcard systemd/*.service))
+MANPAGES  := $(wildcard docs/man/*.[1-8])
+DOCS      := $(wildcard docs/*.md docs/*.yaml) README.md
+install_sed = -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/etc/lessee/|$(SYSCONFDIR)/lessee/|g' \
+	-e 's|/etc/lessor/|$(SYSCONFDIR)/lessor/|g' -e 's|/usr/share/doc/lessee/|$(DOCDIR)/|g'
+
+install: build
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(SYSCONFDIR)/lessee $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR) \
+		$(sort $(patsubst .%,$(DESTDIR)$(MANDIR)/man%,$(suffix $(MANPAGES))))
+	install -m 0755 $(LESSEE) $(LESSOR) $(DESTDIR)$(SBINDIR)/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/lessee/lessee.conf ] || \
 		install -m 0644 conf/lessee.conf $(DESTDIR)$(SYSCONFDIR)/lessee/lessee.conf
-	# the units name the installed paths, whatever PREFIX and SYSCONFDIR are
-	for f in systemd/*.service; do \
-		sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/lessee/|$(SYSCONFDIR)/lessee/|g' \
-			-e 's|/etc/lessor/|$(SYSCONFDIR)/lessor/|g' "$$f" \
-			>$(DESTDIR)$(UNITDIR)/$${f#systemd/} && chmod 0644 $(DESTDIR)$(UNITDIR)/$${f#systemd/}; \
+	for f in $(UNITS); do \
+		sed $(install_sed) systemd/$$f >$(DESTDIR)$(UNITDIR)/$$f && \
+			chmod 0644 $(DESTDIR)$(UNITDIR)/$$f || exit 1; \
 	done
 	install -m 0644 systemd/lessee.sysusers $(DESTDIR)$(SYSUSERSDIR)/lessee.conf
 	install -m 0644 systemd/lessee.tmpfiles $(DESTDIR)$(TMPFILESDIR)/lessee.conf
-	install -m 0644 docs/man/*.5 $(DESTDIR)$(MANDIR)/man5/
-	install -m 0644 docs/man/*.8 $(DESTDIR)$(MANDIR)/man8/
+	for f in $(MANPAGES); do \
+		s=$${f##*.}; sed $(install_sed) $$f >$(DESTDIR)$(MANDIR)/man$$s/$${f##*/} && \
+			chmod 0644 $(DESTDIR)$(MANDIR)/man$$s/$${f##*/} || exit 1; \
+	done
+	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+
+# Everything install put, but $(SYSCONFDIR)/lessee (the operator's configuration);
+# also the daemons in $(BINDIR), where earlier installs put them.
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/lessee $(DESTDIR)$(SBINDIR)/lessor \
+		$(DESTDIR)$(BINDIR)/lessee $(DESTDIR)$(BINDIR)/lessor \
+		$(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS)) \
+		$(DESTDIR)$(SYSUSERSDIR)/lessee.conf $(DESTDIR)$(TMPFILESDIR)/lessee.conf \
+		$(foreach f,$(MANPAGES),$(DESTDIR)$(MANDIR)/man$(patsubst .%,%,$(suffix $f))/$(notdir $f)) \
+		$(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOCS)))
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+
+# A Debian package of this tree (debian/), built the Debian way in a copy of
+# it under $(DEB_DIR) (dpkg-buildpackage cleans its tree and writes to ..);
+# lintian must find no error or warning (debian/lessee.lintian-overrides
+# explains each override).
+DEB_DIR = $(abspath $(BUILD))/deb
+DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
+DEB      = $(DEB_DIR)/lessee_$(shell dpkg-parsechangelog -S Version 2>/dev/null)_$(DEB_ARCH).deb
+deb:
+	@scripts/deps.sh build deb
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/lessee-$(VERSION)
+	tar -c --exclude=./build --exclude=./.git --exclude='./.*.swp' . | \
+		tar -x -C $(DEB_DIR)/lessee-$(VERSION)
+	cd $(DEB_DIR)/lessee-$(VERSION) && dpkg-buildpackage -us -uc -b
+	lintian --fail-on error,warning --info $(DEB_DIR)/lessee_*_$(DEB_ARCH).changes
+	@echo "lintian: no error or warning (overrides explained in debian/lessee.lintian-overrides)"
+	@echo "deb: $(DEB)"
 
 format:
 	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c)

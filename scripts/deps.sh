@@ -1,7 +1,9 @@
 #!/bin/sh
 # Install the Debian 12 packages a target needs, when they are missing.
 # As root: apt-get installs them.  Otherwise: print the exact command and fail.
-# Usage: scripts/deps.sh build|test|systemd ...
+# Usage: scripts/deps.sh build|test|systemd|deb ...
+# Only make deps, check, demo, bench, chaos, check-systemd and deb call it:
+# make, make build and make install never install packages.
 set -eu
 
 pkgs_build="gcc make pkg-config libc6-dev libcurl4-openssl-dev liburing-dev libcjson-dev
@@ -13,6 +15,9 @@ pkgs_test="valgrind nginx-light openssl iproute2 util-linux procps curl ca-certi
 # conflicts with Debian's npm package).
 pkgs_node="nodejs npm"
 pkgs_systemd="systemd-container debootstrap"
+# make deb: dpkg-buildpackage with debhelper (debian/control's Build-Depends
+# are pkgs_build), and lintian to judge the result.
+pkgs_deb="debhelper dpkg-dev fakeroot lintian"
 
 want=""
 for group in "$@"; do
@@ -24,6 +29,7 @@ for group in "$@"; do
 			want="$want $pkgs_node"
 		;;
 	systemd) want="$want $pkgs_systemd" ;;
+	deb) want="$want $pkgs_deb" ;;
 	*) echo "deps.sh: unknown group '$group'" >&2; exit 2 ;;
 	esac
 done

@@ -773,10 +773,25 @@ static char *systemd_dir(const struct loader *L, const char *var)
 	return strndup(v, strcspn(v, ":"));
 }
 
+/* Run directories are on disk, not on a tmpfs (build-sized runs):
+ * $CACHE_DIRECTORY/runs under systemd (CacheDirectory=), else a unit's
+ * RuntimeDirectory= as before, else /var/cache/lessee/runs. */
+static int load_run_dir_default(struct loader *L)
+{
+	_cleanup_free_ char *cache = systemd_dir(L, "CACHE_DIRECTORY");
+	_cleanup_free_ char *runtime = systemd_dir(L, "RUNTIME_DIRECTORY");
+	_cleanup_free_ char *dir = NULL;
+
+	if (asprintf(&dir, "%s/runs", cache ? cache : "/var/cache/lessee") < 0)
+		return -ENOMEM;
+	if (!cache && runtime)
+		return apply(L, "worker", "run_dir", runtime, "$RUNTIME_DIRECTORY");
+	return apply(L, "worker", "run_dir", dir, cache ? "$CACHE_DIRECTORY" : DEFAULT_ORIGIN);
+}
+
 static int load_defaults(struct loader *L)
 {
 	_cleanup_free_ char *state = systemd_dir(L, "STATE_DIRECTORY");
-	_cleanup_free_ char *runtime = systemd_dir(L, "RUNTIME_DIRECTORY");
 	_cleanup_free_ char *spool = NULL;
 	int r = 0;
 
@@ -791,8 +806,7 @@ static int load_defaults(struct loader *L)
 	r = apply(L, "worker", "spool_dir", spool, state ? "$STATE_DIRECTORY" : DEFAULT_ORIGIN);
 	if (r < 0)
 		return r;
-	return apply(L, "worker", "run_dir", runtime ? runtime : "/run/lessee",
-	             runtime ? "$RUNTIME_DIRECTORY" : DEFAULT_ORIGIN);
+	return load_run_dir_default(L);
 }
 
 /* ---- checks across keys ---- */

@@ -112,7 +112,8 @@ struct conf_source {
 	 * override sets api.url.  An explicit path must exist. */
 	const char *path;
 	/* environ-style; read for LESSEE_{API,WORKER,STATUS,LOG}_*, CREDENTIALS_DIRECTORY,
-	 * STATE_DIRECTORY, RUNTIME_DIRECTORY.  NULL = empty: cmd/lessee passes environ. */
+	 * STATE_DIRECTORY, CACHE_DIRECTORY, RUNTIME_DIRECTORY.  NULL = empty: cmd/lessee
+	 * passes environ. */
 	char *const *env;
 	const struct conf_override *overrides;
 	size_t n_overrides;

@@ -3,6 +3,11 @@
 # systemd-nspawn container, driven through systemctl inside it (docs/systemd.md).
 #
 #   BUILD=build/default STAGE=<make install DESTDIR> tests/systemd/run.sh
+#   BUILD=build/default DEB=<the .deb of make deb> tests/systemd/run.sh
+#
+# With DEB (make check-deb) the container gets the package instead of the
+# staged tree, at /opt/lessee-deb/lessee.deb, and runs deb-suite.sh (dpkg -i,
+# lessor and lessee as the package's services, dpkg -r/-P) instead of suite.sh.
 #
 # The rootfs (debootstrap minbase bookworm) is cached under $LESSEE_ROOTFS_CACHE
 # (default /var/cache/lessee-test-rootfs), keyed by suite and package list.
@@ -16,7 +21,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 BUILD=${BUILD:-build/default}
-STAGE=${STAGE:?STAGE must name a make install DESTDIR (use make check-systemd)}
+DEB=${DEB:-}
+[ -n "$DEB" ] || STAGE=${STAGE:?STAGE must name a make install DESTDIR (use make check-systemd)}
 cache=${LESSEE_ROOTFS_CACHE:-/var/cache/lessee-test-rootfs}
 case "$BUILD" in /*) out=$BUILD/check-systemd ;; *) out=$top/$BUILD/check-systemd ;; esac
 aux=$out/aux # tests/aux/snoop, for the secrets case, against libc only
@@ -34,11 +40,21 @@ die() {
 }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (systemd-nspawn, debootstrap)"
-for p in "$STAGE" "$here" "$out"; do
+for p in "${STAGE:-}" "$DEB" "$here" "$out"; do
 	case "$p" in *:*) die "path '$p' contains ':' (systemd-nspawn --bind cannot take it)" ;; esac
 done
-[ -x "$STAGE/usr/local/bin/lessee" ] && [ -x "$STAGE/usr/local/bin/lessor" ] ||
-	die "$STAGE holds no make install tree"
+if [ -n "$DEB" ]; then
+	[ -f "$DEB" ] || die "no package $DEB (use make check-deb)"
+	DEB=$(cd "$(dirname "$DEB")" && pwd)/$(basename "$DEB")
+	out=$out-deb
+	# the package, and lessee-test.service running deb-suite.sh
+	binds="--bind-ro=$DEB:/opt/lessee-deb/lessee.deb
+		--bind-ro=$here/lessee-test-deb.conf:/etc/systemd/system/lessee-test.service.d/deb.conf"
+else
+	[ -x "$STAGE/usr/local/sbin/lessee" ] && [ -x "$STAGE/usr/local/sbin/lessor" ] ||
+		die "$STAGE holds no make install tree"
+	binds="--bind-ro=$STAGE/usr/local:/usr/local --bind-ro=$STAGE:/opt/lessee-stage"
+fi
 
 # The Debian mirror this machine's apt uses, for bookworm (not -security).
 debian_mirror() {
@@ -134,7 +150,7 @@ start=$(date +%s.%N)
 rc=0
 timeout -k 10 $boot_limit systemd-nspawn -q -D "$root" -M "$machine" \
 	--volatile=overlay --register=no --keep-unit --private-network --console=pipe \
-	--bind-ro="$STAGE/usr/local:/usr/local" --bind-ro="$STAGE:/opt/lessee-stage" \
+	$binds \
 	--bind-ro="$here:/opt/lessee-test" --bind-ro="$aux:/opt/lessee-aux" \
 	--bind-ro="$here/lessee-test.service:/etc/systemd/system/lessee-test.service" \
 	--bind="$out/results:/results" \

@@ -14,8 +14,9 @@ STAGE=/opt/lessee-stage
 U=lessee.service
 UNITS=/usr/local/lib/systemd/system
 RUNTIME_DROPINS=/run/systemd/system/$U.d
-export LESSOR_URL=http://127.0.0.1:8080 LESSOR_TOKEN_FILE=/etc/lessor/api-token
-export SYSTEMD_PAGER='' SYSTEMD_COLORS=0 PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+# lessor.service's admin token, made by its first start (ExecStartPre=)
+export LESSOR_URL=http://127.0.0.1:8080 LESSOR_ADMIN_TOKEN_FILE=/var/lib/lessor/admin-token
+export SYSTEMD_PAGER='' SYSTEMD_COLORS=0 PATH=/usr/local/sbin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
 
 date +%s.%N >$R/t_start
 
@@ -157,15 +158,30 @@ case_setup() {
 	token=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
 	(
 		umask 077
-		mkdir -p /etc/lessor
 		echo "$token" >/etc/lessee/api-token
-		echo "$token" >/etc/lessor/api-token
 	)
 	out=$(lessee --check-config 2>&1) || fail "lessee --check-config: $out" || return
 	systemctl daemon-reload
 	timeout 30 systemctl start lessor.service ||
 		fail "lessor.service: $(systemctl status lessor.service --no-pager 2>&1 | tail -n 5)" || return
+	lessor_worker_token "$token" || return
 	wait_until 10 lessor stats || fail "lessor does not answer on $LESSOR_URL" || return
+}
+
+# lessor.service's first start made its token files (an admin token, no
+# worker); TOKEN becomes lessee's worker token the documented way: a line in
+# worker-tokens, then systemctl reload (SIGHUP rereads it).
+lessor_worker_token() {
+	[ -s /var/lib/lessor/admin-token ] && [ -e /var/lib/lessor/worker-tokens ] ||
+		fail "lessor.service's first start made no token files: $(ls -l /var/lib/lessor/)" || return
+	printf 'test-worker %s\n' "$1" >>/var/lib/lessor/worker-tokens &&
+		timeout 30 systemctl reload lessor.service ||
+		fail "systemctl reload lessor.service failed" || return
+	wait_until 10 lessor_reloaded ||
+		fail "lessor did not reload: $(journalctl -q --no-pager -u lessor.service -o cat | tail -n 3)"
+}
+lessor_reloaded() {
+	journalctl -q --no-pager -u lessor.service -o cat | grep -q 'reloaded the tokens: 1 worker'
 }
 
 # Type=notify: `systemctl start` returns once lessee sent READY=1, which it
@@ -237,7 +253,9 @@ case_credential() {
 	! journal_of_has "$(prop InvocationID)" 'no API token' || fail "lessee says it has no token" || return
 	metric_at_least 'lessee_claims_total{result="runs"}' 1 ||
 		fail "no successful claim: $(metric 'lessee_claims_total{result="runs"}')" || return
-	[ -z "$(metric 'lessee_claims_total{result="denied"}')" ] || fail "claims were denied" || return
+	# absent, or 0 where the daemon exports every known label value from the start
+	denied=$(metric 'lessee_claims_total{result="denied"}')
+	[ -z "$denied" ] || [ "$denied" = 0 ] || fail "claims were denied: $denied" || return
 	# Control: a wrong credential is refused by lessor; the right one again works.
 	good=$(cat /etc/lessee/api-token)
 	echo "wrong$good" >/etc/lessee/api-token
@@ -282,10 +300,12 @@ case_drain() {
 
 # The shipped values: systemd's stop timeout must outlast the drain lessee is
 # configured for plus kill_grace, or a long stop ends in SIGKILL for the daemon
-# and its runs, unreported and unreleased.
+# and its runs, unreported and unreleased.  (The shipped file runs no
+# workflow: one is added, as an operator must.)
 case_stop_timeout() {
 	eff=$(lessee --check-config --config "$STAGE/etc/lessee/lessee.conf" \
-		--set api.url=http://127.0.0.1 2>&1) || fail "shipped lessee.conf: $eff" || return
+		--set api.url=http://127.0.0.1 --set workflow.w.command=/bin/true 2>&1) ||
+		fail "shipped lessee.conf: $eff" || return
 	drain=$(echo "$eff" | sed -n 's/^drain_timeout = //p')
 	grace=$(echo "$eff" | sed -n 's/^kill_grace = //p')
 	for u in lessee.service lessee@.service; do

@@ -150,7 +150,7 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(c->worker.max_log_bytes, 64ULL << 20);
 	ck_assert_uint_eq(c->worker.max_output_bytes, 1ULL << 20);
 	ck_assert_str_eq(c->worker.spool_dir, "/var/lib/lessee/spool");
-	ck_assert_str_eq(c->worker.run_dir, "/run/lessee");
+	ck_assert_str_eq(c->worker.run_dir, "/var/cache/lessee/runs");
 	ck_assert_str_eq(c->status.listen, "127.0.0.1:9464");
 	ck_assert_int_eq(sin->sin_family, AF_INET);
 	ck_assert_int_eq(ntohs(sin->sin_port), 9464);
@@ -208,13 +208,19 @@ START_TEST(test_systemd_directories)
 	char *env[] = {"STATE_DIRECTORY=/var/lib/lx:/var/lib/other",
 	               "RUNTIME_DIRECTORY=/run/lx:/run/other", "UNRELATED=1", NULL};
 	char *bad_env[] = {"STATE_DIRECTORY=relative", "RUNTIME_DIRECTORY=", NULL};
+	char *cache_env[] = {"CACHE_DIRECTORY=/var/cache/lx:/var/cache/other",
+	                     "RUNTIME_DIRECTORY=/run/lx", NULL};
 	_cleanup_conf_ struct conf *c = load_ok(BASE, env);
 	_cleanup_conf_ struct conf *d = load_ok(BASE, bad_env);
+	_cleanup_conf_ struct conf *e = load_ok(BASE, cache_env);
 
 	ck_assert_str_eq(c->worker.spool_dir, "/var/lib/lx/spool");
+	/* a unit with RuntimeDirectory= only (older units, drop-ins) */
 	ck_assert_str_eq(c->worker.run_dir, "/run/lx");
 	ck_assert_str_eq(d->worker.spool_dir, "/var/lib/lessee/spool");
-	ck_assert_str_eq(d->worker.run_dir, "/run/lessee");
+	ck_assert_str_eq(d->worker.run_dir, "/var/cache/lessee/runs");
+	/* CacheDirectory= (the shipped units): on disk, preferred */
+	ck_assert_str_eq(e->worker.run_dir, "/var/cache/lx/runs");
 }
 END_TEST
 
@@ -898,18 +904,32 @@ static char *example_value(const char *example, const char *section, const char 
 	return strndup(at, strcspn(at, "\n"));
 }
 
-/* The shipped example loads, shows every key with its true default, and the
- * reference documents every key. */
+/* The shipped example runs nothing (no live workflow: loading it alone says
+ * so); with its commented example workflow uncommented it loads, shows every
+ * key with its true default, and the reference documents every key. */
 START_TEST(test_shipped_conf)
 {
 	const struct conf_override ov = {"--api-url", "api.url=http://127.0.0.1:8080"};
 	_cleanup_free_ char *example = read_src("conf/lessee.conf");
 	_cleanup_free_ char *doc = read_src("docs/configuration.md");
 	_cleanup_free_ char *path = put("shipped.conf", example), *err = NULL;
+	_cleanup_free_ char *used = NULL, *used_path = NULL;
 	_cleanup_conf_ struct conf *c = NULL;
 	char problem[CONF_PROBLEM_MAX];
+	char *at;
 
-	ck_assert_msg(load_full(path, NULL, &ov, 1, &c, &err) == 0, "%s", err);
+	ck_assert_int_eq(load_full(path, NULL, &ov, 1, &c, &err), -EINVAL);
+	ck_assert_msg(strstr(err, "no [workflow.NAME] section"), "%s", err);
+	free(err);
+	err = NULL;
+	used = strdup(example);
+	at = strstr(used, "\n#[workflow.echo]\n#command = /bin/cat\n");
+	ck_assert_msg(at, "conf/lessee.conf has no commented [workflow.echo] example");
+	memmove(at + 1, at + 2, strlen(at + 2) + 1); /* [workflow.echo] */
+	at = strstr(at + 1, "\n#command");
+	memmove(at + 1, at + 2, strlen(at + 2) + 1); /* command = /bin/cat */
+	used_path = put("uncommented.conf", used);
+	ck_assert_msg(load_full(used_path, NULL, &ov, 1, &c, &err) == 0, "%s", err);
 	ck_assert_ptr_nonnull(conf_find_workflow(c, "echo"));
 	ck_assert_str_eq(conf_find_workflow(c, "echo")->argv[0], "/bin/cat");
 	for (size_t i = 0; i < conf_n_keys; i++) {

@@ -13,7 +13,16 @@
  *    (conf_load) listening on all addresses, the probes hit /healthz and
  *    /readyz on that port, the grace period exceeds drain_timeout +
  *    kill_grace, the token is a Secret file others cannot read, the spool and
- *    run directories are writable mounts under a read-only root, non-root. */
+ *    run directories are writable mounts under a read-only root, non-root;
+ *  - make install / uninstall (into a DESTDIR): no package installed by
+ *    install, build or all (make -n), daemons in sbin and the units' ExecStart=
+ *    naming them, the unit directory systemd.pc's, Documentation= in every
+ *    unit, the man pages' SEE ALSO naming installed documents, uninstall
+ *    leaving only the configuration; the shipped lessee.conf has no live
+ *    workflow; run directories on disk (CacheDirectory=); one version
+ *    (Makefile, --version, debian/changelog); debian/control's Build-Depends
+ *    all installed by scripts/deps.sh build deb, and every library -dev of
+ *    its build group among them. */
 #include <cJSON.h>
 #include <check.h>
 #include <ctype.h>
@@ -522,12 +531,19 @@ static bool run_user_made(const struct stage *s)
 
 /* The configuration the image starts with: conf/lessee.conf at the default
  * path, the Dockerfile's ENV (but for the run user, who exists only in the
- * image), plus the API URL a user must give. */
+ * image), plus what a user must give: the API URL and a workflow (the shipped
+ * file has none live). */
 static struct conf *image_conf(const struct stage *s)
 {
 	_cleanup_(strv_freep) char **env = NULL;
-	_cleanup_free_ char *path = src_path("conf/lessee.conf"), *err = NULL;
+	_cleanup_free_ char *text = read_src("conf/lessee.conf"), *err = NULL;
+	_cleanup_free_ char *dir = tu_tmpdir("image"), *path = NULL, *full = NULL;
 	struct conf *c = NULL;
+
+	ck_assert_ptr_nonnull(dir);
+	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
+	ck_assert_int_ge(asprintf(&full, "%s\n[workflow.user]\ncommand = /bin/true\n", text), 0);
+	ck_assert_int_ge(write_file_atomic(path, full, strlen(full), 0644), 0);
 
 	ck_assert_msg(stage_has(s, "COPY", "conf/lessee.conf /etc/lessee/lessee.conf"),
 	              "the image does not ship conf/lessee.conf as /etc/lessee/lessee.conf");
@@ -540,6 +556,7 @@ static struct conf *image_conf(const struct stage *s)
 	ck_assert_int_ge(strv_extend(&env, "LESSEE_API_URL=https://orchestrator.example.com"), 0);
 	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err) == 0,
 	              "the image's configuration: %s", err ? err : "?");
+	ck_assert_int_ge(rm_rf(dir), 0);
 	return c;
 }
 
@@ -865,11 +882,351 @@ START_TEST(test_kubernetes)
 }
 END_TEST
 
+/* ---- make install, make uninstall, the version ------------------------------------ */
+
+/* make -C <top> ARGS... with BUILD= the directory of the lessee under test,
+ * so that install copies what was tested, and builds nothing: -o keeps make
+ * from relinking them (with this make's flags, not a SANITIZE build's) when
+ * a source changed since. */
+static void run_make(const char *const *args, struct output *o)
+{
+	_cleanup_free_ char *top = src_path(""), *bin = strdup(tu_lessee_bin());
+	_cleanup_free_ char *build = NULL;
+	_cleanup_(strv_freep) char **argv = NULL;
+	char *slash;
+
+	ck_assert_ptr_nonnull(bin);
+	slash = strrchr(bin, '/');
+	if (slash)
+		*slash = '\0';
+	ck_assert_int_ge(asprintf(&build, "BUILD=%s", slash ? bin : "."), 0);
+	ck_assert_int_ge(strv_extend(&argv, "make"), 0);
+	ck_assert_int_ge(strv_extend(&argv, "--no-print-directory"), 0);
+	ck_assert_int_ge(strv_extend(&argv, "-C"), 0);
+	ck_assert_int_ge(strv_extend(&argv, top), 0);
+	ck_assert_int_ge(strv_extend(&argv, build), 0);
+	ck_assert_int_ge(strv_extend(&argv, "-o"), 0);
+	ck_assert_int_ge(strv_extend(&argv, tu_lessee_bin()), 0);
+	ck_assert_int_ge(strv_extend(&argv, "-o"), 0);
+	ck_assert_int_ge(strv_extend(&argv, tu_lessor_bin()), 0);
+	for (size_t i = 0; args[i]; i++)
+		ck_assert_int_ge(strv_extend(&argv, args[i]), 0);
+	run(argv, (char *const[]){"MAKEFLAGS=", "MFLAGS=", NULL}, o);
+}
+
+static bool is_exec(const char *dir, const char *path)
+{
+	_cleanup_free_ char *p = NULL;
+
+	ck_assert_int_ge(asprintf(&p, "%s%s", dir, path), 0);
+	return access(p, X_OK) == 0;
+}
+
+/* Neither install nor build ever installs packages: that is `make deps`. */
+START_TEST(test_install_no_packages)
+{
+	static const char *const targets[] = {"install", "build", "all", "uninstall"};
+
+	for (size_t i = 0; i < ELEMENTSOF(targets); i++) {
+		struct output o = {0};
+
+		run_make((const char *const[]){"-n", targets[i], "DESTDIR=/nonexistent", NULL}, &o);
+		ck_assert_msg(o.status == 0, "make -n %s: %s", targets[i], o.err);
+		ck_assert_msg(!strstr(o.out, "deps.sh") && !strstr(o.out, "apt-get"),
+		              "make %s would install packages:\n%s", targets[i], o.out);
+		output_done(&o);
+	}
+}
+END_TEST
+
+/* The value of Key= in a unit file's text (the first one), or NULL. */
+static char *unit_value(const char *unit, const char *key)
+{
+	size_t n = strlen(key);
+
+	for (const char *l = unit; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strncmp(l, key, n) == 0 && l[n] == '=')
+			return strndup(l + n + 1, strcspn(l + n + 1, "\n"));
+	return NULL;
+}
+
+static char *read_staged(const char *dest, const char *path)
+{
+	_cleanup_free_ char *p = NULL;
+	char *text = NULL;
+
+	ck_assert_int_ge(asprintf(&p, "%s%s", dest, path), 0);
+	ck_assert_msg(read_file_capped(p, MAX_TEXT, &text, NULL) >= 0, "not installed: %s", path);
+	return text;
+}
+
+/* Every /usr/share/doc/lessee/... path a rendered page names is installed;
+ * no page names a source-tree path (docs/...) instead. */
+static void check_see_also(const char *dest, const char *page_path)
+{
+	_cleanup_free_ char *page = render(page_path);
+	const char *see = strstr(page, "SEE ALSO");
+	int docs = 0;
+
+	ck_assert_msg(see, "%s has no SEE ALSO", page_path);
+	for (const char *p = see; (p = strstr(p, "docs/")); p += 5)
+		ck_assert_msg(p > see && p[-1] == '/', "%s: SEE ALSO names a source path: %.40s",
+		              page_path, p);
+	for (const char *p = see; (p = strstr(p, "/usr/share/doc/lessee/")); docs++) {
+		size_t n = strcspn(p, " \t\n,;:)");
+		_cleanup_free_ char *f = NULL;
+
+		while (n > 0 && p[n - 1] == '.')
+			n--;
+		ck_assert_int_ge(asprintf(&f, "%s%.*s", dest, (int)n, p), 0);
+		ck_assert_msg(access(f, R_OK) == 0, "%s: SEE ALSO names %.*s, not installed",
+		              page_path, (int)n, p);
+		p += n;
+	}
+	ck_assert_msg(docs > 0, "%s: SEE ALSO names no installed document", page_path);
+}
+
+/* make install PREFIX=/usr DESTDIR=...: daemons in sbin, the units run them
+ * from there, the unit directory is systemd's, docs installed where the man
+ * pages say; make uninstall takes it all back but the configuration. */
+START_TEST(test_install_layout)
+{
+	_cleanup_free_ char *dest = tu_tmpdir("install"), *destdir = NULL, *unitdir = NULL;
+	static const char *const units[] = {"lessee.service", "lessee@.service", "lessor.service"};
+	struct output o = {0};
+
+	ck_assert_ptr_nonnull(dest);
+	ck_assert_int_ge(asprintf(&destdir, "DESTDIR=%s", dest), 0);
+	run_make((const char *const[]){"install", "PREFIX=/usr", destdir, NULL}, &o);
+	ck_assert_msg(o.status == 0, "make install: %s", o.err);
+	output_done(&o);
+
+	ck_assert_msg(is_exec(dest, "/usr/sbin/lessee"), "lessee is not in /usr/sbin");
+	ck_assert_msg(is_exec(dest, "/usr/sbin/lessor"), "lessor is not in /usr/sbin");
+	ck_assert_msg(!is_exec(dest, "/usr/bin/lessee") && !is_exec(dest, "/usr/bin/lessor"),
+	              "a daemon is (also) in /usr/bin");
+
+	/* the unit directory is the one systemd.pc names for PREFIX=/usr */
+	run((char *const[]){"pkg-config", "--variable=systemdsystemunitdir", "systemd", NULL}, NULL,
+	    &o);
+	/* without systemd.pc (no systemd package) the Makefile's fallback */
+	unitdir = o.status == 0 ? strndup(o.out, strcspn(o.out, "\n"))
+	                        : strdup("/usr/lib/systemd/system");
+	output_done(&o);
+	for (size_t i = 0; i < ELEMENTSOF(units); i++) {
+		_cleanup_free_ char *path = NULL, *unit = NULL, *exec = NULL, *doc = NULL;
+
+		ck_assert_int_ge(asprintf(&path, "%s/%s", unitdir, units[i]), 0);
+		unit = read_staged(dest, path);
+		exec = unit_value(unit, "ExecStart");
+		ck_assert_msg(exec, "%s has no ExecStart=", units[i]);
+		exec[strcspn(exec, " ")] = '\0';
+		ck_assert_msg(startswith(exec, "/usr/sbin/") && is_exec(dest, exec),
+		              "%s: ExecStart=%s is not the installed daemon", units[i], exec);
+		doc = unit_value(unit, "Documentation");
+		ck_assert_msg(doc, "%s has no Documentation=", units[i]);
+	}
+	check_see_also(dest, "docs/man/lessee.8");
+	check_see_also(dest, "docs/man/lessee.conf.5");
+
+	run_make((const char *const[]){"uninstall", "PREFIX=/usr", destdir, NULL}, &o);
+	ck_assert_msg(o.status == 0, "make uninstall: %s", o.err);
+	output_done(&o);
+	run((char *const[]){"find", dest, "-type", "f", "-o", "-type", "l", NULL}, NULL, &o);
+	ck_assert_int_eq(o.status, 0);
+	{
+		_cleanup_free_ char *conf = NULL;
+		size_t n;
+
+		ck_assert_int_ge(asprintf(&conf, "%s/etc/lessee/lessee.conf\n", dest), 0);
+		n = strlen(conf);
+		ck_assert_msg(!*o.out || (strncmp(o.out, conf, n) == 0 && !o.out[n]),
+		              "left after make uninstall:\n%s", o.out);
+	}
+	output_done(&o);
+	ck_assert_int_ge(rm_rf(dest), 0);
+}
+END_TEST
+
+/* The shipped lessee.conf runs nothing until the operator says so: no live
+ * workflow, a commented example instead. */
+START_TEST(test_conf_no_workflow)
+{
+	_cleanup_free_ char *path = src_path("conf/lessee.conf"),
+	                    *text = read_src("conf/lessee.conf");
+	_cleanup_free_ char *err = NULL;
+	char *const env[] = {"LESSEE_API_URL=https://ci.example.com", NULL};
+	struct conf *c = NULL;
+
+	int r = conf_load(&(struct conf_source){.path = path, .env = env}, &c, &err);
+
+	ck_assert_msg(r < 0, "conf/lessee.conf runs %zu workflow(s), first '%s'",
+	              c ? c->n_workflows : 0, c && c->n_workflows ? c->workflows[0].name : "");
+	ck_assert_msg(err && strstr(err, "no [workflow.NAME] section"), "conf/lessee.conf: %s",
+	              err ? err : "?");
+	ck_assert_msg(strstr(text, "\n#[workflow."), "conf/lessee.conf has no commented example");
+}
+END_TEST
+
+/* Run directories are on disk, not on a tmpfs: under systemd the unit's
+ * CacheDirectory=, else /var/cache/lessee/runs. */
+START_TEST(test_run_dir_on_disk)
+{
+	_cleanup_free_ char *unit = read_src("systemd/lessee.service");
+	_cleanup_free_ char *tmpl = read_src("systemd/lessee@.service");
+	char *const env_unit[] = {"LESSEE_API_URL=https://ci.example.com",
+	                          "CACHE_DIRECTORY=/var/cache/lessee",
+	                          "STATE_DIRECTORY=/var/lib/lessee", NULL};
+	char *const env_none[] = {"LESSEE_API_URL=https://ci.example.com", NULL};
+	_cleanup_free_ char *cache = unit_value(unit, "CacheDirectory");
+	_cleanup_free_ char *dir = tu_tmpdir("rundir"), *path = NULL;
+	static const char wf[] = "[workflow.w]\ncommand = /bin/true\n";
+	struct conf *c = NULL;
+	char *err = NULL;
+
+	ck_assert_ptr_nonnull(dir);
+	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
+	ck_assert_int_ge(write_file_atomic(path, wf, strlen(wf), 0644), 0);
+
+	ck_assert_msg(!unit_value(unit, "RuntimeDirectory") &&
+	                  !unit_value(tmpl, "RuntimeDirectory"),
+	              "a lessee unit still puts the runs in RuntimeDirectory= (a tmpfs)");
+	ck_assert_msg(cache && streq(cache, "lessee"), "lessee.service: CacheDirectory=%s", cache);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env_unit}, &c, &err) ==
+	                  0,
+	              "%s", err);
+	ck_assert_str_eq(c->worker.run_dir, "/var/cache/lessee/runs");
+	conf_free(c);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .env = env_none}, &c, &err) ==
+	                  0,
+	              "%s", err);
+	ck_assert_str_eq(c->worker.run_dir, "/var/cache/lessee/runs");
+	conf_free(c);
+	ck_assert_int_ge(rm_rf(dir), 0);
+}
+END_TEST
+
+/* The version is written once, in the Makefile: the binaries print it and
+ * debian/changelog's latest entry is it. */
+START_TEST(test_version)
+{
+	_cleanup_free_ char *mk = read_src("Makefile"), *changelog = read_src("debian/changelog");
+	_cleanup_free_ char *version = NULL, *bin = strdup(tu_lessee_bin());
+	_cleanup_free_ char *lessor = strdup(tu_lessor_bin()), *want = NULL;
+	const char *v = strstr(mk, "\nVERSION");
+	const char *paren = strchr(changelog, '(');
+	struct output o = {0};
+
+	ck_assert_msg(v, "no VERSION in the Makefile");
+	v += strcspn(v, "=") + 1;
+	v += strspn(v, " \t");
+	version = strndup(v, strcspn(v, " \t\n"));
+	ck_assert_msg(*version, "empty VERSION");
+	ck_assert_msg(paren && startswith(changelog, "lessee ("), "debian/changelog: %.40s",
+	              changelog);
+	ck_assert_msg(startswith(paren + 1, version) && paren[1 + strlen(version)] == '-',
+	              "debian/changelog says %.20s, the Makefile VERSION %s", paren + 1, version);
+	ck_assert_int_ge(asprintf(&want, "lessee %s\n", version), 0);
+	run((char *const[]){bin, "--version", NULL}, NULL, &o);
+	ck_assert_msg(o.status == 0 && streq(o.out, want), "lessee --version: %s", o.out);
+	output_done(&o);
+	run((char *const[]){lessor, "--version", NULL}, NULL, &o);
+	ck_assert_msg(o.status == 0 && strstr(o.out, version), "lessor --version: %s", o.out);
+	output_done(&o);
+	/* the man pages' footer: .TH NAME SECTION DATE "lessee VERSION" ... */
+	for (const char *const *m =
+	         (const char *const[]){"docs/man/lessee.8", "docs/man/lessee.conf.5", NULL};
+	     *m; m++) {
+		_cleanup_free_ char *page = read_src(*m), *th = NULL, *quoted = NULL;
+		const char *l = strstr(page, "\n.TH ");
+
+		ck_assert_msg(l, "%s has no .TH", *m);
+		th = strndup(l + 1, strcspn(l + 1, "\n"));
+		ck_assert_int_ge(asprintf(&quoted, " %s\"", version), 0);
+		ck_assert_msg(strstr(th, quoted), "%s: %s, the Makefile VERSION %s", *m, th,
+		              version);
+	}
+}
+END_TEST
+
+/* The words of NAME="..." in scripts/deps.sh (a package group). */
+static char *deps_group(const char *script, const char *name)
+{
+	_cleanup_free_ char *head = NULL;
+	const char *p;
+
+	ck_assert_int_ge(asprintf(&head, "\n%s=\"", name), 0);
+	p = strstr(script, head);
+	ck_assert_msg(p, "scripts/deps.sh has no %s", name);
+	p += strlen(head);
+	return strndup(p, strcspn(p, "\""));
+}
+
+static bool has_word(const char *words, const char *w)
+{
+	size_t n = strlen(w);
+
+	for (const char *p = words; (p = strstr(p, w)); p += n)
+		if ((p == words || isspace((unsigned char)p[-1])) &&
+		    (!p[n] || isspace((unsigned char)p[n])))
+			return true;
+	return false;
+}
+
+/* make deb runs scripts/deps.sh build deb, then dpkg-buildpackage, which
+ * refuses to start unless every Build-Depends is installed: each must be in
+ * one of those two groups (or be systemd, debhelper's own). */
+START_TEST(test_deb_build_depends)
+{
+	_cleanup_free_ char *control = read_src("debian/control"),
+	                    *script = read_src("scripts/deps.sh");
+	_cleanup_free_ char *build = deps_group(script, "pkgs_build");
+	_cleanup_free_ char *deb = deps_group(script, "pkgs_deb");
+	_cleanup_free_ char *field = NULL;
+	_cleanup_(strv_freep) char **names = NULL;
+	/* build-essential, and what only the tests link (TEST_PKGS) */
+	static const char build_only[] = "gcc make libc6-dev check libseccomp-dev libyaml-dev";
+	const char *p = strstr(control, "\nBuild-Depends:"), *end;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(p);
+	p += strlen("\nBuild-Depends:");
+	for (end = p; (end = strchr(end, '\n')) && isspace((unsigned char)end[1]); end++)
+		;
+	field = end ? strndup(p, end - p) : strdup(p);
+	for (char *save = NULL, *tok = strtok_r(field, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		tok += strspn(tok, " \t\n");
+		tok[strcspn(tok, " \t\n(")] = '\0';
+		if (startswith(tok, "debhelper-compat"))
+			tok[strlen("debhelper")] = '\0';
+		ck_assert_msg(
+		    has_word(build, tok) || has_word(deb, tok) || streq(tok, "systemd"),
+		    "debian/control Build-Depends %s: not in scripts/deps.sh build or deb", tok);
+		ck_assert_int_ge(strv_extend(&names, tok), 0);
+		n++;
+	}
+	ck_assert_int_ge(n, 8);
+	/* and the other way: every build package the daemons need is a
+	 * Build-Depends (build-essential's and the tests' own aside) */
+	for (char *save = NULL, *tok = strtok_r(build, " \t\n", &save); tok;
+	     tok = strtok_r(NULL, " \t\n", &save)) {
+		if (has_word(build_only, tok))
+			continue;
+		ck_assert_msg(
+		    strv_contains(names, tok),
+		    "scripts/deps.sh builds with %s, debian/control does not Build-Depend on it",
+		    tok);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("packaging");
 	TCase *tm = tcase_create("man");
 	TCase *td = tcase_create("deploy");
+	TCase *ti = tcase_create("install");
 
 	tcase_add_test(tm, test_man_lessee);
 	tcase_add_test(tm, test_man_conf);
@@ -877,9 +1234,17 @@ int main(void)
 	tcase_add_test(td, test_dockerfile);
 	tcase_add_test(td, test_dockerfile_runtime_libraries);
 	tcase_add_test(td, test_kubernetes);
+	tcase_add_test(ti, test_install_no_packages);
+	tcase_add_test(ti, test_install_layout);
+	tcase_add_test(ti, test_conf_no_workflow);
+	tcase_add_test(ti, test_run_dir_on_disk);
+	tcase_add_test(ti, test_version);
+	tcase_add_test(ti, test_deb_build_depends);
+	tcase_set_timeout(ti, 120);
 	tcase_set_timeout(tm, 60);
 	tcase_set_timeout(td, 60);
 	suite_add_tcase(s, tm);
 	suite_add_tcase(s, td);
+	suite_add_tcase(s, ti);
 	return tu_run(s);
 }
