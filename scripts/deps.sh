@@ -7,7 +7,7 @@ set -eu
 pkgs_build="gcc make pkg-config libc6-dev libcurl4-openssl-dev liburing-dev libcjson-dev
 	libsystemd-dev libmicrohttpd-dev libsqlite3-dev check libseccomp-dev libyaml-dev"
 pkgs_test="valgrind nginx-light openssl iproute2 util-linux procps curl ca-certificates
-	man-db groff-base binutils"
+	man-db groff-base binutils libfuse3-dev fuse3"
 pkgs_systemd="systemd-container debootstrap"
 
 want=""
