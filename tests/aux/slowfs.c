@@ -5,9 +5,12 @@
  *
  *   slowfs [--fsync-delay-ms N] [--log FILE] BACKING MOUNTPOINT
  *
- * Runs in the foreground, single-threaded (while one fsync sleeps, every other
- * operation on the mount waits too), until unmounted or sent SIGTERM/SIGINT.
- * With --log, each fsync appends "fsync-begin PATH" and "fsync-end PATH". */
+ * Runs in the foreground until unmounted or sent SIGTERM/SIGINT.  A sleeping
+ * fsync that the kernel interrupts (its caller got a signal, or is exiting)
+ * fails with EINTR, as on a network file system mounted "intr": without that,
+ * a process with a thread in such a request could not even exit.  With --log,
+ * each fsync appends "fsync-begin PATH" and "fsync-end PATH" (or
+ * "fsync-interrupted PATH"). */
 #define FUSE_USE_VERSION 31
 
 #include <dirent.h>
@@ -45,14 +48,21 @@ static void note(const char *what, const char *path)
 	}
 }
 
-static void slow_fsync(const char *path)
+/* 0 after the delay, -EINTR when the kernel interrupts the request. */
+static int slow_fsync(const char *path)
 {
-	struct timespec ts = {.tv_sec = delay_ms / 1000, .tv_nsec = (delay_ms % 1000) * 1000000};
+	const struct timespec step = {.tv_nsec = 20 * 1000000};
 
 	note("fsync-begin", path);
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+	for (long left = delay_ms; left > 0; left -= 20) {
+		if (fuse_interrupted()) {
+			note("fsync-interrupted", path);
+			return -EINTR;
+		}
+		nanosleep(&step, NULL);
+	}
 	note("fsync-end", path);
+	return 0;
 }
 
 static void *fs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
@@ -192,7 +202,10 @@ static int fs_release(const char *path, struct fuse_file_info *fi)
 
 static int fs_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 {
-	slow_fsync(path);
+	int r = slow_fsync(path);
+
+	if (r < 0)
+		return r;
 	return neg(datasync ? fdatasync((int)fi->fh) : fsync((int)fi->fh));
 }
 
@@ -236,7 +249,10 @@ static int fs_releasedir(const char *path, struct fuse_file_info *fi)
 
 static int fs_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi)
 {
-	slow_fsync(path);
+	int r = slow_fsync(path);
+
+	if (r < 0)
+		return r;
 	return neg(fsync(dirfd((DIR *)(uintptr_t)fi->fh)));
 }
 
@@ -298,7 +314,7 @@ int main(int argc, char **argv)
 		return perror(argv[i]), 1;
 	umask(0);
 
-	char *fargv[] = {argv[0], "-f", "-s", "-o", "fsname=slowfs", argv[i + 1], NULL};
+	char *fargv[] = {argv[0], "-f", "-o", "fsname=slowfs", argv[i + 1], NULL};
 
-	return fuse_main(6, fargv, &ops, NULL);
+	return fuse_main(5, fargv, &ops, NULL);
 }

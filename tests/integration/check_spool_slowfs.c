@@ -6,6 +6,8 @@
  * the spool's fsyncs sleep, the loop goes on: /healthz answers at once and the
  * lease of another run, still dying under the same stop, is renewed.  The
  * daemon exits 0 once the entry is written, and the next start delivers it.
+ * A spool whose fsync never returns holds the exit only for the stop's bound
+ * (the exit timer, then 10 s), and the daemon says the result may be lost.
  *
  * Needs root and /dev/fuse (a FUSE mount); skipped (77) without them. */
 #include <cJSON.h>
@@ -84,7 +86,8 @@ static int fs_mount(long delay_ms)
 	char delay[32];
 	usec_t end;
 
-	if (asprintf(&backing, "%s/backing", root) < 0 || asprintf(&logp, "%s/slowfs.log", root) < 0)
+	if (asprintf(&backing, "%s/backing", root) < 0 ||
+	    asprintf(&logp, "%s/slowfs.log", root) < 0)
 		return -ENOMEM;
 	snprintf(delay, sizeof(delay), "%ld", delay_ms);
 	(void)unlink(logp);
@@ -188,25 +191,26 @@ static void setup(void)
 {
 	char *const args[] = {"--enable-faults", NULL};
 
-	ck_assert_int_eq(fs_mount(FSYNC_DELAY_MS), 0);
 	ck_assert_int_eq(
 	    tu_lessor_start(&(struct tu_lessor_opts){.token = "t0ken-for-tests", .args = args}, &L),
 	    0);
 }
 
-static void start_lessee(void)
+static void start_lessee(const char *kill_grace)
 {
 	_cleanup_free_ char *gen = tu_aux_bin("gen_output"), *stubborn = tu_aux_bin("ignore_term"),
 	                    *conf = NULL;
 
-	/* kill_grace: the stubborn run outlives the spool write, holding its lease */
-	ck_assert_int_ge(asprintf(&conf,
-	                          "[workflow.gen]\ncommand = %s 20000\n"
-	                          "[workflow.stubborn]\ncommand = %s\n"
-	                          "[worker]\nkill_grace = 12s\nspool_dir = %s/spool\n"
-	                          "[status]\nlisten = 127.0.0.1:0\n",
-	                          gen, stubborn, mnt),
-	                 0);
+	/* kill_grace: the stubborn run outlives the spool write, holding its lease;
+	 * lease_ttl: gen's lease outlives the stop, so the restart delivers it */
+	ck_assert_int_ge(
+	    asprintf(&conf,
+	             "[workflow.gen]\ncommand = %s 20000\n"
+	             "[workflow.stubborn]\ncommand = %s\n"
+	             "[worker]\nkill_grace = %s\nlease_ttl = 30s\nspool_dir = %s/spool\n"
+	             "[status]\nlisten = 127.0.0.1:0\n",
+	             gen, stubborn, kill_grace, mnt),
+	    0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
 }
@@ -240,11 +244,34 @@ static void assert_loop_alive(void)
 	before = renewals_ok();
 	end = time_mono() + 3 * SEC; /* lease_refresh is 1s */
 	while (renewals_ok() <= before) {
-		ck_assert_msg(time_mono() < end, "no lease renewal in 3 s while the spool fsync slept");
+		ck_assert_msg(time_mono() < end,
+		              "no lease renewal in 3 s while the spool fsync slept");
 		tu_sleep(50 * MSEC);
 	}
 	ck_assert_msg(log_count("result spooled") == 0,
 	              "the spool write finished before the checks: they proved nothing");
+}
+
+/* A gen run that exits while the log endpoint fails (FLUSHING), then SIGTERM
+ * twice: the hard stop spools it.  Returns once the spool's first fsync sleeps. */
+static char *flushing_then_hard_stop(void)
+{
+	char *gen;
+	int n;
+
+	cJSON_Delete(admin("POST", "/v1/admin/faults",
+	                   "{\"endpoint\":\"log\",\"status\":503,\"count\":100000}", 200));
+	gen = enqueue("gen");
+	ck_assert_int_eq(tu_lessee_wait_log(D, "running -> flushing", 20 * SEC), 0);
+	n = log_count("draining:");
+	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	while (log_count("draining:") <= n)
+		tu_sleep(20 * MSEC);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	for (usec_t end = time_mono() + tu_timeout(10 * SEC); fs_log_count("fsync-begin") == 0;
+	     tu_sleep(10 * MSEC))
+		ck_assert_msg(time_mono() < end, "the spool write did not start");
+	return gen;
 }
 
 START_TEST(test_slow_fsync_does_not_stall_loop)
@@ -252,24 +279,13 @@ START_TEST(test_slow_fsync_does_not_stall_loop)
 	_cleanup_free_ char *stubborn = NULL, *gen = NULL, *log = NULL, *want = malloc(20000);
 	uint64_t s = tu_gen_seed(0);
 	size_t len = 0;
+	cJSON *run;
 
-	start_lessee();
+	ck_assert_int_eq(fs_mount(FSYNC_DELAY_MS), 0);
+	start_lessee("12s");
 	stubborn = enqueue("stubborn");
 	wait_status(stubborn, "running", 20 * SEC);
-	cJSON_Delete(admin("POST", "/v1/admin/faults",
-	                   "{\"endpoint\":\"log\",\"status\":503,\"count\":100000}", 200));
-	gen = enqueue("gen");
-	ck_assert_int_eq(tu_lessee_wait_log(D, "running -> flushing", 20 * SEC), 0);
-
-	int n = log_count("draining:");
-
-	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
-	while (log_count("draining:") <= n)
-		tu_sleep(20 * MSEC);
-	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0); /* hard stop: spool gen */
-	for (usec_t end = time_mono() + tu_timeout(10 * SEC); fs_log_count("fsync-begin") == 0;
-	     tu_sleep(10 * MSEC))
-		ck_assert_msg(time_mono() < end, "the spool write did not start");
+	gen = flushing_then_hard_stop();
 	assert_loop_alive();
 
 	ck_assert_int_eq(tu_lessee_wait(D, 60 * SEC), 0);
@@ -285,6 +301,33 @@ START_TEST(test_slow_fsync_does_not_stall_loop)
 	ck_assert_uint_eq(len, 20000);
 	tu_gen_fill(&s, want, 20000);
 	ck_assert(memcmp(log, want, len) == 0);
+	run = tu_lessor_get_run(L, gen);
+	ck_assert_ptr_nonnull(run);
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(run, "leases")), 1); /* once */
+	cJSON_Delete(run);
+}
+END_TEST
+
+/* A spool on a file system that never answers: the stop's exit timer
+ * (kill_grace + 15 s) ends the wait, teardown gives the write 10 s more, then
+ * the daemon exits 0 without it and says the result may be lost. */
+START_TEST(test_hung_spool_exit_bounded)
+{
+	_cleanup_free_ char *gen = NULL;
+	usec_t t0, took;
+
+	ck_assert_int_eq(fs_mount(120 * 1000), 0);
+	start_lessee("1s");
+	gen = flushing_then_hard_stop();
+	t0 = time_mono();
+	ck_assert_int_eq(tu_lessee_wait(D, 90 * SEC), 0);
+	took = time_mono() - t0;
+	ck_assert_msg(took >= 20 * SEC && took < tu_timeout(40 * SEC),
+	              "exited %llu ms after the hard stop (exit timer 16 s + 10 s)",
+	              (unsigned long long)(took / MSEC));
+	ck_assert_int_eq(log_count("hard stop overran"), 1);
+	ck_assert_int_eq(log_count("exiting without it: it may be lost"), 1);
+	ck_assert_int_eq(log_count("result spooled"), 0);
 }
 END_TEST
 
@@ -325,6 +368,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 150);
 	tcase_add_test(tc, test_slow_fsync_does_not_stall_loop);
+	tcase_add_test(tc, test_hung_spool_exit_bounded);
 	suite_add_tcase(s, tc);
 	r = tu_run(s);
 	(void)umount2(mnt, MNT_DETACH); /* a test that died with the mount up */
