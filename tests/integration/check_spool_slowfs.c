@@ -32,7 +32,9 @@
 
 #define SEC USEC_PER_SEC
 #define MSEC USEC_PER_MSEC
-#define FSYNC_DELAY_MS 2000 /* per fsync: a spool entry with a log tail takes four */
+/* Per fsync (an entry with a log tail takes four); times CK_TIMEOUT_MULTIPLIER,
+ * as the bounds below, so that under valgrind the checks still fall inside. */
+#define FSYNC_DELAY_MS 2000
 
 static char *root;    /* made in main(), so that main can unmount after a crash */
 static char mnt[512]; /* root/mnt, over root/backing */
@@ -201,8 +203,7 @@ static void start_lessee(const char *kill_grace)
 	_cleanup_free_ char *gen = tu_aux_bin("gen_output"), *stubborn = tu_aux_bin("ignore_term"),
 	                    *conf = NULL;
 
-	/* kill_grace: the stubborn run outlives the spool write, holding its lease;
-	 * lease_ttl: gen's lease outlives the stop, so the restart delivers it */
+	/* lease_ttl: gen's lease outlives the stop, so the restart delivers it */
 	ck_assert_int_ge(
 	    asprintf(&conf,
 	             "[workflow.gen]\ncommand = %s 20000\n"
@@ -239,13 +240,15 @@ static void assert_loop_alive(void)
 
 	took = time_mono() - t0;
 	ck_assert_msg(body && status == 200, "/healthz: HTTP %ld", status);
-	ck_assert_msg(took < 500 * MSEC, "/healthz took %llu ms while the spool fsync slept",
+	ck_assert_msg(took < tu_timeout(500 * MSEC),
+	              "/healthz took %llu ms while the spool fsync slept",
 	              (unsigned long long)(took / MSEC));
 	before = renewals_ok();
-	end = time_mono() + 3 * SEC; /* lease_refresh is 1s */
+	end = time_mono() + tu_timeout(3 * SEC); /* lease_refresh is 1s */
 	while (renewals_ok() <= before) {
 		ck_assert_msg(time_mono() < end,
-		              "no lease renewal in 3 s while the spool fsync slept");
+		              "no lease renewal in 3 s (x%llu) while the spool fsync slept",
+		              (unsigned long long)tu_timeout(1));
 		tu_sleep(50 * MSEC);
 	}
 	ck_assert_msg(log_count("result spooled") == 0,
@@ -280,9 +283,12 @@ START_TEST(test_slow_fsync_does_not_stall_loop)
 	uint64_t s = tu_gen_seed(0);
 	size_t len = 0;
 	cJSON *run;
+	char grace[32];
 
-	ck_assert_int_eq(fs_mount(FSYNC_DELAY_MS), 0);
-	start_lessee("12s");
+	/* 12 s: the stubborn run outlives the four fsyncs, holding its lease */
+	snprintf(grace, sizeof(grace), "%llus", (unsigned long long)tu_timeout(12));
+	ck_assert_int_eq(fs_mount((long)tu_timeout(FSYNC_DELAY_MS)), 0);
+	start_lessee(grace);
 	stubborn = enqueue("stubborn");
 	wait_status(stubborn, "running", 20 * SEC);
 	gen = flushing_then_hard_stop();
