@@ -208,9 +208,9 @@ static void start_lessee(const char *kill_grace)
 	    asprintf(&conf,
 	             "[workflow.gen]\ncommand = %s 20000\n"
 	             "[workflow.stubborn]\ncommand = %s\n"
-	             "[worker]\nkill_grace = %s\nlease_ttl = 30s\nspool_dir = %s/spool\n"
+	             "[worker]\nkill_grace = %s\nlease_ttl = %llus\nspool_dir = %s/spool\n"
 	             "[status]\nlisten = 127.0.0.1:0\n",
-	             gen, stubborn, kill_grace, mnt),
+	             gen, stubborn, kill_grace, (unsigned long long)tu_timeout(30), mnt),
 	    0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
