@@ -44,7 +44,7 @@ BUILD      ?= build/$(VARIANT)
 
 LESSEE_PKGS := libcurl liburing libcjson libsystemd libmicrohttpd
 LESSOR_PKGS := libmicrohttpd sqlite3 libpq libcjson libcurl libsystemd
-TEST_PKGS   := check libseccomp yaml-0.1
+TEST_PKGS   := check libseccomp yaml-0.1 fuse3
 
 # pkg-config runs once, lazily: after `deps` has had a chance to install things.
 lazy = $(eval $1 := $$(shell $(PKG_CONFIG) $2 $3 2>/dev/null))$($1)

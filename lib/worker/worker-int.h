@@ -234,6 +234,8 @@ struct worker {
 	struct spool_item *spool_items;
 	unsigned spool_inflight;
 	unsigned spool_pending;
+	struct spool_job *spool_jobs; /* results being written to the spool, off the loop */
+	bool exit_forced;             /* the hard stop overran: no more waiting for them */
 	ev_timer_t *spool_timer;
 	unsigned spool_attempt;
 

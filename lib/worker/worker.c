@@ -18,8 +18,9 @@
 #define SPOOL_RETRY_BASE (2 * USEC_PER_SEC)
 #define SPOOL_RETRY_CAP (5 * USEC_PER_MINUTE)
 #define STOP_SLACK (15 * USEC_PER_SEC)
-/* At exit: how long to wait for run directories still being removed and
- * children still being reaped off the loop (a D-state child may never go). */
+/* At exit: how long to wait for spool writes, run directories still being
+ * removed and children still being reaped off the loop (a D-state child or a
+ * hung file system may never come back). */
 #define OFFLOAD_EXIT_BOUND (10 * USEC_PER_SEC)
 #define OFFLOAD_THREADS 4
 
@@ -200,32 +201,148 @@ static void spool_dropped(worker_t *w, const char *reason)
 	metric_add(w->m_spool_dropped, 1, reason);
 }
 
+/* A result going to the spool: the write (two files, each fsync'd with its
+ * directory) runs on a helper thread, since a child can make that fsync slow
+ * (gigabytes of dirty page cache on the same file system) and a spool on a hung
+ * file system would stall every other run.  The job copies what the write and
+ * its report need: the run is gone by the time it is done. */
+struct spool_job {
+	worker_t *w;
+	struct spool_job *next, **pprev; /* w->spool_jobs, on the loop */
+	char *dir, *body, *tail_data, *run_id, *workflow;
+	char name[SPOOL_NAME_MAX];
+	size_t max_body;
+	struct spool_tail tail;
+	int err; /* set by the helper thread */
+	bool ran;
+};
+
+static void spool_report(worker_t *w, const struct log_fields *f, const char *dir, const char *name,
+                         size_t tail_len, int err)
+{
+	if (err < 0) {
+		spool_dropped(w, err == -EFBIG       ? "too_large"
+		                 : err == -ECANCELED ? "write_unfinished"
+		                                     : "write_failed");
+		log_emit(LOG_ERR, f,
+		         "cannot spool the result to %s: %s; the run returns to the "
+		         "queue when its lease expires",
+		         dir,
+		         err == -ECANCELED ? "the daemon exited before it was written"
+		                           : strerror(-err));
+		return;
+	}
+	w->spool_pending++;
+	spool_gauge(w);
+	log_emit(LOG_NOTICE, f,
+	         "result spooled to %s as %s (with %zu log bytes still to ship), to be delivered "
+	         "at next start",
+	         dir, name, tail_len);
+}
+
+static struct spool_job *spool_job_free(struct spool_job *j)
+{
+	if (j) {
+		free(j->dir);
+		free(j->body);
+		free(j->tail_data);
+		free(j->run_id);
+		free(j->workflow);
+		free(j);
+	}
+	return NULL;
+}
+
+static struct spool_job *spool_job_new(worker_t *w, const struct run *r, const char *name,
+                                       const struct spool_tail *tail)
+{
+	struct spool_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	j->w = w;
+	j->dir = strdup(worker_cur_conf(w)->worker.spool_dir);
+	j->body = strdup(r->body);
+	j->run_id = strdup(r->id);
+	j->workflow = strdup(r->workflow ? r->workflow : "");
+	j->tail = *tail;
+	j->tail_data = malloc(MAX(tail->len, 1));
+	if (!j->dir || !j->body || !j->run_id || !j->workflow || !j->tail_data)
+		return spool_job_free(j);
+	memcpy(j->tail_data, tail->data ? tail->data : "", tail->len);
+	j->tail.data = j->tail_data;
+	snprintf(j->name, sizeof(j->name), "%s", name);
+	j->max_body = spool_max_body(r->cref->conf->worker.max_output_bytes);
+	return j;
+}
+
+static void spool_job_work(void *arg)
+{
+	struct spool_job *j = arg;
+
+	j->err = spool_write(j->dir, j->name, j->body, j->max_body, &j->tail);
+	j->ran = true;
+}
+
+static void spool_job_done(void *arg, int q)
+{
+	struct spool_job *j = arg;
+	worker_t *w = j->w;
+	struct log_fields f = {
+	    .run_id = j->run_id, .workflow = j->workflow, .attempt = j->tail.attempt};
+
+	*j->pprev = j->next;
+	if (j->next)
+		j->next->pprev = j->pprev;
+	spool_report(w, &f, j->dir, j->name, j->tail.len, j->ran ? j->err : q < 0 ? q : -ECANCELED);
+	spool_job_free(j);
+	worker_maybe_exit(w);
+}
+
 void worker_spool(worker_t *w, struct run *r)
 {
-	const struct conf *c = worker_cur_conf(w);
+	const char *dir = worker_cur_conf(w)->worker.spool_dir;
 	struct log_fields f = {.run_id = r->id, .workflow = r->workflow, .attempt = r->attempt};
 	struct spool_tail tail = {.attempt = r->attempt};
 	char name[SPOOL_NAME_MAX];
+	struct spool_job *j = NULL;
 	int q = r->body ? spool_entry_name(r->id, r->token, name, sizeof(name)) : -ENOMEM;
 
 	if (q >= 0 && r->log && r->spool_log)
 		logship_unshipped(r->log, &tail.data, &tail.len, &tail.where);
 	if (q >= 0)
-		q = spool_write(c->worker.spool_dir, name, r->body,
-				spool_max_body(r->cref->conf->worker.max_output_bytes), &tail);
-	if (q < 0) {
-		spool_dropped(w, q == -EFBIG ? "too_large" : "write_failed");
-		log_emit(LOG_ERR, &f, "cannot spool the result to %s: %s; the run returns to the "
-				      "queue when its lease expires",
-			 c->worker.spool_dir, strerror(-q));
+		j = spool_job_new(w, r, name, &tail);
+	if (j && offload_submit(w->offload, NULL, spool_job_work, spool_job_done, j, NULL) >= 0) {
+		j->next = w->spool_jobs;
+		if (j->next)
+			j->next->pprev = &j->next;
+		j->pprev = &w->spool_jobs;
+		w->spool_jobs = j;
 		return;
 	}
-	w->spool_pending++;
-	spool_gauge(w);
-	log_emit(LOG_NOTICE, &f,
-		 "result spooled to %s as %s (with %zu log bytes still to ship), to be delivered "
-		 "at next start",
-		 c->worker.spool_dir, name, tail.len);
+	spool_job_free(j);
+	if (q >= 0) /* no helper thread, or no memory for the copy: here, as before */
+		q = spool_write(dir, name, r->body,
+		                spool_max_body(r->cref->conf->worker.max_output_bytes), &tail);
+	spool_report(w, &f, dir, name, tail.len, q);
+}
+
+/* Teardown, after offload_free: spool writes still inside a helper thread (a
+ * hung file system) past the exit bound.  The threads still use them: left,
+ * not freed. */
+static void spool_jobs_abandon(worker_t *w)
+{
+	for (struct spool_job *j = w->spool_jobs; j; j = j->next) {
+		struct log_fields f = {
+		    .run_id = j->run_id, .workflow = j->workflow, .attempt = j->tail.attempt};
+
+		log_emit(LOG_ERR, &f,
+		         "spooling the result to %s did not finish; exiting without it: it may "
+		         "be lost, and the run returns to the queue when its lease expires",
+		         j->dir);
+		spool_dropped(w, "write_unfinished");
+	}
+	w->spool_jobs = NULL;
 }
 
 static void spool_item_free(struct spool_item *it)
@@ -441,7 +558,8 @@ void worker_maybe_exit(worker_t *w)
 {
 	if (w->exited || (w->phase != WORKER_DRAINING && w->phase != WORKER_STOPPING))
 		return;
-	if (w->n_runs > 0 || w->claim_cancels > 0 || w->spool_inflight > 0)
+	if (w->n_runs > 0 || w->claim_cancels > 0 || w->spool_inflight > 0 ||
+	    (w->spool_jobs && !w->exit_forced))
 		return;
 	w->exited = true;
 	ev_timer_disarm(w->drain_timer);
@@ -476,6 +594,7 @@ static void on_exit_timeout(ev_timer_t *t, void *userdata)
 	}
 	w->claim_cancels = 0;
 	w->spool_inflight = 0;
+	w->exit_forced = true; /* spool writes still busy get OFFLOAD_EXIT_BOUND at teardown */
 	worker_maybe_exit(w);
 }
 
@@ -785,10 +904,10 @@ static void offload_finish(offload_t *o)
 
 	if (n == 0)
 		return;
-	log_info("waiting for %u run directory removals or reaps to finish", n);
+	log_info("waiting for %u spool writes, run directory removals or reaps to finish", n);
 	if (offload_drain(o, OFFLOAD_EXIT_BOUND) < 0)
-		log_warning("%u run directory removals or reaps still busy after %llus, exiting "
-			    "anyway",
+		log_warning("%u spool writes, run directory removals or reaps still busy after "
+			    "%llus, exiting anyway",
 			    offload_pending(o),
 			    (unsigned long long)(OFFLOAD_EXIT_BOUND / USEC_PER_SEC));
 }
@@ -815,7 +934,8 @@ worker_t *worker_free(worker_t *w)
 		spool_item_free(it);
 	}
 	offload_finish(w->offload);
-	w->offload = offload_free(w->offload);
+	w->offload = offload_free(w->offload); /* cancels the jobs not started */
+	spool_jobs_abandon(w);
 	http_cancel(w->claim_req);
 	ev_timer_del(w->claim_timer);
 	ev_timer_del(w->drain_timer);
