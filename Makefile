@@ -6,6 +6,8 @@
 #   make bench           build the benchmarks (run them from build/*/bench/)
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make WERROR=1 SANITIZE=address,undefined check
+#   make fuzz            every libFuzzer harness (fuzz/*.c, clang, ASan+UBSan) for
+#                        FUZZ_TIME seconds each (default 60); make fuzz-short: 10 s
 #
 # Objects go to build/<variant>/ so a sanitizer build never mixes with a plain one.
 
@@ -23,7 +25,7 @@ VERSION    := 0.1.0
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
 
-VARIANT    := $(if $(SANITIZE),san,$(if $(COVERAGE),cov,default))
+VARIANT    := $(if $(FUZZ),fuzz,$(if $(SANITIZE),san,$(if $(COVERAGE),cov,default)))
 BUILD      ?= build/$(VARIANT)
 
 LESSEE_PKGS := libcurl liburing libcjson libsystemd libmicrohttpd
@@ -45,9 +47,18 @@ CFLAGS    ?= $(OPT) -g
 ALL_CFLAGS = -std=gnu11 $(WARN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-D_GNU_SOURCE -DLESSEE_VERSION='"$(VERSION)"' -Ilib -Itests/helpers \
 	$(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all) \
-	$(if $(COVERAGE),--coverage) \
+	$(if $(COVERAGE),--coverage) $(if $(FUZZ),$(FUZZ_CFLAGS)) \
 	-MMD -MP $(PKG_CFLAGS) $(CFLAGS) $(CPPFLAGS)
 ALL_LDFLAGS = $(if $(SANITIZE),-fsanitize=$(SANITIZE)) $(if $(COVERAGE),--coverage) $(LDFLAGS)
+
+# `make fuzz` builds everything again with clang under build/fuzz (FUZZ=1):
+# the libraries instrumented for libFuzzer, each fuzz/<name>.c linked with its
+# main.  The normal build compiles the same harnesses into check_fuzz_regress.
+FUZZ_CFLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer -DLESSEE_LIBFUZZER
+FUZZ_SRC   := $(wildcard fuzz/*.c)
+FUZZ_NAMES := $(basename $(notdir $(FUZZ_SRC)))
+FUZZ_TIME  ?= 60
 
 # Every lib/<module>/*.c is part of liblessee.a, except lib/lessor (liblessor.a).
 LESSOR_SRC := $(wildcard lib/lessor/*.c)
@@ -74,7 +85,7 @@ Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
 .PHONY: all deps deps-test build check check-build demo bench install clean valgrind-check \
-	check-systemd format
+	check-systemd format fuzz fuzz-build fuzz-short
 .DEFAULT_GOAL := all
 
 all: deps
@@ -119,6 +130,25 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
 
 check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
+
+# The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
+$(BUILD)/tests/unit/check_fuzz_regress: $(call obj,$(FUZZ_SRC))
+
+$(BUILD)/fuzzers/%: $(BUILD)/fuzz/%.o $(LIBLESSOR) $(LIBLESSEE)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)
+	$(Q)$(CC) -fsanitize=fuzzer,address,undefined $(LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
+
+fuzz-build: $(addprefix $(BUILD)/fuzzers/,$(FUZZ_NAMES))
+
+# Each harness for FUZZ_TIME seconds, one at a time; fails on the first crash.
+fuzz:
+	@scripts/deps.sh build fuzz
+	@$(MAKE) --no-print-directory FUZZ=1 CC=clang fuzz-build
+	@FUZZ_TIME=$(FUZZ_TIME) BUILD=build/fuzz scripts/fuzz.sh $(FUZZ_NAMES)
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=10
 
 # The suite runs twice, once per loop backend (tests/run.sh).  T=name filters.
 check:
@@ -169,7 +199,7 @@ install: all
 	install -m 0644 docs/man/*.8 $(DESTDIR)$(MANDIR)/man8/
 
 format:
-	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c)
+	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c fuzz/*.[ch])
 
 clean:
 	rm -rf build

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian 12 packages a target needs, when they are missing.
 # As root: apt-get installs them.  Otherwise: print the exact command and fail.
-# Usage: scripts/deps.sh build|test|systemd ...
+# Usage: scripts/deps.sh build|test|systemd|fuzz ...
 set -eu
 
 pkgs_build="gcc make pkg-config libc6-dev libcurl4-openssl-dev liburing-dev libcjson-dev
@@ -9,6 +9,7 @@ pkgs_build="gcc make pkg-config libc6-dev libcurl4-openssl-dev liburing-dev libc
 pkgs_test="valgrind nginx-light openssl iproute2 util-linux procps curl ca-certificates
 	man-db groff-base binutils"
 pkgs_systemd="systemd-container debootstrap"
+pkgs_fuzz="clang libclang-rt-14-dev"
 
 want=""
 for group in "$@"; do
@@ -16,6 +17,7 @@ for group in "$@"; do
 	build) want="$want $pkgs_build" ;;
 	test) want="$want $pkgs_build $pkgs_test" ;;
 	systemd) want="$want $pkgs_systemd" ;;
+	fuzz) want="$want $pkgs_fuzz" ;;
 	*) echo "deps.sh: unknown group '$group'" >&2; exit 2 ;;
 	esac
 done
