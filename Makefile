@@ -132,7 +132,10 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
 
 # The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
-$(BUILD)/tests/unit/check_fuzz_regress: $(call obj,$(FUZZ_SRC))
+$(BUILD)/tests/unit/check_fuzz_regress: $(BUILD)/tests/unit/check_fuzz_regress.o \
+		$(call obj,$(FUZZ_SRC)) $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
 
 $(BUILD)/fuzzers/%: $(BUILD)/fuzz/%.o $(LIBLESSOR) $(LIBLESSEE)
 	@mkdir -p $(@D)
