@@ -23,7 +23,8 @@ static void complete(const char *b, size_t n, size_t cap)
 	memset(status, 'x', sizeof(status));
 	if (proto_complete_parse(b, n, status, cap) == 0 && cap > 0) {
 		FUZZ_ASSERT(memchr(status, '\0', cap));
-		FUZZ_ASSERT(strlen(status) == 0 || proto_valid_id(status) || strlen(status) == cap - 1);
+		FUZZ_ASSERT(strlen(status) == 0 || proto_valid_id(status) ||
+		            strlen(status) == cap - 1);
 	}
 }
 

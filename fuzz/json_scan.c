@@ -35,7 +35,8 @@ static int walk(const char **pp, const char *end, unsigned depth)
 		return r;
 	while ((r = json_iter_next(&it, &key, &bad)) > 0) {
 		if (open == '{')
-			FUZZ_ASSERT(key.p && key.len >= 2 && key.p[0] == '"' && key.p[key.len - 1] == '"');
+			FUZZ_ASSERT(key.p && key.len >= 2 && key.p[0] == '"' &&
+			            key.p[key.len - 1] == '"');
 		r = walk(&it.p, end, depth + 1);
 		if (r < 0)
 			return r;

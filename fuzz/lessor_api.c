@@ -48,7 +48,8 @@ static void store_reset(void)
 
 	if (!db_dir[0]) {
 		log_set_max_level(LOG_CRIT);
-		snprintf(db_dir, sizeof(db_dir), "%s/fuzz-lessor-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		snprintf(db_dir, sizeof(db_dir), "%s/fuzz-lessor-XXXXXX",
+		         tmp && *tmp ? tmp : "/tmp");
 		if (!mkdtemp(db_dir))
 			abort();
 		snprintf(db_path, sizeof(db_path), "%s/lessor.db", db_dir);
@@ -68,7 +69,8 @@ static void store_reset(void)
 static void held_run(char id[LESSOR_RUN_ID_MAX], char token[LESSOR_TOKEN_LEN + 1],
                      char claim_id[32])
 {
-	struct lessor_enqueue e = {.workflow = "fuzzw", .input_json = "{\"a\":1}", .max_attempts = 2};
+	struct lessor_enqueue e = {
+	    .workflow = "fuzzw", .input_json = "{\"a\":1}", .max_attempts = 2};
 	struct lessor_claim_req rq = {.claim_id = claim_id,
 	                              .worker_id = "fuzz-worker",
 	                              .max_runs = 1,
@@ -255,7 +257,8 @@ static void run_call(lessor_waiters *w, struct request *rq)
 	                                .enable_faults = true};
 	int r;
 
-	if (lessor_api_new(&cfg, &api) < 0 || lessor_call_new(api, rq->method, rq->path, &io, &c) < 0)
+	if (lessor_api_new(&cfg, &api) < 0 ||
+	    lessor_call_new(api, rq->method, rq->path, &io, &c) < 0)
 		abort();
 	r = lessor_call_run(c, rq->body, rq->len > cfg.max_body ? 0 : rq->len,
 	                    rq->len > cfg.max_body);

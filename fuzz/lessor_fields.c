@@ -10,8 +10,8 @@
 #include "lessor/fields.h"
 #include "util/strutil.h"
 
-static const char *const names[] = {"id", "workflow", "tags", "workflows", "max_runs", "input",
-                                    "status", "retryable", NULL};
+static const char *const names[] = {"id",    "workflow", "tags",      "workflows", "max_runs",
+                                    "input", "status",   "retryable", NULL};
 
 static void strv_check_free(char **v, size_t max, bool (*valid)(const char *))
 {

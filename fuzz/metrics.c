@@ -26,10 +26,11 @@ static const char *word(struct words *ws)
 /* Length of the valid UTF-8 sequence at s (RFC 3629), 0 when there is none. */
 static unsigned seq_len(const unsigned char *s, size_t n)
 {
-	unsigned c = s[0], len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
-	                                   : c >= 0xe0 && c <= 0xef   ? 3
-	                                   : c >= 0xf0 && c <= 0xf4   ? 4
-	                                                              : 0;
+	unsigned c = s[0], len = c < 0x80                 ? 1
+	                         : c >= 0xc2 && c <= 0xdf ? 2
+	                         : c >= 0xe0 && c <= 0xef ? 3
+	                         : c >= 0xf0 && c <= 0xf4 ? 4
+	                                                  : 0;
 	unsigned cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
 
 	if (!len || len > n)
@@ -162,10 +163,11 @@ static void seen_clear(struct seen *s)
 FUZZ_TARGET(metrics)
 {
 	metrics_t *m = metrics_new();
-	metric_t *c = metrics_counter(m, "fuzz_runs_total", "Runs \\ by\nworkflow", "workflow,outcome");
+	metric_t *c =
+	    metrics_counter(m, "fuzz_runs_total", "Runs \\ by\nworkflow", "workflow,outcome");
 	metric_t *g = metrics_gauge(m, "fuzz_running", "Running", "workflow");
-	metric_t *h = metrics_histogram(m, "fuzz_duration_seconds", "Durations", "workflow,le_x",
-	                                buckets, 3);
+	metric_t *h =
+	    metrics_histogram(m, "fuzz_duration_seconds", "Durations", "workflow,le_x", buckets, 3);
 	metric_t *u = metrics_gauge(m, "fuzz_up", "Up", NULL);
 	struct seen sc = {0}, sg = {0}, sh = {0};
 	struct words ws = {0};

@@ -24,7 +24,8 @@ FUZZ_TARGET(retry_after)
 	FUZZ_ASSERT(d <= HTTP_RETRY_AFTER_MAX);
 	resp.retry_after = d;
 	for (unsigned attempt = 0; attempt < 70; attempt += 7) {
-		usec_t delay = http_retry_delay(&resp, attempt, 100 * USEC_PER_MSEC, 30 * USEC_PER_SEC);
+		usec_t delay =
+		    http_retry_delay(&resp, attempt, 100 * USEC_PER_MSEC, 30 * USEC_PER_SEC);
 
 		FUZZ_ASSERT(delay >= d);
 		FUZZ_ASSERT(delay <= (d > 30 * USEC_PER_SEC ? d : 30 * USEC_PER_SEC));

@@ -46,8 +46,7 @@ static void on_fatal(int sig)
 }
 
 /* Every regular file of <srcdir>/fuzz/<kind>/<name>/ through fn. */
-static unsigned replay(const char *kind, const char *name,
-                       int (*fn)(const uint8_t *, size_t))
+static unsigned replay(const char *kind, const char *name, int (*fn)(const uint8_t *, size_t))
 {
 	const char *top = getenv("LESSEE_SRCDIR");
 	_cleanup_free_ char *dir = NULL;
