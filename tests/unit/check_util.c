@@ -21,18 +21,12 @@ START_TEST(test_duration_parse)
 		const char *in;
 		usec_t want;
 	} ok[] = {
-	    {"90s", 90 * USEC_PER_SEC},
-	    {"5min", 5 * USEC_PER_MINUTE},
-	    {"1h", USEC_PER_HOUR},
-	    {"250ms", 250 * USEC_PER_MSEC},
-	    {"90", 90 * USEC_PER_SEC},
-	    {"1h 30min", 90 * USEC_PER_MINUTE},
-	    {"1h30min", 90 * USEC_PER_MINUTE},
-	    {"2.5s", 2500 * USEC_PER_MSEC},
-	    {" 10 s", 10 * USEC_PER_SEC},
-	    {"0", 0},
-	    {"infinity", USEC_INFINITY},
-	    {"3 minutes", 3 * USEC_PER_MINUTE},
+		{"90s", 90 * USEC_PER_SEC},    {"5min", 5 * USEC_PER_MINUTE},
+		{"1h", USEC_PER_HOUR},         {"250ms", 250 * USEC_PER_MSEC},
+		{"90", 90 * USEC_PER_SEC},     {"1h 30min", 90 * USEC_PER_MINUTE},
+		{"1h30min", 90 * USEC_PER_MINUTE}, {"2.5s", 2500 * USEC_PER_MSEC},
+		{" 10 s", 10 * USEC_PER_SEC},  {"0", 0},
+		{"infinity", USEC_INFINITY},   {"3 minutes", 3 * USEC_PER_MINUTE},
 	};
 	static const char *const bad[] = {"", "s", "10x", "-5s", "1h 30", "1..5s", "abc", "5 m s"};
 	usec_t u;
