@@ -147,7 +147,7 @@ fuzz-build: $(addprefix $(BUILD)/fuzzers/,$(FUZZ_NAMES))
 # Each harness for FUZZ_TIME seconds, one at a time; fails on the first crash.
 fuzz:
 	@scripts/deps.sh build fuzz
-	@$(MAKE) --no-print-directory FUZZ=1 CC=clang fuzz-build
+	@$(MAKE) --no-print-directory FUZZ=1 CC=clang BUILD=build/fuzz fuzz-build
 	@FUZZ_TIME=$(FUZZ_TIME) BUILD=build/fuzz scripts/fuzz.sh $(FUZZ_NAMES)
 
 fuzz-short:
