@@ -99,7 +99,15 @@ static Suite *fuzz_regress_suite(void)
 
 int main(void)
 {
+	/* conf_load and lessor_api write their files under TMPDIR: one of ours */
+	char tmp[] = "/tmp/check_fuzz_regress.XXXXXX";
+	int r;
+
+	if (!mkdtemp(tmp) || setenv("TMPDIR", tmp, 1) < 0)
+		return 99;
 	signal(SIGABRT, on_fatal);
 	signal(SIGSEGV, on_fatal);
-	return tu_run(fuzz_regress_suite());
+	r = tu_run(fuzz_regress_suite());
+	(void)rm_rf(tmp);
+	return r;
 }
