@@ -13,6 +13,8 @@
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
 #   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg (npm)
 #   make WERROR=1 SANITIZE=address,undefined check
+#   make fuzz            every libFuzzer harness (fuzz/*.c, clang, ASan+UBSan) for
+#                        FUZZ_TIME seconds each (default 60); make fuzz-short: 10 s
 #
 # Objects go to build/<variant>/ so a sanitizer build never mixes with a plain one.
 
@@ -39,7 +41,7 @@ UNITDIR     ?= $(call systemd_dir,systemdsystemunitdir,systemd/system)
 SYSUSERSDIR ?= $(call systemd_dir,sysusersdir,sysusers.d)
 TMPFILESDIR ?= $(call systemd_dir,tmpfilesdir,tmpfiles.d)
 
-VARIANT    := $(if $(SANITIZE),san,$(if $(COVERAGE),cov,default))
+VARIANT    := $(if $(FUZZ),fuzz,$(if $(SANITIZE),san,$(if $(COVERAGE),cov,default)))
 BUILD      ?= build/$(VARIANT)
 
 LESSEE_PKGS := libcurl liburing libcjson libsystemd libmicrohttpd
@@ -61,9 +63,18 @@ CFLAGS    ?= $(OPT) -g
 ALL_CFLAGS = -std=gnu11 $(WARN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-D_GNU_SOURCE -DLESSEE_VERSION='"$(VERSION)"' -Ilib -Itests/helpers \
 	$(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all) \
-	$(if $(COVERAGE),--coverage) \
+	$(if $(COVERAGE),--coverage) $(if $(FUZZ),$(FUZZ_CFLAGS)) \
 	-MMD -MP $(PKG_CFLAGS) $(CFLAGS) $(CPPFLAGS)
 ALL_LDFLAGS = $(if $(SANITIZE),-fsanitize=$(SANITIZE)) $(if $(COVERAGE),--coverage) $(LDFLAGS)
+
+# `make fuzz` builds everything again with clang under build/fuzz (FUZZ=1):
+# the libraries instrumented for libFuzzer, each fuzz/<name>.c linked with its
+# main.  The normal build compiles the same harnesses into check_fuzz_regress.
+FUZZ_CFLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer -DLESSEE_LIBFUZZER
+FUZZ_SRC   := $(wildcard fuzz/*.c)
+FUZZ_NAMES := $(basename $(notdir $(FUZZ_SRC)))
+FUZZ_TIME  ?= 60
 
 # Every lib/<module>/*.c is part of liblessee.a, except lib/lessor (liblessor.a).
 LESSOR_SRC := $(wildcard lib/lessor/*.c)
@@ -95,7 +106,7 @@ Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
 .PHONY: all deps build check check-build demo bench bench-compare install uninstall clean \
-	valgrind-check check-systemd check-deb deb format chaos chaos-short
+	valgrind-check check-systemd check-deb deb format chaos chaos-short fuzz fuzz-build fuzz-short
 .DEFAULT_GOAL := all
 
 # Building never installs packages: `make deps` does (the targets that run
@@ -169,6 +180,28 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
 
 check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
+
+# The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
+$(BUILD)/tests/unit/check_fuzz_regress: $(BUILD)/tests/unit/check_fuzz_regress.o \
+		$(call obj,$(FUZZ_SRC)) $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
+
+$(BUILD)/fuzzers/%: $(BUILD)/fuzz/%.o $(LIBLESSOR) $(LIBLESSEE)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)
+	$(Q)$(CC) -fsanitize=fuzzer,address,undefined $(LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
+
+fuzz-build: $(addprefix $(BUILD)/fuzzers/,$(FUZZ_NAMES))
+
+# Each harness for FUZZ_TIME seconds, one at a time; fails on the first crash.
+fuzz:
+	@scripts/deps.sh build fuzz
+	@$(MAKE) --no-print-directory FUZZ=1 CC=clang BUILD=build/fuzz fuzz-build
+	@FUZZ_TIME=$(FUZZ_TIME) BUILD=build/fuzz scripts/fuzz.sh $(FUZZ_NAMES)
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=10
 
 # The suite runs twice, once per loop backend (tests/run.sh).  T=name filters.
 check:
@@ -285,7 +318,7 @@ deb:
 	@echo "deb: $(DEB)"
 
 format:
-	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c)
+	clang-format -i $(wildcard lib/*/*.[ch] cmd/*/*.c tests/*/*.[ch] bench/*.c fuzz/*.[ch])
 
 clean:
 	rm -rf build

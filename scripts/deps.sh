@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian 12 packages a target needs, when they are missing.
 # As root: apt-get installs them.  Otherwise: print the exact command and fail.
-# Usage: scripts/deps.sh build|test|systemd|deb ...
+# Usage: scripts/deps.sh build|test|systemd|deb|fuzz ...
 # Only make deps, check, demo, bench, chaos, check-systemd and deb call it:
 # make, make build and make install never install packages.
 set -eu
@@ -19,6 +19,7 @@ pkgs_systemd="systemd-container debootstrap"
 # make deb: dpkg-buildpackage with debhelper (debian/control's Build-Depends
 # are pkgs_build), and lintian to judge the result.
 pkgs_deb="debhelper dpkg-dev fakeroot lintian"
+pkgs_fuzz="clang libclang-rt-14-dev"
 
 want=""
 for group in "$@"; do
@@ -31,6 +32,7 @@ for group in "$@"; do
 		;;
 	systemd) want="$want $pkgs_systemd" ;;
 	deb) want="$want $pkgs_deb" ;;
+	fuzz) want="$want $pkgs_fuzz" ;;
 	*) echo "deps.sh: unknown group '$group'" >&2; exit 2 ;;
 	esac
 done

@@ -190,18 +190,17 @@ int conf_split_words(const char *s, char ***ret, char p[CONF_PROBLEM_MAX])
 
 void conf_write_word(FILE *f, const char *w)
 {
-	if (*w && !strpbrk(w, " \t'\"\\$")) {
-		bool plain = true;
+	const unsigned char *end = (const unsigned char *)w + strlen(w);
 
-		for (const char *c = w; *c && plain; c++)
-			plain = (unsigned char)*c >= 0x20 && *c != 0x7f;
-		if (plain) {
-			fputs(w, f);
-			return;
-		}
+	/* plain only when clean text: a byte that is not UTF-8 is written \xHH */
+	if (*w && !strpbrk(w, " \t'\"\\$") && !conf_text_problem(w, strlen(w))) {
+		fputs(w, f);
+		return;
 	}
 	fputc('"', f);
 	for (const unsigned char *c = (const unsigned char *)w; *c; c++) {
+		size_t l;
+
 		if (*c == '"' || *c == '\\')
 			fprintf(f, "\\%c", *c);
 		else if (*c == '$') /* env refuses a bare "$NAME" */
@@ -212,10 +211,12 @@ void conf_write_word(FILE *f, const char *w)
 			fputs("\\t", f);
 		else if (*c == '\r')
 			fputs("\\r", f);
-		else if (*c < 0x20 || *c == 0x7f)
+		else if (*c < 0x20 || *c == 0x7f || !(l = utf8_seq(c, (size_t)(end - c))))
 			fprintf(f, "\\x%02x", *c);
-		else
-			fputc(*c, f);
+		else {
+			fwrite(c, 1, l, f);
+			c += l - 1;
+		}
 	}
 	fputc('"', f);
 }

@@ -53,6 +53,10 @@ struct lessor_call {
 
 int64_t lessor_now_ms(void);
 
+/* A log append's Content-Range, "bytes <start>-<end>/<*|total>", covering
+ * exactly len bytes: 0 and *ret_start, or -EINVAL.  h may be NULL. */
+int lessor_parse_content_range(const char *h, size_t len, uint64_t *ret_start);
+
 /* Each returns LESSOR_CALL_REPLY.  lessor_reply_json takes body. */
 int lessor_reply_json(lessor_call *c, unsigned status, cJSON *body);
 int lessor_reply_error(lessor_call *c, unsigned status, const char *code, const char *fmt, ...)

@@ -342,7 +342,7 @@ static bool parse_u64(const char **p, uint64_t *ret)
 
 /* "bytes <start>-<end>/STAR" (STAR = "*", or a total length, ignored) covering
  * exactly len bytes. */
-static int parse_content_range(const char *h, size_t len, uint64_t *ret_start)
+int lessor_parse_content_range(const char *h, size_t len, uint64_t *ret_start)
 {
 	uint64_t start, end, total;
 	const char *p = h ? startswith(h, "bytes ") : NULL;
@@ -381,7 +381,8 @@ int lessor_h_log_append(lessor_call *c)
 		return lessor_reply_error(c, 400, "invalid_request", "Lease-Token is required");
 	if (c->len == 0)
 		return lessor_reply_error(c, 400, "invalid_request", "the body is empty");
-	if (parse_content_range(c->io.header(c->io.userdata, "Content-Range"), c->len, &start) < 0)
+	if (lessor_parse_content_range(c->io.header(c->io.userdata, "Content-Range"), c->len,
+	                               &start) < 0)
 		return lessor_reply_error(c, 400, "invalid_request",
 		                          "Content-Range must be 'bytes <start>-<end>/*' "
 		                          "matching the body");

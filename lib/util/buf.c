@@ -21,7 +21,7 @@ int buf_reserve(struct buf *b, size_t extra)
 	na = b->alloc ? b->alloc : 64;
 	while (na < need)
 		na = na > SIZE_MAX / 2 ? need : na * 2;
-	if (b->cap && na > b->cap + 1)
+	if (b->cap && na - 1 > b->cap) /* not na > cap + 1: cap may be SIZE_MAX */
 		na = b->cap + 1;
 	nd = realloc(b->data, na);
 	if (!nd)

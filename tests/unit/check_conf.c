@@ -1139,6 +1139,36 @@ END_TEST
 
 /* Random bytes and random recombinations of valid lines: never a crash, always
  * either a configuration or an error that names the file. */
+/* Found by fuzz/conf_load: a command word with a \xHH escape above 0x7f
+ * (not UTF-8 on its own) was printed as the raw byte, so what --check-config
+ * prints was refused when loaded again ("line is not valid UTF-8"). */
+START_TEST(test_write_word_bad_utf8)
+{
+	static const char *const words[] = {"\"\\xcc\"",         "\"a\\xcc\\xcc b\"", "\"\\xe2\\x82\"",
+	                                    "\"\\xf0\\x9f\\x98\"", "\"caf\\xc3\\xa9\"", "\"\\xc3\\xa9\\xff\""};
+	char problem[CONF_PROBLEM_MAX];
+
+	for (size_t i = 0; i < ELEMENTSOF(words); i++) {
+		_cleanup_free_ char *q = NULL;
+		char **word = NULL, **back = NULL;
+		size_t n = 0;
+		FILE *f = open_memstream(&q, &n);
+
+		ck_assert_ptr_nonnull(f);
+		ck_assert_int_eq(conf_split_words(words[i], &word, problem), 0);
+		conf_write_word(f, word[0]);
+		ck_assert_int_eq(fclose(f), 0);
+		ck_assert_msg(conf_text_problem(q, strlen(q)) == NULL, "%s printed as %s: %s", words[i],
+		              q, conf_text_problem(q, strlen(q)));
+		ck_assert_int_eq(conf_split_words(q, &back, problem), 0);
+		ck_assert_str_eq(back[0], word[0]);
+		ck_assert_ptr_null(back[1]);
+		strv_free(word);
+		strv_free(back);
+	}
+}
+END_TEST
+
 START_TEST(test_fuzz_no_crash)
 {
 	static const char *const pieces[] = {
@@ -1228,6 +1258,7 @@ int main(void)
 	tcase_add_test(tc, test_warnings);
 	tcase_add_test(tc, test_hostile_input);
 	tcase_add_test(tc, test_fuzz_no_crash);
+	tcase_add_test(tc, test_write_word_bad_utf8);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -104,6 +104,20 @@ START_TEST(test_buf_cap)
 }
 END_TEST
 
+/* Found by fuzz/metrics: a cap of SIZE_MAX ("as much as fits") made the
+ * allocation cap + 1 = 0 bytes, and the append wrote past it. */
+START_TEST(test_buf_cap_size_max)
+{
+	struct buf b = BUF_INIT(SIZE_MAX);
+
+	ck_assert_int_eq(buf_append(&b, "hello", 5), 0);
+	ck_assert_int_eq(buf_appends(&b, ", world"), 0);
+	ck_assert_uint_ge(b.alloc, b.len + 1);
+	ck_assert_str_eq(b.data, "hello, world");
+	buf_done(&b);
+}
+END_TEST
+
 START_TEST(test_strv)
 {
 	char **v = NULL;
@@ -156,6 +170,7 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_uuid_v7);
 	tcase_add_test(tc, test_backoff);
 	tcase_add_test(tc, test_buf_cap);
+	tcase_add_test(tc, test_buf_cap_size_max);
 	tcase_add_test(tc, test_strv);
 	tcase_add_test(tc, test_files);
 	suite_add_tcase(s, tc);
