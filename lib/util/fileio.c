@@ -128,10 +128,21 @@ int write_file_atomic(const char *path, const void *data, size_t len, mode_t mod
 	return fsync_parent(path);
 }
 
+/* A directory made here gets exactly mode, not what the umask leaves of it
+ * (the units' UMask=0077 would make a run directory's parents untraversable
+ * for a run of another user). */
+static int mkdir_one(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	return chmod(path, mode) < 0 ? -errno : 0;
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 	size_t len = strlen(path);
+	int r;
 
 	if (len == 0 || len >= sizeof(buf))
 		return -EINVAL;
@@ -140,13 +151,11 @@ int mkdir_p(const char *path, mode_t mode)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(buf, mode) < 0 && errno != EEXIST)
-			return -errno;
+		if ((r = mkdir_one(buf, mode)) < 0)
+			return r;
 		*p = '/';
 	}
-	if (mkdir(buf, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
+	return mkdir_one(buf, mode);
 }
 
 static int rm_rf_children(int dfd, dev_t dev, int depth)
@@ -180,7 +189,7 @@ static int rm_rf_children(int dfd, dev_t dev, int depth)
 			if (st.st_dev != dev)
 				continue; /* never cross into another mount */
 			sub = openat(dirfd(d), de->d_name,
-				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0) {
 				r = -errno;
 				continue;

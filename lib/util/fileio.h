@@ -16,6 +16,7 @@ int write_file_atomic(const char *path, const void *data, size_t len, mode_t mod
 /* write(2) every byte, retrying on EINTR/short writes. */
 int write_all(int fd, const void *data, size_t len);
 
+/* Every missing directory of path, each made with exactly mode (umask ignored). */
 int mkdir_p(const char *path, mode_t mode);
 /* Remove a tree, not following symlinks and not crossing mounts (openat-based). */
 int rm_rf(const char *path);

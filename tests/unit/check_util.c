@@ -11,6 +11,7 @@
 #include "testutil.h"
 #include "util/buf.h"
 #include "util/fileio.h"
+#include "util/macro.h"
 #include "util/random.h"
 #include "util/strutil.h"
 #include "util/time.h"
@@ -21,12 +22,18 @@ START_TEST(test_duration_parse)
 		const char *in;
 		usec_t want;
 	} ok[] = {
-		{"90s", 90 * USEC_PER_SEC},    {"5min", 5 * USEC_PER_MINUTE},
-		{"1h", USEC_PER_HOUR},         {"250ms", 250 * USEC_PER_MSEC},
-		{"90", 90 * USEC_PER_SEC},     {"1h 30min", 90 * USEC_PER_MINUTE},
-		{"1h30min", 90 * USEC_PER_MINUTE}, {"2.5s", 2500 * USEC_PER_MSEC},
-		{" 10 s", 10 * USEC_PER_SEC},  {"0", 0},
-		{"infinity", USEC_INFINITY},   {"3 minutes", 3 * USEC_PER_MINUTE},
+	    {"90s", 90 * USEC_PER_SEC},
+	    {"5min", 5 * USEC_PER_MINUTE},
+	    {"1h", USEC_PER_HOUR},
+	    {"250ms", 250 * USEC_PER_MSEC},
+	    {"90", 90 * USEC_PER_SEC},
+	    {"1h 30min", 90 * USEC_PER_MINUTE},
+	    {"1h30min", 90 * USEC_PER_MINUTE},
+	    {"2.5s", 2500 * USEC_PER_MSEC},
+	    {" 10 s", 10 * USEC_PER_SEC},
+	    {"0", 0},
+	    {"infinity", USEC_INFINITY},
+	    {"3 minutes", 3 * USEC_PER_MINUTE},
 	};
 	static const char *const bad[] = {"", "s", "10x", "-5s", "1h 30", "1..5s", "abc", "5 m s"};
 	usec_t u;
@@ -136,6 +143,30 @@ START_TEST(test_strv)
 }
 END_TEST
 
+/* Under a tight umask (the units' UMask=0077) the directories mkdir_p makes
+ * still get the mode asked for: a run of another user must traverse them. */
+START_TEST(test_mkdir_p_mode)
+{
+	_cleanup_free_ char *dir = tu_tmpdir("mkdirp"), *deep = NULL, *mid = NULL;
+	mode_t old = umask(077);
+	struct stat st;
+
+	ck_assert_ptr_nonnull(dir);
+	ck_assert_int_ge(asprintf(&mid, "%s/a", dir), 0);
+	ck_assert_int_ge(asprintf(&deep, "%s/a/b/c", dir), 0);
+	ck_assert_int_eq(mkdir_p(deep, 0711), 0);
+	umask(old);
+	ck_assert_int_eq(stat(mid, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0711);
+	ck_assert_int_eq(stat(deep, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0711);
+	ck_assert_int_eq(mkdir_p(deep, 0700), 0); /* an existing one is left alone */
+	ck_assert_int_eq(stat(deep, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0711);
+	rm_rf(dir);
+}
+END_TEST
+
 START_TEST(test_files)
 {
 	char *dir = tu_tmpdir("util"), path[512], *data;
@@ -173,6 +204,7 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_buf_cap_size_max);
 	tcase_add_test(tc, test_strv);
 	tcase_add_test(tc, test_files);
+	tcase_add_test(tc, test_mkdir_p_mode);
 	suite_add_tcase(s, tc);
 	return s;
 }
