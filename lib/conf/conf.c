@@ -1013,13 +1013,15 @@ static int check_run_caps(struct loader *L, const struct conf_workflow *wf, bool
 	int r = 0;
 
 	if (own_timeout && wf->max_timeout != USEC_INFINITY && wf->timeout > wf->max_timeout)
-		r = warn(L, "workflow.%s: timeout %s is above max_timeout %s: its runs are stopped "
-		            "at %s",
+		r = warn(L,
+		         "workflow.%s: timeout %s is above max_timeout %s: its runs are stopped "
+		         "at %s",
 		         wf->name, time_format_duration(t, sizeof(t), wf->timeout),
 		         time_format_duration(m, sizeof(m), wf->max_timeout), m);
 	if (r >= 0 && wf->concurrency > w->concurrency)
-		r = warn(L, "workflow.%s: concurrency %u is above worker.concurrency %u: the worker's "
-		            "slots are the limit",
+		r = warn(L,
+		         "workflow.%s: concurrency %u is above worker.concurrency %u: the worker's "
+		         "slots are the limit",
 		         wf->name, wf->concurrency, w->concurrency);
 	return r;
 }
@@ -1338,9 +1340,9 @@ static void loader_done(struct loader *L)
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
 {
 	static int (*const steps[])(struct loader *) = {
-	    loader_init,     load_defaults,   load_main,        load_dropins,       load_env,
-	    load_overrides,  check_url_given, finalize_id,      check_files,        finalize_workflows,
-	    check_relations, check_transport, load_token,       collect_warnings,
+	    loader_init,     load_defaults,   load_main,   load_dropins,     load_env,
+	    load_overrides,  check_url_given, finalize_id, check_files,      finalize_workflows,
+	    check_relations, check_transport, load_token,  collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};

@@ -45,7 +45,7 @@ struct conf_worker {
 	usec_t long_poll;     /* whole seconds, 0 = no long poll */
 	usec_t poll_interval;
 	usec_t run_timeout; /* USEC_INFINITY = none */
-	usec_t max_timeout; /* caps every run's timeout, the API's timeout_s too; USEC_INFINITY = none */
+	usec_t max_timeout; /* caps every run's timeout, the API's too; USEC_INFINITY = none */
 	usec_t kill_grace;
 	usec_t drain_timeout;              /* USEC_INFINITY = wait for every run */
 	unsigned max_consecutive_failures; /* 0 = circuit breaker off */
@@ -85,8 +85,8 @@ struct conf_workflow {
 	gid_t gid;
 	char *working_directory; /* NULL = the run's fresh directory under run_dir */
 	uint64_t max_log_bytes;  /* effective: own, else worker.max_log_bytes */
-	usec_t max_timeout;      /* effective: own, else worker.max_timeout (USEC_INFINITY = none) */
-	unsigned concurrency;    /* its runs at once on this worker, 0 = only worker.concurrency */
+	usec_t max_timeout;   /* effective: own, else worker.max_timeout (USEC_INFINITY = none) */
+	unsigned concurrency; /* its runs at once on this worker, 0 = only worker.concurrency */
 };
 
 struct conf {

@@ -256,8 +256,9 @@ int lessor_h_faults_set(lessor_call *c)
 	if (legacy && !streq(name, "claims"))
 		return lessor_reply_error(c, 400, "invalid_request", "legacy is a claims fault");
 	if ((status != 0 && status < 100) || (status == 0 && delay == 0 && !legacy))
-		return lessor_reply_error(c, 400, "invalid_request",
-		                          "a fault needs a status in 100..599, a delay_ms or legacy");
+		return lessor_reply_error(
+		    c, 400, "invalid_request",
+		    "a fault needs a status in 100..599, a delay_ms or legacy");
 	x = (struct lessor_fault){.status = (unsigned)status,
 	                          .count = (unsigned)count,
 	                          .retry_after_s = (unsigned)retry_after,

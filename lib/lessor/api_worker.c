@@ -76,7 +76,8 @@ static int held_fields(lessor_call *c, struct claim_state *cs)
 		int r;
 
 		if ((r = lessor_field_str(e, "id", true, 0, lessor_valid_id, &id, c->msg)) < 0 ||
-		    (r = lessor_field_str(e, "token", true, 0, lessor_valid_id, &token, c->msg)) < 0)
+		    (r = lessor_field_str(e, "token", true, 0, lessor_valid_id, &token, c->msg)) <
+		        0)
 			return r;
 		if (strv_extend(&cs->held_ids, id) < 0 || strv_extend(&cs->held_tokens, token) < 0)
 			return -ENOMEM;
@@ -190,9 +191,8 @@ static int claim_once(lessor_call *c, struct claim_state *cs)
 	char **cancels = NULL;
 	int r;
 
-	if (cs->has_held &&
-	    (r = lessor_store_cancels(c->api->store, cs->held_ids, cs->held_tokens, cs->n_held,
-	                              lessor_now_ms(), &cancels)) < 0)
+	if (cs->has_held && (r = lessor_store_cancels(c->api->store, cs->held_ids, cs->held_tokens,
+	                                              cs->n_held, lessor_now_ms(), &cancels)) < 0)
 		return lessor_reply_store_error(c, r);
 	if (cs->req.max_runs > 0) {
 		cs->req.record_worker = !cs->recorded;

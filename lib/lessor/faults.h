@@ -23,7 +23,7 @@ struct lessor_fault {
 	unsigned delay_ms;
 	unsigned every; /* affect every every-th request; 0 and 1: each one */
 	unsigned seen;  /* requests counted since the fault was armed */
-	bool legacy; /* claims: answer as a server without cancel events ("held" ignored) */
+	bool legacy;    /* claims: answer as a server without cancel events ("held" ignored) */
 };
 
 typedef struct lessor_faults lessor_faults;
