@@ -34,6 +34,16 @@ struct conf_api {
 	char *client_cert;
 	char *client_key;
 	bool allow_insecure_http; /* accept plain http:// to a host that is not loopback */
+
+	/* The driver (lib/proto/driver.h): "native" (protocol v1) or "conductor";
+	 * never NULL once loaded. */
+	char *protocol;
+	/* conductor: optional key auth (POST /api/token), the secret read at load
+	 * from key_secret_file (never print it); the task domain.  NULL = unset. */
+	char *key_id;
+	char *key_secret_file;
+	char *key_secret;
+	char *domain;
 };
 
 struct conf_worker {
@@ -87,6 +97,12 @@ struct conf_workflow {
 	uint64_t max_log_bytes;  /* effective: own, else worker.max_log_bytes */
 	usec_t max_timeout;   /* effective: own, else worker.max_timeout (USEC_INFINITY = none) */
 	unsigned concurrency; /* its runs at once on this worker, 0 = only worker.concurrency */
+	/* conductor: the task type polled for this workflow; effective: own, else
+	 * the workflow's name */
+	char *task_type;
+	/* exit codes that fail the run for good (conductor: FAILED_WITH_TERMINAL_ERROR) */
+	int *terminal_exit_codes;
+	size_t n_terminal_exit_codes;
 };
 
 struct conf {

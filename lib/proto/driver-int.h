@@ -1,0 +1,53 @@
+/* Private to the drivers of lib/proto: the instance every driver shares and
+ * the HTTP plumbing (credentials header, accounting, readiness) they all use,
+ * so each driver file holds only its API's URLs, bodies and status meanings. */
+#pragma once
+
+#include "http/http.h"
+#include "obs/metrics.h"
+#include "proto/driver.h"
+
+struct drv {
+	const struct drv_ops *ops;
+	ev_t *ev;
+	http_t *http;
+	char *base;          /* api.url, no trailing '/' */
+	char *auth;          /* the whole credentials header line, or NULL; wiped when freed */
+	usec_t timeout;      /* api.request_timeout */
+	usec_t last_ok;      /* monotonic time of the last answer with valid credentials */
+	bool auth_denied;    /* the last answer was 401/403 */
+	metric_t *m_requests, *m_duration;
+	void *priv;          /* the driver's own state (init sets it, done frees it) */
+};
+
+/* One operation in flight.  A driver may chain several HTTP requests in one
+ * operation (a token refresh, then the request again); `http` is always the
+ * one in flight, so drv_cancel() stops whichever it is. */
+struct drv_req {
+	drv_t *d;
+	http_req_t *http;
+	void (*on_http)(drv_req_t *rq, const struct http_response *resp);
+	drv_cb cb;
+	drv_claim_cb claim_cb;
+	void *ud;
+	void *state;                 /* the driver's, freed with state_free */
+	void (*state_free)(void *state);
+	drv_req_t **ret;             /* cleared when the operation ends */
+};
+
+drv_req_t *drv_req_new(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),
+		       drv_cb cb, void *ud);
+/* Send one HTTP request for rq: adds the credentials header and the
+ * accounting label; on completion rq->on_http runs. */
+int drv_http_send(drv_req_t *rq, const struct http_request *hr);
+/* End the operation: the callback, then free (the caller must not touch rq after). */
+void drv_req_answer(drv_req_t *rq, const struct drv_answer *a);
+void drv_req_claim_answer(drv_req_t *rq, struct drv_claim_answer *a);
+void drv_req_free(drv_req_t *rq);
+
+/* The verdict every API shares: transport errors, 5xx, 408 and 429 are
+ * DRV_RETRY (with Retry-After), 401 and 403 DRV_DENIED; anything else is
+ * left to the driver (returns false and fills only the common fields). */
+bool drv_answer_common(const struct http_response *resp, struct drv_answer *a);
+/* "HTTP 503", or the transport error's text. */
+const char *drv_describe(const struct http_response *resp, char *buf, size_t len);
