@@ -50,7 +50,11 @@ TEST_PKGS   := check libseccomp yaml-0.1 fuse3
 
 # pkg-config runs once, lazily: after `deps` has had a chance to install things.
 lazy = $(eval $1 := $$(shell $(PKG_CONFIG) $2 $3 2>/dev/null))$($1)
-PKG_CFLAGS = $(call lazy,PKG_CFLAGS,--cflags,$(sort $(LESSEE_PKGS) $(LESSOR_PKGS) $(TEST_PKGS)))
+# Compiler flags one package at a time: `make deps` installs the build
+# packages only, and a test package not there yet must not take every other
+# package's flags with it (pkg-config prints nothing when one is missing).
+pkg_each = $(foreach p,$2,$(shell $(PKG_CONFIG) $1 $p 2>/dev/null))
+PKG_CFLAGS = $(eval PKG_CFLAGS := $$(sort $$(call pkg_each,--cflags,$(sort $(LESSEE_PKGS) $(LESSOR_PKGS) $(TEST_PKGS)))))$(PKG_CFLAGS)
 LESSEE_LIBS = $(call lazy,LESSEE_LIBS,--libs,$(LESSEE_PKGS))
 LESSOR_LIBS = $(call lazy,LESSOR_LIBS,--libs,$(LESSOR_PKGS))
 TEST_LIBS = $(call lazy,TEST_LIBS,--libs,$(sort $(LESSEE_PKGS) $(LESSOR_PKGS) $(TEST_PKGS)))

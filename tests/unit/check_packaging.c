@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <yaml.h>
@@ -939,6 +940,40 @@ START_TEST(test_install_no_packages)
 }
 END_TEST
 
+/* `make deps` installs the build packages only: the daemons must build without
+ * the test ones (fuse3 here), so one missing package must not take every
+ * package's compiler flags with it. */
+START_TEST(test_build_without_test_packages)
+{
+	char dir[] = "/tmp/check-pkgconf-XXXXXX";
+	_cleanup_free_ char *wrapper = NULL, *setting = NULL, *obj = NULL;
+	_cleanup_free_ char *bin = strdup(tu_lessee_bin());
+	struct output o = {0};
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_ge(asprintf(&wrapper, "%s/pkg-config", dir), 0);
+	f = fopen(wrapper, "we");
+	ck_assert_ptr_nonnull(f);
+	fputs("#!/bin/sh\nfor a; do [ \"$a\" = fuse3 ] && exit 1; done\n"
+	      "exec pkg-config \"$@\"\n",
+	      f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(chmod(wrapper, 0755), 0);
+	ck_assert_int_ge(asprintf(&setting, "PKG_CONFIG=%s", wrapper), 0);
+	ck_assert_ptr_nonnull(bin);
+	*(strrchr(bin, '/') ?: bin) = '\0';
+	ck_assert_int_ge(asprintf(&obj, "%s/lib/proto/proto_native.o", bin), 0);
+	run_make((const char *const[]){"-n", "-B", setting, obj, NULL}, &o);
+	ck_assert_msg(o.status == 0, "make -n build without fuse3: %s", o.err);
+	ck_assert_msg(strstr(o.out, "/usr/include/cjson"),
+	              "without a test package the build loses cJSON's flags:\n%.2000s", o.out);
+	output_done(&o);
+	unlink(wrapper);
+	rmdir(dir);
+}
+END_TEST
+
 /* The value of Key= in a unit file's text (the first one), or NULL. */
 static char *unit_value(const char *unit, const char *key)
 {
@@ -1235,6 +1270,7 @@ int main(void)
 	tcase_add_test(td, test_dockerfile_runtime_libraries);
 	tcase_add_test(td, test_kubernetes);
 	tcase_add_test(ti, test_install_no_packages);
+	tcase_add_test(ti, test_build_without_test_packages);
 	tcase_add_test(ti, test_install_layout);
 	tcase_add_test(ti, test_conf_no_workflow);
 	tcase_add_test(ti, test_run_dir_on_disk);
