@@ -203,6 +203,25 @@ START_TEST(test_worker_id_default_given_and_random)
 }
 END_TEST
 
+/* Worker ids are the protocol's (docs/protocol.md): identifiers plus '@' and
+ * '/', so the names operators give lessor's workers work for lessee too. */
+START_TEST(test_worker_id_protocol_charset)
+{
+	static const char *const ok[] = {"host/slot-3", "ci@host", "ci@host/slot:2",
+	                                 "host.example.org"};
+	_cleanup_free_ char *path = put("lessee.conf", BASE);
+
+	for (size_t i = 0; i < ELEMENTSOF(ok); i++) {
+		_cleanup_free_ char *err = NULL;
+		_cleanup_conf_ struct conf *c = NULL;
+		struct conf_source src = {.path = path, .default_worker_id = ok[i]};
+
+		ck_assert_msg(conf_load(&src, &c, &err) == 0, "%s: %s", ok[i], err);
+		ck_assert_str_eq(c->worker.id, ok[i]);
+	}
+}
+END_TEST
+
 START_TEST(test_systemd_directories)
 {
 	char *env[] = {"STATE_DIRECTORY=/var/lib/lx:/var/lib/other",
@@ -1240,6 +1259,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_worker_id_default_given_and_random);
+	tcase_add_test(tc, test_worker_id_protocol_charset);
 	tcase_add_test(tc, test_systemd_directories);
 	tcase_add_test(tc, test_precedence);
 	tcase_add_test(tc, test_dropin_order);
