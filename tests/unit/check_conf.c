@@ -199,7 +199,7 @@ START_TEST(test_worker_id_default_given_and_random)
 	src.default_worker_id = "bad id";
 	ck_assert_int_eq(conf_load(&src, &a, &err), -EINVAL);
 	ck_assert_str_eq(err, "default worker id: worker.id: 'bad id' is not 1..128 bytes of "
-	                      "[A-Za-z0-9._:-]");
+	                      "[A-Za-z0-9._:@/-]");
 }
 END_TEST
 
@@ -522,7 +522,7 @@ START_TEST(test_file_errors)
 	    {BASE "[worker]\ntags = gpu bad!tag\n",
 	     "%1$s:7: worker.tags: tag 'bad!tag' is not 1..64 bytes of [A-Za-z0-9._:/=-]"},
 	    {BASE "[worker]\nid = has space\n",
-	     "%1$s:7: worker.id: 'has space' is not 1..128 bytes of [A-Za-z0-9._:-]"},
+	     "%1$s:7: worker.id: 'has space' is not 1..128 bytes of [A-Za-z0-9._:@/-]"},
 	    {BASE "[worker]\nspool_dir = var/spool\n",
 	     "%1$s:7: worker.spool_dir: 'var/spool' is not an absolute path"},
 	    {BASE "[worker]\nrun_dir =\n", "%1$s:7: worker.run_dir: must not be empty"},
