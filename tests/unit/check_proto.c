@@ -266,6 +266,37 @@ START_TEST(test_error_text_cut_on_a_character)
 }
 END_TEST
 
+/* proto/v1.h: every name maps to its enum and back, and nothing else does. */
+#define CHECK_NAMES(name, from, list, n)                                                           \
+	do {                                                                                       \
+		for (int i_ = 0; i_ < (n); i_++) {                                                 \
+			ck_assert_str_eq(name(i_), list[i_]);                                      \
+			ck_assert_int_eq(from(list[i_]), i_);                                      \
+		}                                                                                  \
+		ck_assert_ptr_null(list[n]);                                                       \
+		ck_assert_ptr_null(name(n));                                                       \
+		ck_assert_int_eq(from("bogus"), -EINVAL);                                          \
+		ck_assert_int_eq(from(NULL), -EINVAL);                                             \
+	} while (0)
+
+START_TEST(test_v1_names)
+{
+	CHECK_NAMES(v1_status_name, v1_status_from_name, v1_status_names, _V1_STATUS_N);
+	CHECK_NAMES(v1_reason_name, v1_reason_from_name, v1_reason_names, _V1_REASON_N);
+	CHECK_NAMES(v1_release_reason_name, v1_release_reason_from_name, v1_release_reason_names,
+		    _V1_RELEASE_N);
+	CHECK_NAMES(v1_run_status_name, v1_run_status_from_name, v1_run_status_names,
+		    _V1_RUN_STATUS_N);
+	/* the client's names are these */
+	ck_assert_str_eq(proto_status_name(PROTO_CANCELLED), "cancelled");
+	ck_assert_str_eq(proto_reason_name(PROTO_REASON_SPAWN_ERROR), "spawn_error");
+	ck_assert_str_eq(proto_release_reason_name(PROTO_RELEASE_UNSUPPORTED_WORKFLOW),
+			 "unsupported_workflow");
+	ck_assert_uint_eq(v1_error_text_len(""), 0);
+	ck_assert(v1_valid_signal("SIGRTMIN+3") && !v1_valid_signal("SIG 9"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("proto");
@@ -279,6 +310,7 @@ int main(void)
 	tcase_add_test(tc, test_vocabulary);
 	tcase_add_test(tc, test_claim_token_is_an_identifier);
 	tcase_add_test(tc, test_error_text_cut_on_a_character);
+	tcase_add_test(tc, test_v1_names);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
