@@ -14,14 +14,14 @@ static void check_run(const struct proto_run *r, size_t max_input)
 	if (!r->invalid) {
 		FUZZ_ASSERT(r->id && proto_valid_id(r->id));
 		FUZZ_ASSERT(r->workflow && proto_valid_id(r->workflow));
-		FUZZ_ASSERT(r->token);
+		FUZZ_ASSERT(v1_valid_token(r->token));
 		FUZZ_ASSERT(r->ttl_s >= 1 && r->ttl_s <= PROTO_TTL_MAX);
 		/* an absent input is "null", whatever the cap */
 		FUZZ_ASSERT(r->input && (r->input_len <= max_input || streq(r->input, "null")));
 		FUZZ_ASSERT(strlen(r->input) == r->input_len);
 	}
 	if (r->usable_for_reject)
-		FUZZ_ASSERT(r->id && proto_valid_id(r->id) && r->token);
+		FUZZ_ASSERT(r->id && proto_valid_id(r->id) && v1_valid_token(r->token));
 }
 
 FUZZ_TARGET(claim)

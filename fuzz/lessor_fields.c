@@ -8,6 +8,7 @@
 #include "fuzz.h"
 #include "lessor/api-int.h"
 #include "lessor/fields.h"
+#include "proto/v1.h"
 #include "util/strutil.h"
 
 static const char *const names[] = {"id",    "workflow", "tags",      "workflows", "max_runs",
@@ -20,7 +21,7 @@ static void strv_check_free(char **v, size_t max, bool (*valid)(const char *))
 
 	for (; v && v[n]; n++) {
 		FUZZ_ASSERT(valid(v[n]));
-		if (n > 0 && valid == lessor_valid_tag)
+		if (n > 0 && valid == v1_valid_tag)
 			FUZZ_ASSERT(strcmp(v[n - 1], v[n]) < 0); /* sorted, unique */
 	}
 	FUZZ_ASSERT(n <= max);
@@ -58,8 +59,8 @@ static void fields(const char *body, size_t len)
 		(void)lessor_field_int(o, *n, true, INT64_MIN, INT64_MAX, 0, &i64, msg);
 		(void)lessor_field_bool(o, *n, true, &b, msg);
 		/* with a charset check, the check is the bound */
-		if (lessor_field_str(o, *n, false, 16, lessor_valid_id, &s, msg) == 0 && s)
-			FUZZ_ASSERT(lessor_valid_id(s));
+		if (lessor_field_str(o, *n, false, 16, v1_valid_id, &s, msg) == 0 && s)
+			FUZZ_ASSERT(v1_valid_id(s));
 		if (lessor_field_str(o, *n, true, 4096, NULL, &s, msg) == 0)
 			FUZZ_ASSERT(s && strlen(s) <= 4096);
 		static const char *const statuses[] = {"succeeded", "failed", "cancelled", NULL};
@@ -68,14 +69,14 @@ static void fields(const char *body, size_t len)
 			            streq(s, "cancelled"));
 		if (lessor_field_tags(o, *n, &v, msg) == 0) {
 			FUZZ_ASSERT(v);
-			strv_check_free(v, LESSOR_TAGS_MAX, lessor_valid_tag);
+			strv_check_free(v, V1_TAGS_MAX, v1_valid_tag);
 		}
 		v = NULL;
 		if (lessor_field_ids(o, *n, 3, &v, msg) == 0)
-			strv_check_free(v, 3, lessor_valid_id);
+			strv_check_free(v, 3, v1_valid_id);
 		v = NULL;
 	}
-	(void)lessor_valid_worker_id(body);
+	(void)v1_valid_worker_id(body);
 	cJSON_Delete(o);
 }
 

@@ -19,7 +19,7 @@ static inline void *mfree(void *p)
 enum conf_type {
 	CONF_PATH,     /* absolute path; empty = unset */
 	CONF_URL,      /* http(s) URL; empty = unset */
-	CONF_ID,       /* worker id; empty = unset (generated) */
+	CONF_ID,       /* worker id (v1_valid_worker_id); empty = unset (generated) */
 	CONF_LISTEN,   /* addr:port of the status endpoint; empty = off */
 	CONF_DURATION, /* usec_t */
 	CONF_UINT,     /* unsigned */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "proto/v1.h"
 #include "util/buf.h"
 #include "util/macro.h"
 #include "util/strutil.h"
@@ -26,8 +27,6 @@
 	((const __typeof__(type) *)(const void *)((const char *)(base) + (k)->offset))
 
 #define URL_MAX 2048
-#define TAG_MAX 64
-#define TAGS_MAX 32
 #define ENV_NAME_MAX 256
 #define ENV_MAX 1024
 
@@ -562,16 +561,16 @@ static int parse_tags(const char *v, char ***field, char *p)
 	if (r < 0)
 		return r;
 	for (size_t i = 0; tags[i]; i++)
-		if (!str_in_charset(tags[i], 1, TAG_MAX, "._:/=-")) {
-			r = problem(p, "tag '%.80s' is not 1..%d bytes of [A-Za-z0-9._:/=-]",
-			            tags[i], TAG_MAX);
+		if (!v1_valid_tag(tags[i])) {
+			r = problem(p, "tag '%.80s' is not 1..%d bytes of " V1_TAG_CHARSET, tags[i],
+			            V1_TAG_MAX);
 			strv_free(tags);
 			return r;
 		}
 	strv_sort_uniq(tags);
-	if (strv_length(tags) > TAGS_MAX) {
+	if (strv_length(tags) > V1_TAGS_MAX) {
 		strv_free(tags);
-		return problem(p, "more than %d tags", TAGS_MAX);
+		return problem(p, "more than %d tags", V1_TAGS_MAX);
 	}
 	return set_strv(field, tags);
 }
@@ -707,8 +706,9 @@ static int parse_text(const struct conf_key *k, void *base, const char *v, char 
 		r = check_url(v, p);
 		break;
 	case CONF_ID:
-		if (!str_in_charset(v, 1, 128, "._:-"))
-			r = problem(p, "'%.80s' is not 1..128 bytes of [A-Za-z0-9._:-]", v);
+		if (!v1_valid_worker_id(v))
+			r = problem(p, "'%.80s' is not 1..%d bytes of " V1_WORKER_ID_CHARSET, v,
+			            V1_WORKER_ID_MAX);
 		break;
 	case CONF_LISTEN:
 		return parse_listen(base, v, p);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "conf/conf-int.h"
+#include "proto/v1.h"
 #include "util/buf.h"
 #include "util/fileio.h"
 #include "util/random.h"
@@ -29,7 +30,8 @@
 #define FILE_MAX (1024 * 1024)
 #define LINE_MAX_BYTES (64 * 1024)
 #define DROPINS_MAX 256
-#define WORKFLOWS_MAX 1024
+/* every configured workflow may be named in one claim */
+#define WORKFLOWS_MAX V1_CLAIM_WORKFLOWS_MAX
 #define TOKEN_FILE_MAX (16 * 1024)
 #define ERRORS_MAX 64 /* reported at once; the rest are counted */
 
@@ -288,9 +290,9 @@ static int workflow_get(struct loader *L, const char *name, const char *origin,
 			*ret = &L->wfs[i];
 			return 0;
 		}
-	if (!str_in_charset(name, 1, 128, "._:-"))
-		return fail(L, origin,
-		            "workflow name '%.80s' is not 1..128 bytes of [A-Za-z0-9._:-]", name);
+	if (!v1_valid_id(name))
+		return fail(L, origin, "workflow name '%.80s' is not 1..%d bytes of " V1_ID_CHARSET,
+		            name, V1_ID_MAX);
 	if (L->n_wfs >= WORKFLOWS_MAX)
 		return fail(L, origin, "more than %d workflows", WORKFLOWS_MAX);
 	nv = realloc(L->wfs, (L->n_wfs + 1) * sizeof(*nv));

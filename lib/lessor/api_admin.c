@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lessor/faults.h"
+#include "proto/v1.h"
 #include "util/strutil.h"
 
 #define MAX_ATTEMPTS 100
@@ -39,11 +40,11 @@ static int enqueue_fields(lessor_call *c, struct lessor_enqueue *e, char ***tags
 	const cJSON *j = c->json;
 	int64_t attempts, timeout;
 
-	if (lessor_field_str(j, "workflow", true, 0, lessor_valid_id, &e->workflow, c->msg) < 0 ||
+	if (lessor_field_str(j, "workflow", true, 0, v1_valid_id, &e->workflow, c->msg) < 0 ||
 	    lessor_field_tags(j, "tags", tags, c->msg) < 0 ||
 	    lessor_field_int(j, "max_attempts", false, 1, MAX_ATTEMPTS, 1, &attempts, c->msg) < 0 ||
 	    lessor_field_int(j, "timeout_s", false, 1, MAX_TIMEOUT_S, 0, &timeout, c->msg) < 0 ||
-	    lessor_field_str(j, "idempotency_key", false, 0, lessor_valid_id, &e->idempotency_key,
+	    lessor_field_str(j, "idempotency_key", false, 0, v1_valid_id, &e->idempotency_key,
 	                     c->msg) < 0)
 		return -EINVAL;
 	e->max_attempts = (unsigned)attempts;
@@ -117,7 +118,7 @@ int lessor_h_list(lessor_call *c)
 
 	if (status && !lessor_run_status_valid(status))
 		return lessor_reply_error(c, 400, "invalid_request", "unknown status");
-	if (workflow && !lessor_valid_id(workflow))
+	if (workflow && !v1_valid_id(workflow))
 		return lessor_reply_error(c, 400, "invalid_request", "malformed workflow");
 	if (parse_limit(query(c, "limit"), &limit) < 0)
 		return lessor_reply_error(c, 400, "invalid_request", "limit must be in 1..%d",

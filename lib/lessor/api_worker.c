@@ -7,20 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/v1.h"
 #include "util/strutil.h"
 #include "util/time.h"
-
-#define MAX_RUNS 256
-#define MAX_TTL_S 3600
-#define MAX_WAIT_S 60
-#define MAX_JSON_INT (1LL << 53)
-#define MAX_HELD 4096
-
-static const char *const complete_statuses[] = {"succeeded", "failed", "cancelled", NULL};
-static const char *const complete_reasons[] = {"exit",      "timeout",  "crash", "spawn_error",
-                                               "cancelled", "rejected", NULL};
-static const char *const release_reasons[] = {"draining", "shutdown", "blocked_workflow",
-                                              "unsupported_workflow", NULL};
 
 /* ---- claims ---- */
 
@@ -61,9 +50,9 @@ static int held_fields(lessor_call *c, struct claim_state *cs)
 
 	if (!h || cJSON_IsNull(h) || (c->fault_taken && c->fault.legacy))
 		return 0;
-	if (!cJSON_IsArray(h) || cJSON_GetArraySize(h) > MAX_HELD) {
+	if (!cJSON_IsArray(h) || cJSON_GetArraySize(h) > V1_HELD_MAX) {
 		snprintf(c->msg, LESSOR_MSG_MAX, "'held' must be an array of at most %d leases",
-		         MAX_HELD);
+		         V1_HELD_MAX);
 		return -EINVAL;
 	}
 	cs->held_ids = calloc(1, sizeof(char *));
@@ -75,8 +64,8 @@ static int held_fields(lessor_call *c, struct claim_state *cs)
 		const char *id, *token;
 		int r;
 
-		if ((r = lessor_field_str(e, "id", true, 0, lessor_valid_id, &id, c->msg)) < 0 ||
-		    (r = lessor_field_str(e, "token", true, 0, lessor_valid_id, &token, c->msg)) <
+		if ((r = lessor_field_str(e, "id", true, 0, v1_valid_id, &id, c->msg)) < 0 ||
+		    (r = lessor_field_str(e, "token", true, 0, v1_valid_token, &token, c->msg)) <
 		        0)
 			return r;
 		if (strv_extend(&cs->held_ids, id) < 0 || strv_extend(&cs->held_tokens, token) < 0)
@@ -96,15 +85,15 @@ static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wai
 	if ((r = held_fields(c, cs)) < 0)
 		return r;
 	/* a claim for no runs only waits for cancel events */
-	if ((r = lessor_field_str(j, "claim_id", true, 0, lessor_valid_id, &cs->req.claim_id,
+	if ((r = lessor_field_str(j, "claim_id", true, 0, v1_valid_id, &cs->req.claim_id, c->msg)) <
+	        0 ||
+	    (r = lessor_field_str(j, "worker_id", true, 0, v1_valid_worker_id, &cs->req.worker_id,
 	                          c->msg)) < 0 ||
-	    (r = lessor_field_str(j, "worker_id", true, 0, lessor_valid_worker_id,
-	                          &cs->req.worker_id, c->msg)) < 0 ||
-	    (r = lessor_field_int(j, "max_runs", true, cs->has_held ? 0 : 1, MAX_RUNS, 1, &max_runs,
-	                          c->msg)) < 0 ||
-	    (r = lessor_field_int(j, "lease_ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg)) < 0 ||
-	    (r = lessor_field_int(j, "wait_s", false, 0, MAX_WAIT_S, 0, ret_wait, c->msg)) < 0 ||
-	    (r = lessor_field_ids(j, "workflows", LESSOR_WORKFLOWS_MAX, &cs->workflows, c->msg)) <
+	    (r = lessor_field_int(j, "max_runs", true, cs->has_held ? 0 : 1, V1_MAX_RUNS, 1,
+	                          &max_runs, c->msg)) < 0 ||
+	    (r = lessor_field_int(j, "lease_ttl_s", true, 1, V1_TTL_MAX, 0, &ttl, c->msg)) < 0 ||
+	    (r = lessor_field_int(j, "wait_s", false, 0, V1_WAIT_MAX, 0, ret_wait, c->msg)) < 0 ||
+	    (r = lessor_field_ids(j, "workflows", V1_CLAIM_WORKFLOWS_MAX, &cs->workflows, c->msg)) <
 	        0 ||
 	    (r = lessor_field_tags(j, "tags", &cs->tags, c->msg)) < 0)
 		return r;
@@ -275,7 +264,7 @@ int lessor_h_claim_cancel(lessor_call *c)
 	unsigned released = 0;
 	int r;
 
-	if (!lessor_valid_id(c->arg))
+	if (!v1_valid_id(c->arg))
 		return lessor_reply_error(c, 400, "invalid_request", "malformed claim_id");
 	r = claim_cancel_allowed(c);
 	if (r < 0)
@@ -295,7 +284,7 @@ int lessor_h_claim_cancel(lessor_call *c)
 
 static int token_field(lessor_call *c, const char **ret)
 {
-	return lessor_field_str(c->json, "token", true, 0, lessor_valid_id, ret, c->msg);
+	return lessor_field_str(c->json, "token", true, 0, v1_valid_token, ret, c->msg);
 }
 
 int lessor_h_renew(lessor_call *c)
@@ -307,7 +296,7 @@ int lessor_h_renew(lessor_call *c)
 	int r;
 
 	if (token_field(c, &token) < 0 ||
-	    lessor_field_int(c->json, "ttl_s", true, 1, MAX_TTL_S, 0, &ttl, c->msg) < 0)
+	    lessor_field_int(c->json, "ttl_s", true, 1, V1_TTL_MAX, 0, &ttl, c->msg) < 0)
 		return lessor_reply_invalid(c);
 	if ((r = lessor_call_check_holder(c, token)) != 0)
 		return r;
@@ -332,7 +321,7 @@ static bool parse_u64(const char **p, uint64_t *ret)
 		return false;
 	for (; *s >= '0' && *s <= '9'; s++) {
 		v = v * 10 + (uint64_t)(*s - '0');
-		if (v > (uint64_t)MAX_JSON_INT)
+		if (v > (uint64_t)V1_JSON_INT_MAX)
 			return false;
 	}
 	*p = s;
@@ -377,7 +366,7 @@ int lessor_h_log_append(lessor_call *c)
 	uint64_t start, length = 0;
 	int r;
 
-	if (!token || !lessor_valid_id(token))
+	if (!token || !v1_valid_token(token))
 		return lessor_reply_error(c, 400, "invalid_request", "Lease-Token is required");
 	if (c->len == 0)
 		return lessor_reply_error(c, 400, "invalid_request", "the body is empty");
@@ -401,31 +390,28 @@ int lessor_h_log_append(lessor_call *c)
 
 /* ---- complete ---- */
 
-static bool valid_signal(const char *s)
-{
-	return str_in_charset(s, 1, 32, "+-");
-}
-
 static int completion_fields(lessor_call *c, struct lessor_completion *in)
 {
 	const cJSON *j = c->json;
 	int64_t exit_code;
 
 	if (token_field(c, &in->token) < 0 ||
-	    lessor_field_enum(j, "status", true, complete_statuses, &in->status, c->msg) < 0 ||
-	    lessor_field_enum(j, "reason", true, complete_reasons, &in->reason, c->msg) < 0 ||
-	    lessor_field_int(j, "exit_code", false, -1, 255, -1, &exit_code, c->msg) < 0 ||
-	    lessor_field_str(j, "signal", false, 0, valid_signal, &in->signal, c->msg) < 0 ||
+	    lessor_field_enum(j, "status", true, v1_status_names, &in->status, c->msg) < 0 ||
+	    lessor_field_enum(j, "reason", true, v1_reason_names, &in->reason, c->msg) < 0 ||
+	    lessor_field_int(j, "exit_code", false, -1, V1_EXIT_CODE_MAX, -1, &exit_code, c->msg) <
+	        0 ||
+	    lessor_field_str(j, "signal", false, 0, v1_valid_signal, &in->signal, c->msg) < 0 ||
 	    lessor_field_bool(j, "retryable", false, &in->retryable, c->msg) < 0 ||
-	    lessor_field_str(j, "error", false, 4096, NULL, &in->error, c->msg) < 0 ||
-	    lessor_field_int(j, "duration_ms", false, 0, MAX_JSON_INT, 0, &in->duration_ms,
+	    lessor_field_str(j, "error", false, V1_ERROR_TEXT_MAX, NULL, &in->error, c->msg) < 0 ||
+	    lessor_field_int(j, "duration_ms", false, 0, V1_JSON_INT_MAX, 0, &in->duration_ms,
 	                     c->msg) < 0 ||
-	    lessor_field_int(j, "log_length", false, 0, MAX_JSON_INT, 0, &in->log_length, c->msg) <
-	        0)
+	    lessor_field_int(j, "log_length", false, 0, V1_JSON_INT_MAX, 0, &in->log_length,
+	                     c->msg) < 0)
 		return -EINVAL;
 	/* -1 is the "absent" default, not a value a client may send */
 	if (exit_code == -1 && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "exit_code"))) {
-		snprintf(c->msg, sizeof(c->msg), "'exit_code' must be an integer in 0..255");
+		snprintf(c->msg, sizeof(c->msg), "'exit_code' must be an integer in 0..%d",
+		         V1_EXIT_CODE_MAX);
 		return -EINVAL;
 	}
 	in->has_exit_code = exit_code >= 0;
@@ -470,8 +456,9 @@ int lessor_h_release(lessor_call *c)
 	int r;
 
 	if (token_field(c, &token) < 0 ||
-	    lessor_field_enum(c->json, "reason", true, release_reasons, &reason, c->msg) < 0 ||
-	    lessor_field_int(c->json, "delay_s", false, 0, MAX_TTL_S, 0, &delay, c->msg) < 0)
+	    lessor_field_enum(c->json, "reason", true, v1_release_reason_names, &reason, c->msg) <
+	        0 ||
+	    lessor_field_int(c->json, "delay_s", false, 0, V1_DELAY_MAX, 0, &delay, c->msg) < 0)
 		return lessor_reply_invalid(c);
 	if ((r = lessor_call_check_holder(c, token)) != 0)
 		return r;
@@ -482,6 +469,6 @@ int lessor_h_release(lessor_call *c)
 	if (delay == 0) /* later: the reaper's tick notices the delay running out */
 		lessor_waiters_wake(c->api->waiters, NULL, NULL);
 	o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "run_status", "pending");
+	cJSON_AddStringToObject(o, "run_status", v1_run_status_name(V1_RUN_PENDING));
 	return lessor_reply_json(c, 200, o);
 }

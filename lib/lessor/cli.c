@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "lessor/client.h"
-#include "lessor/fields.h"
+#include "proto/v1.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 
@@ -83,7 +83,7 @@ static int print_json(const struct lessor_cli *o, const cJSON *j)
 
 static int check_id(const struct lessor_cli *o, const char *id)
 {
-	if (lessor_valid_id(id))
+	if (v1_valid_id(id))
 		return 0;
 	fprintf(o->err, "lessor: '%s' is not a run id\n", id);
 	return -1;
@@ -290,7 +290,7 @@ int lessor_cli_list(const struct lessor_cli *o, const char *status, const char *
 	_cleanup_(cJSON_Deletep) cJSON *j = NULL;
 	char path[512];
 
-	if ((status && !lessor_valid_id(status)) || (workflow && !lessor_valid_id(workflow))) {
+	if ((status && !v1_valid_id(status)) || (workflow && !v1_valid_id(workflow))) {
 		fprintf(o->err, "lessor: malformed --status or --workflow\n");
 		return 1;
 	}

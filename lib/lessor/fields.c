@@ -7,23 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/v1.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-
-bool lessor_valid_id(const char *s)
-{
-	return str_in_charset(s, 1, 128, "._:-");
-}
-
-bool lessor_valid_tag(const char *s)
-{
-	return str_in_charset(s, 1, 64, "._:/=-");
-}
-
-bool lessor_valid_worker_id(const char *s)
-{
-	return str_in_charset(s, 1, 128, "._:-@/");
-}
 
 _printf_(2, 3) static int fail(char msg[LESSOR_MSG_MAX], const char *fmt, ...)
 {
@@ -166,7 +152,7 @@ int lessor_field_tags(const cJSON *o, const char *name, char ***ret, char msg[LE
 		*ret = calloc(1, sizeof(char *));
 		return *ret ? 0 : -ENOMEM;
 	}
-	r = read_strings(v, name, LESSOR_TAGS_MAX, true, lessor_valid_tag, &tags, msg);
+	r = read_strings(v, name, V1_TAGS_MAX, true, v1_valid_tag, &tags, msg);
 	if (r < 0)
 		return r;
 	strv_sort_uniq(tags);
@@ -184,7 +170,7 @@ int lessor_field_ids(const cJSON *o, const char *name, size_t max, char ***ret,
 		*ret = NULL;
 		return 0;
 	}
-	return read_strings(v, name, max, false, lessor_valid_id, ret, msg);
+	return read_strings(v, name, max, false, v1_valid_id, ret, msg);
 }
 
 char *lessor_strv_to_json(char *const *v)

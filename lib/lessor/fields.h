@@ -11,15 +11,8 @@
 
 #define LESSOR_MSG_MAX 256
 
-/* Protocol charsets: run ids, workflow names and other identifiers are 1..128
- * bytes of [A-Za-z0-9._:-]; tags 1..64 bytes of [A-Za-z0-9._:/=-]; worker ids
- * (which the contract leaves open) identifier bytes plus '@' and '/'. */
-bool lessor_valid_id(const char *s);
-bool lessor_valid_tag(const char *s);
-bool lessor_valid_worker_id(const char *s);
-
-#define LESSOR_TAGS_MAX 32
-#define LESSOR_WORKFLOWS_MAX 256
+/* The protocol's charsets and limits are proto/v1.h's (v1_valid_id, ...),
+ * the same the client checks what it sends with. */
 
 int lessor_field_int(const cJSON *o, const char *name, bool required, int64_t min, int64_t max,
                      int64_t dflt, int64_t *ret, char msg[LESSOR_MSG_MAX]);
@@ -33,7 +26,7 @@ int lessor_field_enum(const cJSON *o, const char *name, bool required, const cha
                       const char **ret, char msg[LESSOR_MSG_MAX]);
 
 /* A list of tags: trimmed, validated, sorted, deduplicated, at most
- * LESSOR_TAGS_MAX.  Absent = empty list (never NULL on success). */
+ * V1_TAGS_MAX.  Absent = empty list (never NULL on success). */
 int lessor_field_tags(const cJSON *o, const char *name, char ***ret, char msg[LESSOR_MSG_MAX]);
 /* A list of identifiers; absent or null leaves *ret NULL ("any"), [] is an
  * empty list ("none"). */

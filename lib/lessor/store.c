@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/v1.h"
 #include "util/macro.h"
 #include "util/random.h"
 #include "util/strutil.h"
@@ -282,19 +283,20 @@ const char *lessor_complete_decide(const struct lessor_store_config *cfg, int64_
                                    const char **ret_status, int64_t *ret_not_before)
 {
 	int64_t consumed = attempts + 1;
+	int status = v1_status_from_name(in->status);
 
 	*ret_not_before = now;
-	if (streq(in->status, "succeeded") || streq(in->status, "cancelled")) {
+	if (status == V1_SUCCEEDED || status == V1_CANCELLED) {
 		*ret_status = lessor_static_run_status(in->status);
 		return *ret_status;
 	}
 	if (in->retryable && !cancel_requested && consumed < max_attempts) {
-		*ret_status = "pending";
+		*ret_status = v1_run_status_name(V1_RUN_PENDING);
 		*ret_not_before = now + retry_delay(cfg, consumed);
-		return "retrying";
+		return v1_run_status_name(V1_RUN_RETRYING);
 	}
-	*ret_status = "failed";
-	return "failed";
+	*ret_status = v1_run_status_name(V1_RUN_FAILED);
+	return *ret_status;
 }
 
 /* ---- view columns ---- */

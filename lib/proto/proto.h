@@ -7,20 +7,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/v1.h"
 #include "util/time.h"
 
-#define PROTO_ID_MAX 128
-#define PROTO_TAG_MAX 64
-#define PROTO_TAGS_MAX 32
-#define PROTO_TOKEN_MAX 512
-#define PROTO_ERROR_TEXT_MAX 4096
-#define PROTO_MAX_RUNS 256
-#define PROTO_TTL_MAX 3600
-#define PROTO_WAIT_MAX 60
+/* The vocabulary is proto/v1.h's; these names stay for their callers. */
+#define PROTO_ID_MAX V1_ID_MAX
+#define PROTO_TAG_MAX V1_TAG_MAX
+#define PROTO_TAGS_MAX V1_TAGS_MAX
+#define PROTO_TOKEN_MAX V1_TOKEN_MAX
+#define PROTO_ERROR_TEXT_MAX V1_ERROR_TEXT_MAX
+#define PROTO_MAX_RUNS V1_MAX_RUNS
+#define PROTO_TTL_MAX V1_TTL_MAX
+#define PROTO_WAIT_MAX V1_WAIT_MAX
 
-bool proto_valid_id(const char *s);       /* run ids and workflow names */
-bool proto_valid_tag(const char *s);
-bool proto_valid_worker_id(const char *s);
+bool proto_valid_id(const char *s);       /* run ids and workflow names: v1_valid_id */
+bool proto_valid_tag(const char *s);       /* v1_valid_tag */
+bool proto_valid_worker_id(const char *s); /* v1_valid_worker_id */
 
 /* A lease the worker holds, named in a claim so the answer carries its
  * cancellation (docs/protocol.md, "Cancel events"). */
@@ -29,7 +31,7 @@ struct proto_held {
 	const char *token;
 };
 
-#define PROTO_HELD_MAX 4096
+#define PROTO_HELD_MAX V1_HELD_MAX
 
 struct proto_claim_req {
 	const char *claim_id;
@@ -89,14 +91,18 @@ void proto_run_done(struct proto_run *r);
 int proto_lease_body(const char *token, unsigned ttl_s, char **ret);
 int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *ret_cancel);
 
-enum proto_status { PROTO_SUCCEEDED, PROTO_FAILED, PROTO_CANCELLED };
+enum proto_status {
+	PROTO_SUCCEEDED = V1_SUCCEEDED,
+	PROTO_FAILED = V1_FAILED,
+	PROTO_CANCELLED = V1_CANCELLED,
+};
 enum proto_reason {
-	PROTO_REASON_EXIT,
-	PROTO_REASON_TIMEOUT,
-	PROTO_REASON_CRASH,
-	PROTO_REASON_SPAWN_ERROR,
-	PROTO_REASON_CANCELLED,
-	PROTO_REASON_REJECTED,
+	PROTO_REASON_EXIT = V1_REASON_EXIT,
+	PROTO_REASON_TIMEOUT = V1_REASON_TIMEOUT,
+	PROTO_REASON_CRASH = V1_REASON_CRASH,
+	PROTO_REASON_SPAWN_ERROR = V1_REASON_SPAWN_ERROR,
+	PROTO_REASON_CANCELLED = V1_REASON_CANCELLED,
+	PROTO_REASON_REJECTED = V1_REASON_REJECTED,
 };
 const char *proto_status_name(enum proto_status s);
 const char *proto_reason_name(enum proto_reason r);
@@ -108,7 +114,7 @@ struct proto_outcome {
 	int exit_code;
 	const char *signal;  /* "SIGSEGV" or NULL */
 	bool retryable;
-	const char *error;   /* NULL or text; truncated to 4 KiB */
+	const char *error;   /* NULL or text; cut to 4 KiB (v1_error_text_len) */
 	uint64_t duration_ms;
 	uint64_t log_length;
 	const char *output;  /* serialized JSON or NULL */
@@ -119,10 +125,10 @@ int proto_complete_body(const char *token, const struct proto_outcome *o, char *
 int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len);
 
 enum proto_release_reason {
-	PROTO_RELEASE_DRAINING,
-	PROTO_RELEASE_SHUTDOWN,
-	PROTO_RELEASE_BLOCKED_WORKFLOW,
-	PROTO_RELEASE_UNSUPPORTED_WORKFLOW,
+	PROTO_RELEASE_DRAINING = V1_RELEASE_DRAINING,
+	PROTO_RELEASE_SHUTDOWN = V1_RELEASE_SHUTDOWN,
+	PROTO_RELEASE_BLOCKED_WORKFLOW = V1_RELEASE_BLOCKED_WORKFLOW,
+	PROTO_RELEASE_UNSUPPORTED_WORKFLOW = V1_RELEASE_UNSUPPORTED_WORKFLOW,
 };
 const char *proto_release_reason_name(enum proto_release_reason r);
 int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,

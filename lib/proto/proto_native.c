@@ -14,17 +14,17 @@
 
 bool proto_valid_id(const char *s)
 {
-	return str_in_charset(s, 1, PROTO_ID_MAX, "._:-");
+	return v1_valid_id(s);
 }
 
 bool proto_valid_tag(const char *s)
 {
-	return str_in_charset(s, 1, PROTO_TAG_MAX, "._:/=-");
+	return v1_valid_tag(s);
 }
 
 bool proto_valid_worker_id(const char *s)
 {
-	return str_in_charset(s, 1, PROTO_ID_MAX, "._:-@");
+	return v1_valid_worker_id(s);
 }
 
 static void cjson_deletep(cJSON **j)
@@ -145,7 +145,8 @@ static int parse_lease(const cJSON *item, struct proto_run *r)
 	const cJSON *lease = cJSON_GetObjectItemCaseSensitive(item, "lease");
 	const char *token = json_str(lease, "token");
 
-	if (!cJSON_IsObject(lease) || !token || !*token || strlen(token) > PROTO_TOKEN_MAX)
+	/* sent back in a header and in every claim's "held": an identifier only */
+	if (!cJSON_IsObject(lease) || !v1_valid_token(token))
 		return set_invalid(r, "lease.token missing or invalid");
 	if (!(r->token = strdup(token)))
 		return -ENOMEM;
@@ -507,25 +508,19 @@ int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *r
 	return 0;
 }
 
-static const char *const status_names[] = {"succeeded", "failed", "cancelled"};
-static const char *const reason_names[] = {"exit",        "timeout",   "crash",
-					   "spawn_error", "cancelled", "rejected"};
-static const char *const release_names[] = {"draining", "shutdown", "blocked_workflow",
-					    "unsupported_workflow"};
-
 const char *proto_status_name(enum proto_status s)
 {
-	return status_names[s];
+	return v1_status_name((enum v1_status)s);
 }
 
 const char *proto_reason_name(enum proto_reason r)
 {
-	return reason_names[r];
+	return v1_reason_name((enum v1_reason)r);
 }
 
 const char *proto_release_reason_name(enum proto_release_reason r)
 {
-	return release_names[r];
+	return v1_release_reason_name((enum v1_release_reason)r);
 }
 
 static int add_error_text(cJSON *o, const char *error)
@@ -534,7 +529,7 @@ static int add_error_text(cJSON *o, const char *error)
 
 	if (!error)
 		return cJSON_AddNullToObject(o, "error") ? 0 : -ENOMEM;
-	snprintf(cut, sizeof(cut), "%s", error);
+	snprintf(cut, sizeof(cut), "%.*s", (int)v1_error_text_len(error), error);
 	return cJSON_AddStringToObject(o, "error", cut) ? 0 : -ENOMEM;
 }
 

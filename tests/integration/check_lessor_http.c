@@ -10,6 +10,7 @@
 #include "lessor/client.h"
 #include "lessor/store.h"
 #include "lessor_proc.h"
+#include "proto/proto.h"
 #include "testutil.h"
 #include "util/macro.h"
 #include "util/strutil.h"
@@ -937,6 +938,85 @@ START_TEST(test_bad_input_is_4xx_and_changes_nothing)
 }
 END_TEST
 
+/* The v1 vocabulary: lessor accepts exactly what the client (lib/proto)
+ * accepts, as docs/protocol.md states it. */
+static void claim_verdict(const char *worker, const char *extra, bool want)
+{
+	static unsigned n;
+	_cleanup_free_ char *body = jfmt("{\"claim_id\":\"voc-%u\",\"worker_id\":\"%s\","
+	                                 "\"max_runs\":1,\"lease_ttl_s\":5%s}",
+	                                 n++, worker, extra ? extra : "");
+
+	req0("POST", "/v1/claims", body, want ? 200 : 400);
+}
+
+static char *repeat(char c, size_t n)
+{
+	char *s = malloc(n + 1);
+
+	ck_assert_ptr_nonnull(s);
+	memset(s, c, n);
+	s[n] = '\0';
+	return s;
+}
+
+/* ,"workflows": [...] of n distinct names */
+static char *workflows_of(size_t n)
+{
+	size_t size = 16 + n * 16, at;
+	char *s = malloc(size);
+
+	ck_assert_ptr_nonnull(s);
+	at = (size_t)snprintf(s, size, ",\"workflows\":[");
+	for (size_t i = 0; i < n; i++)
+		at += (size_t)snprintf(s + at, size - at, "%s\"wf-%zu\"", i ? "," : "", i);
+	ck_assert_uint_lt(at + 1, size);
+	strcpy(s + at, "]");
+	return s;
+}
+
+START_TEST(test_vocabulary)
+{
+	_cleanup_free_ char *id128 = repeat('i', 128), *id129 = repeat('i', 129);
+	_cleanup_free_ char *tag64 = repeat('t', 64), *tag65 = repeat('t', 65);
+	const char *workers[] = {"lessee-0192f0c8", "host.example.org", "host/slot-3", "ci@host",
+	                         "ci@host/slot:2",  id128,              id129,         "",
+	                         "has space",       "a?b",              "a%2Fb"};
+	const char *tags[] = {"region:eu", "k=v/w", tag64, tag65, "a@b", "a*b"};
+	const char *ids[] = {"build", id128, id129, "a/b", "a@b"};
+
+	start();
+	for (size_t i = 0; i < ELEMENTSOF(workers); i++)
+		claim_verdict(workers[i], NULL, proto_valid_worker_id(workers[i]));
+	for (size_t i = 0; i < ELEMENTSOF(tags); i++) {
+		_cleanup_free_ char *extra = jfmt(",\"tags\":[\"%s\"]", tags[i]);
+
+		claim_verdict("w", extra, proto_valid_tag(tags[i]));
+	}
+	for (size_t i = 0; i < ELEMENTSOF(ids); i++) {
+		_cleanup_free_ char *extra = jfmt(",\"workflows\":[\"%s\"]", ids[i]);
+
+		claim_verdict("w", extra, proto_valid_id(ids[i]));
+	}
+	/* a lessee with its every configured workflow (at most 1024) claimable */
+	for (size_t n = 1023; n <= 1025; n++) {
+		_cleanup_free_ char *extra = workflows_of(n);
+
+		claim_verdict("w", extra, n <= 1024);
+	}
+	/* lease tokens are identifiers: unknown run (404), not a bad request */
+	req0("POST", "/v1/runs/r-1/lease", "{\"token\":\"tok:1.a_b-c\",\"ttl_s\":5}", 404);
+	{
+		_cleanup_free_ char *ok = jfmt("{\"token\":\"%s\",\"ttl_s\":5}", id128);
+		_cleanup_free_ char *bad = jfmt("{\"token\":\"%s\",\"ttl_s\":5}", id129);
+
+		req0("POST", "/v1/runs/r-1/lease", ok, 404);
+		req0("POST", "/v1/runs/r-1/lease", bad, 400);
+		req0("POST", "/v1/runs/r-1/lease", "{\"token\":\"a/b\",\"ttl_s\":5}", 400);
+	}
+}
+END_TEST
+
 START_TEST(test_oversized_bodies_refused)
 {
 	size_t n = 200 * 1024; /* > --max-body-bytes 64K */
@@ -1141,6 +1221,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_restart_keeps_acknowledged_state);
 	tcase_add_test(tc, test_kill9_loses_no_acknowledged_write);
 	tcase_add_test(tc, test_bad_input_is_4xx_and_changes_nothing);
+	tcase_add_test(tc, test_vocabulary);
 	tcase_add_test(tc, test_oversized_bodies_refused);
 	tcase_add_test(tc, test_bearer_token);
 	tcase_add_test(tc, test_requeue_steals_and_cancel_reaches_worker);

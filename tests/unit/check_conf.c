@@ -199,7 +199,26 @@ START_TEST(test_worker_id_default_given_and_random)
 	src.default_worker_id = "bad id";
 	ck_assert_int_eq(conf_load(&src, &a, &err), -EINVAL);
 	ck_assert_str_eq(err, "default worker id: worker.id: 'bad id' is not 1..128 bytes of "
-	                      "[A-Za-z0-9._:-]");
+	                      "[A-Za-z0-9._:@/-]");
+}
+END_TEST
+
+/* Worker ids are the protocol's (docs/protocol.md): identifiers plus '@' and
+ * '/', so the names operators give lessor's workers work for lessee too. */
+START_TEST(test_worker_id_protocol_charset)
+{
+	static const char *const ok[] = {"host/slot-3", "ci@host", "ci@host/slot:2",
+	                                 "host.example.org"};
+	_cleanup_free_ char *path = put("lessee.conf", BASE);
+
+	for (size_t i = 0; i < ELEMENTSOF(ok); i++) {
+		_cleanup_free_ char *err = NULL;
+		_cleanup_conf_ struct conf *c = NULL;
+		struct conf_source src = {.path = path, .default_worker_id = ok[i]};
+
+		ck_assert_msg(conf_load(&src, &c, &err) == 0, "%s: %s", ok[i], err);
+		ck_assert_str_eq(c->worker.id, ok[i]);
+	}
 }
 END_TEST
 
@@ -503,7 +522,7 @@ START_TEST(test_file_errors)
 	    {BASE "[worker]\ntags = gpu bad!tag\n",
 	     "%1$s:7: worker.tags: tag 'bad!tag' is not 1..64 bytes of [A-Za-z0-9._:/=-]"},
 	    {BASE "[worker]\nid = has space\n",
-	     "%1$s:7: worker.id: 'has space' is not 1..128 bytes of [A-Za-z0-9._:-]"},
+	     "%1$s:7: worker.id: 'has space' is not 1..128 bytes of [A-Za-z0-9._:@/-]"},
 	    {BASE "[worker]\nspool_dir = var/spool\n",
 	     "%1$s:7: worker.spool_dir: 'var/spool' is not an absolute path"},
 	    {BASE "[worker]\nrun_dir =\n", "%1$s:7: worker.run_dir: must not be empty"},
@@ -1240,6 +1259,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_worker_id_default_given_and_random);
+	tcase_add_test(tc, test_worker_id_protocol_charset);
 	tcase_add_test(tc, test_systemd_directories);
 	tcase_add_test(tc, test_precedence);
 	tcase_add_test(tc, test_dropin_order);

@@ -2,6 +2,7 @@
 #include <cJSON.h>
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,155 @@ START_TEST(test_lease_and_complete)
 }
 END_TEST
 
+/* The v1 vocabulary as docs/protocol.md states it ("Conventions"); lessor
+ * answers the same inputs the same way (check_lessor_http, test_vocabulary). */
+START_TEST(test_vocabulary)
+{
+	char id128[129], id129[130], tag64[65], tag65[66];
+	const struct {
+		bool (*valid)(const char *);
+		const char *s;
+		bool want;
+	} cases[] = {
+	    {proto_valid_worker_id, "lessee-0192f0c8", true},
+	    {proto_valid_worker_id, "host.example.org", true},
+	    {proto_valid_worker_id, "host/slot-3", true}, /* the documented examples */
+	    {proto_valid_worker_id, "ci@host", true},
+	    {proto_valid_worker_id, "ci@host/slot:2", true},
+	    {proto_valid_worker_id, id128, true},
+	    {proto_valid_worker_id, id129, false},
+	    {proto_valid_worker_id, "", false},
+	    {proto_valid_worker_id, "has space", false},
+	    {proto_valid_worker_id, "a?b", false},
+	    {proto_valid_worker_id, "a%2Fb", false},
+	    {proto_valid_worker_id, "h\xc3\xa9te", false},
+	    {proto_valid_id, "r-81", true},
+	    {proto_valid_id, id128, true},
+	    {proto_valid_id, id129, false},
+	    {proto_valid_id, "a/b", false},
+	    {proto_valid_id, "a@b", false},
+	    {proto_valid_tag, "region:eu", true},
+	    {proto_valid_tag, "k=v/w", true},
+	    {proto_valid_tag, tag64, true},
+	    {proto_valid_tag, tag65, false},
+	    {proto_valid_tag, "a@b", false},
+	    {proto_valid_tag, "a*b", false},
+	};
+
+	memset(id128, 'i', 128), id128[128] = '\0';
+	memset(id129, 'i', 129), id129[129] = '\0';
+	memset(tag64, 't', 64), tag64[64] = '\0';
+	memset(tag65, 't', 65), tag65[65] = '\0';
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		ck_assert_msg(cases[i].valid(cases[i].s) == cases[i].want, "case %zu '%.20s': %s", i,
+			      cases[i].s, cases[i].want ? "refused" : "accepted");
+}
+END_TEST
+
+/* A lease token is an identifier (1..128 bytes of [A-Za-z0-9._:-]): the
+ * client sends it back in the Lease-Token header and in every claim's "held",
+ * where lessor refuses anything else with 400 (the whole claim). */
+START_TEST(test_claim_token_is_an_identifier)
+{
+	char long_ok[129], long_bad[130];
+	const struct {
+		const char *token;
+		bool want;
+	} cases[] = {
+	    {"3243071ead0f078340c26b8d3a70e57b", true},
+	    {"tok:1.a_b-c", true},
+	    {long_ok, true},
+	    {long_bad, false},
+	    {"a b", false},
+	    {"a\\r\\nX-Injected: 1", false},
+	    {"a/b", false},
+	    {"eyJhbGciOiJIUzI1NiJ9+/=", false},
+	};
+
+	memset(long_ok, 'k', 128), long_ok[128] = '\0';
+	memset(long_bad, 'k', 129), long_bad[129] = '\0';
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct proto_claim_resp resp;
+		char *err = NULL, *body;
+
+		ck_assert_int_ge(asprintf(&body,
+					  "{\"runs\":[{\"id\":\"r1\",\"workflow\":\"w\",\"attempt\":1,"
+					  "\"lease\":{\"token\":\"%s\",\"ttl_s\":9}}]}",
+					  cases[i].token),
+				 0);
+		ck_assert_int_eq(PARSE(body, &resp, &err), 0);
+		ck_assert_uint_eq(resp.n_runs, 1);
+		ck_assert_msg((resp.runs[0].invalid == NULL) == cases[i].want, "case %zu: %s", i,
+			      cases[i].want ? "refused" : "accepted");
+		/* a run with a token we would not send back is dropped, not rejected */
+		ck_assert_int_eq(resp.runs[0].usable_for_reject, cases[i].want);
+		proto_claim_resp_done(&resp);
+		free(body);
+	}
+}
+END_TEST
+
+/* "error" is at most 4096 bytes of UTF-8: a longer text is cut on a
+ * character boundary, never inside one. */
+START_TEST(test_error_text_cut_on_a_character)
+{
+	char error[4200], *s;
+	struct proto_outcome oc = {.status = PROTO_FAILED, .reason = PROTO_REASON_EXIT,
+				   .has_exit_code = true, .exit_code = 1};
+	cJSON *j;
+	const char *e;
+
+	memset(error, 'a', 4095);
+	strcpy(error + 4095, "\xc3\xa9 and more"); /* U+00E9 across the 4096th byte */
+	oc.error = error;
+	ck_assert_int_eq(proto_complete_body("tok", &oc, &s), 0);
+	j = cJSON_Parse(s);
+	e = cJSON_GetObjectItem(j, "error")->valuestring;
+	ck_assert_uint_eq(strlen(e), 4095);
+	ck_assert_uint_eq(strspn(e, "a"), 4095);
+	cJSON_Delete(j);
+	free(s);
+	/* exactly 4096 bytes that end on a whole character are kept */
+	strcpy(error + 4094, "\xc3\xa9");
+	ck_assert_int_eq(proto_complete_body("tok", &oc, &s), 0);
+	j = cJSON_Parse(s);
+	ck_assert_str_eq(cJSON_GetObjectItem(j, "error")->valuestring, error);
+	cJSON_Delete(j);
+	free(s);
+}
+END_TEST
+
+/* proto/v1.h: every name maps to its enum and back, and nothing else does. */
+#define CHECK_NAMES(name, from, list, n)                                                           \
+	do {                                                                                       \
+		for (int i_ = 0; i_ < (n); i_++) {                                                 \
+			ck_assert_str_eq(name(i_), list[i_]);                                      \
+			ck_assert_int_eq(from(list[i_]), i_);                                      \
+		}                                                                                  \
+		ck_assert_ptr_null(list[n]);                                                       \
+		ck_assert_ptr_null(name(n));                                                       \
+		ck_assert_int_eq(from("bogus"), -EINVAL);                                          \
+		ck_assert_int_eq(from(NULL), -EINVAL);                                             \
+	} while (0)
+
+START_TEST(test_v1_names)
+{
+	CHECK_NAMES(v1_status_name, v1_status_from_name, v1_status_names, _V1_STATUS_N);
+	CHECK_NAMES(v1_reason_name, v1_reason_from_name, v1_reason_names, _V1_REASON_N);
+	CHECK_NAMES(v1_release_reason_name, v1_release_reason_from_name, v1_release_reason_names,
+		    _V1_RELEASE_N);
+	CHECK_NAMES(v1_run_status_name, v1_run_status_from_name, v1_run_status_names,
+		    _V1_RUN_STATUS_N);
+	/* the client's names are these */
+	ck_assert_str_eq(proto_status_name(PROTO_CANCELLED), "cancelled");
+	ck_assert_str_eq(proto_reason_name(PROTO_REASON_SPAWN_ERROR), "spawn_error");
+	ck_assert_str_eq(proto_release_reason_name(PROTO_RELEASE_UNSUPPORTED_WORKFLOW),
+			 "unsupported_workflow");
+	ck_assert_uint_eq(v1_error_text_len(""), 0);
+	ck_assert(v1_valid_signal("SIGRTMIN+3") && !v1_valid_signal("SIG 9"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("proto");
@@ -157,6 +307,10 @@ int main(void)
 	tcase_add_test(tc, test_claim_parse_hostile);
 	tcase_add_test(tc, test_input_cap);
 	tcase_add_test(tc, test_lease_and_complete);
+	tcase_add_test(tc, test_vocabulary);
+	tcase_add_test(tc, test_claim_token_is_an_identifier);
+	tcase_add_test(tc, test_error_text_cut_on_a_character);
+	tcase_add_test(tc, test_v1_names);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -122,12 +122,12 @@ START_TEST(test_existing_cases)
 
 	/* no input: the child gets null; escapes in the small fields are decoded */
 	ck_assert_int_eq(parse("{\"runs\":[{\"\\u0069d\":\"r\\u002d1\",\"workflow\":\"w\","
-	                       "\"attempt\":1,\"lease\":{\"token\":\"t\\u00e9\",\"ttl_s\":9}}]}",
+	                       "\"attempt\":1,\"lease\":{\"token\":\"t\\u002dx\",\"ttl_s\":9}}]}",
 	                       &resp),
 	                 0);
 	ck_assert_ptr_null(resp.runs[0].invalid);
 	ck_assert_str_eq(resp.runs[0].id, "r-1");
-	ck_assert_str_eq(resp.runs[0].token, "t\xc3\xa9");
+	ck_assert_str_eq(resp.runs[0].token, "t-x");
 	ck_assert_str_eq(resp.runs[0].input, "null");
 	ck_assert_int_eq(resp.queue_depth, -1);
 	proto_claim_resp_done(&resp);
