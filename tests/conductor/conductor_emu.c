@@ -1444,6 +1444,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct req *q = *con_cls;
 	enum MHD_Result ret;
+	const char *te;
+	bool chunked;
 
 	if (!q) {
 		q = calloc(1, sizeof(*q));
@@ -1468,13 +1470,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	/* What clients send, for the tests that hold the emulator to the SDK:
+	 * a chunked request body (the JS SDK's), and the answer's route. */
+	te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	chunked = te && strcasestr(te, "chunked");
+	if (chunked) {
+		pthread_mutex_lock(&E.mu);
+		stat_inc("chunked_bodies");
+		pthread_mutex_unlock(&E.mu);
+	}
 	if (q->too_big)
 		ret = reply_error(c, 413, false, "request body too large");
 	else
 		ret = route(c, url, method, q);
 	if (!E.quiet)
-		fprintf(stderr, "conductor_emu: %s %s%s\n", method, url,
-		        ret == MHD_YES ? "" : " (connection dropped)");
+		fprintf(stderr, "conductor_emu: %s %s%s%s\n", method, url,
+		        chunked ? " (chunked)" : "", ret == MHD_YES ? "" : " (connection dropped)");
 	return ret;
 }
 
