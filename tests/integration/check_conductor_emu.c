@@ -762,6 +762,37 @@ START_TEST(test_faults)
 }
 END_TEST
 
+/* The test controls the demo and the benchmark wait on. */
+START_TEST(test_emu_wait_and_counts)
+{
+	struct tu_http_answer a;
+	long st;
+	cJSON *j;
+
+	free(tu_conductor_create(C, "{\"taskType\":\"build\",\"count\":3}"));
+	j = tu_conductor_json(C, "GET",
+	                      "/emu/wait?taskType=build&status=IN_PROGRESS&count=2&timeout_ms=0",
+	                      NULL, &st);
+	ck_assert_int_eq(st, 408);
+	cJSON_Delete(j);
+	cJSON_Delete(poll_ok("build", "w1", 2, 0));
+	j = tu_conductor_json(C, "GET", "/emu/wait?taskType=build&status=IN_PROGRESS&count=2", NULL,
+	                      &st);
+	ck_assert_int_eq(st, 200);
+	ck_assert_int_eq(jnum(j, "count"), 2);
+	cJSON_Delete(j);
+	j = tu_conductor_json(C, "GET", "/emu/wait?stat=poll&count=1", NULL, &st);
+	ck_assert_int_eq(st, 200);
+	cJSON_Delete(j);
+	ck_assert_int_eq(tu_conductor_http(C, "GET", "/emu/counts", NULL, NULL, false, &a), 0);
+	ck_assert_int_eq(a.status, 200);
+	ck_assert_ptr_nonnull(strstr(a.body, "SCHEDULED 1\n"));
+	ck_assert_ptr_nonnull(strstr(a.body, "IN_PROGRESS 2\n"));
+	ck_assert_ptr_nonnull(strstr(a.body, "workflow_RUNNING 3\n"));
+	tu_http_answer_done(&a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("conductor_emu");
@@ -787,6 +818,7 @@ int main(void)
 	tcase_add_test(t, test_get_task_and_unknown_routes);
 	tcase_add_test(t, test_auth);
 	tcase_add_test(t, test_faults);
+	tcase_add_test(t, test_emu_wait_and_counts);
 	suite_add_tcase(s, t);
 	return tu_run(s);
 }
