@@ -4,6 +4,7 @@
 #   make deps            install the missing Debian build packages (root; else prints the command)
 #   make check           build and run the whole test suite under both loop backends
 #   make demo            lessor + lessee working real runs on a temporary database
+#                        (PROTOCOL=conductor: lessee against the Conductor emulator)
 #   make bench           build the benchmarks (run them from build/*/bench/)
 #   make chaos           lessor + three lessees + thousands of runs under faults (10-20 min)
 #   make chaos-short     the same, small (a few minutes; .ci/run runs it)
@@ -182,6 +183,13 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 
 check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
 
+# The Conductor emulator links only what lessee does (libmicrohttpd, cJSON),
+# so `make demo PROTOCOL=conductor` needs no test package.
+CONDUCTOR_EMU := $(BUILD)/tests/conductor/conductor_emu
+$(CONDUCTOR_EMU): $(BUILD)/tests/conductor/conductor_emu.o $(LIBLESSEE)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+
 # The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
 $(BUILD)/tests/unit/check_fuzz_regress: $(BUILD)/tests/unit/check_fuzz_regress.o \
 		$(call obj,$(FUZZ_SRC)) $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
@@ -247,10 +255,13 @@ check-deb:
 	@grep -E '^(lintian|deb):|^[EWIN]: ' $(abspath $(BUILD))/deb.log | grep -v '^N: ' || true
 	@BUILD=$(BUILD) DEB=$(DEB) tests/systemd/run.sh
 
+# PROTOCOL=conductor: the same tour against the Conductor emulator
+# (scripts/demo_conductor.sh, docs/conductor.md).
+PROTOCOL ?= native
 demo:
 	@scripts/deps.sh build
-	@$(MAKE) --no-print-directory build
-	@BUILD=$(BUILD) scripts/demo.sh
+	@$(MAKE) --no-print-directory build $(if $(filter conductor,$(PROTOCOL)),$(CONDUCTOR_EMU))
+	@BUILD=$(BUILD) PROTOCOL=$(PROTOCOL) scripts/demo.sh
 
 bench:
 	@scripts/deps.sh test

@@ -20,9 +20,9 @@
  *        retryCount? (3), retryDelaySeconds? (60), domain?, count? (1)}
  *        schedules `count` tasks, each in a workflow of its own; answers
  *        {taskId, workflowInstanceId, taskIds: [...]}
- *   GET  /emu/tasks[?taskType=T]   every task, with what the emulator saw
+ *   GET  /emu/tasks[?taskType=T][&format=text]   every task, with what the emulator saw
  *        (status, workerId, pollCount, updates, extendLeases, logs, ...)
- *   GET  /emu/tasks/{taskId}       one of them
+ *   GET  /emu/tasks/{taskId}[?format=text]   one of them
  *   POST /emu/tasks/{taskId}/cancel  terminate its workflow: every
  *        non-terminal task of it becomes CANCELED
  *   GET  /emu/wait?timeout_ms=N&(taskId=ID|workflowInstanceId=ID)&status=S,
@@ -1233,17 +1233,94 @@ static enum MHD_Result h_emu_create(struct MHD_Connection *c, const struct req *
 	return reply_json(c, 200, o);
 }
 
+static bool fmt_text(struct MHD_Connection *c)
+{
+	const char *f = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "format");
+
+	return f && strcmp(f, "text") == 0;
+}
+
+/* One line per task, for shell scripts: id type status retryCount workerId
+ * pollCount reason (cut at 80 bytes). */
+static enum MHD_Result emu_list_text(struct MHD_Connection *c, const char *type)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return reply(c, 500, NULL, NULL);
+	pthread_mutex_lock(&E.mu);
+	for (size_t i = 0; i < E.n_tasks; i++) {
+		const struct task *t = E.tasks[i];
+
+		if (type && strcmp(type, t->type) != 0)
+			continue;
+		fprintf(f, "%s %-10s %-26s retry=%d worker=%s polls=%d %.80s\n", t->id, t->type,
+		        status_info[t->status].name, t->retry_count, t->worker ? t->worker : "-",
+		        t->poll_count, t->reason ? t->reason : "");
+	}
+	pthread_mutex_unlock(&E.mu);
+	fclose(f);
+	return reply(c, 200, "text/plain;charset=UTF-8", text);
+}
+
 static enum MHD_Result h_emu_list(struct MHD_Connection *c)
 {
 	const char *type = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "taskType");
-	cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tasks");
+	cJSON *o, *a;
 
+	if (fmt_text(c))
+		return emu_list_text(c, type);
+	o = cJSON_CreateObject();
+	a = cJSON_AddArrayToObject(o, "tasks");
 	pthread_mutex_lock(&E.mu);
 	for (size_t i = 0; i < E.n_tasks; i++)
 		if (!type || strcmp(type, E.tasks[i]->type) == 0)
 			cJSON_AddItemToArray(a, emu_task_json(E.tasks[i]));
 	pthread_mutex_unlock(&E.mu);
 	return reply_json(c, 200, o);
+}
+
+/* A task's view as "key value" lines, then "log: LINE" per log entry, for
+ * shell scripts (make demo).  Takes j. */
+static char *emu_task_text(cJSON *j)
+{
+	static const char *const keys[] = {
+	    "taskId",   "taskType",  "status",  "workflowStatus", "retryCount",
+	    "workerId", "pollCount", "updates", "extendLeases",   "reasonForIncompletion"};
+	const cJSON *l;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f) {
+		cJSON_Delete(j);
+		return NULL;
+	}
+	for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+
+		if (cJSON_IsString(v))
+			fprintf(f, "%s %s\n", keys[i], v->valuestring);
+		else if (cJSON_IsNumber(v))
+			fprintf(f, "%s %.0f\n", keys[i], v->valuedouble);
+	}
+	{
+		_cleanup_free_ char *out =
+		    cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "outputData"));
+
+		fprintf(f, "outputData %s\n", out ? out : "null");
+	}
+	cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(j, "logs"))
+	{
+		const cJSON *s = cJSON_GetObjectItemCaseSensitive(l, "log");
+
+		fprintf(f, "log: %s\n", cJSON_IsString(s) ? s->valuestring : "");
+	}
+	fclose(f);
+	cJSON_Delete(j);
+	return text;
 }
 
 static enum MHD_Result h_emu_task(struct MHD_Connection *c, const char *id, bool cancel)
@@ -1266,6 +1343,8 @@ static enum MHD_Result h_emu_task(struct MHD_Connection *c, const char *id, bool
 		cJSON_Delete(j);
 		return reply_error(c, 409, false, "emu: the workflow of %s has already ended", id);
 	}
+	if (!cancel && fmt_text(c))
+		return reply(c, 200, "text/plain;charset=UTF-8", emu_task_text(j));
 	return reply_json(c, 200, j);
 }
 
