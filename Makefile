@@ -12,7 +12,8 @@
 #   make uninstall       the same variables: removes what install put, but the configuration
 #   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
-#   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg (npm)
+#   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg, the
+#                        Conductor JS SDK for bench/conductor_peers (npm)
 #   make WERROR=1 SANITIZE=address,undefined check
 #   make fuzz            every libFuzzer harness (fuzz/*.c, clang, ASan+UBSan) for
 #                        FUZZ_TIME seconds each (default 60); make fuzz-short: 10 s
@@ -265,13 +266,18 @@ demo:
 
 bench:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory build $(BENCHES)
+	@$(MAKE) --no-print-directory build $(BENCHES) $(CONDUCTOR_EMU)
 
-# graphile-worker and pg-boss beside lessor in bench/lessor_pg (needs node >= 20 and npm)
+# graphile-worker and pg-boss beside lessor in bench/lessor_pg, and the official
+# Conductor worker beside lessee in bench/conductor_peers (needs node >= 20 and npm)
 bench-compare: bench
 	@mkdir -p $(BUILD)/bench/compare
 	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
 	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
+	@mkdir -p $(BUILD)/bench/conductor-sdk
+	@cp tests/conductor/sdk/package.json tests/conductor/sdk/package-lock.json \
+		tests/conductor/sdk/.npmrc tests/conductor/sdk/worker.mjs $(BUILD)/bench/conductor-sdk/
+	@cd $(BUILD)/bench/conductor-sdk && npm ci --no-audit --no-fund --silent
 
 # Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
 # man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.
