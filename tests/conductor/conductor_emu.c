@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
@@ -922,6 +923,24 @@ static unsigned update(const struct req *q, struct task **ret_task, char **ret_i
 	return 200;
 }
 
+/* A @RequestBody read by Jackson takes application/json and application/...+json
+ * only; anything else (or none: application/octet-stream) is Spring's
+ * HttpMediaTypeNotSupportedException, which ApplicationExceptionMapper does not
+ * list: 500. */
+static cJSON *json_body_refused(struct MHD_Connection *c)
+{
+	const char *ct =
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+	size_t n = ct ? strcspn(ct, "; \t") : 0;
+
+	if (ct && ((n == 16 && strncasecmp(ct, "application/json", 16) == 0) ||
+	           (n > 17 && strncasecmp(ct, "application/", 12) == 0 &&
+	            strncasecmp(ct + n - 5, "+json", 5) == 0)))
+		return NULL;
+	return error_json(500, false, "Content-Type '%.*s' is not supported",
+	                  ct ? (int)MIN(n, 100) : 24, ct ? ct : "application/octet-stream");
+}
+
 /* POST /api/tasks: 200 text/plain with the task id (TaskResource.updateTask). */
 static enum MHD_Result h_update(struct MHD_Connection *c, const struct req *q)
 {
@@ -930,6 +949,8 @@ static enum MHD_Result h_update(struct MHD_Connection *c, const struct req *q)
 	char *id = NULL;
 	unsigned status;
 
+	if ((err = json_body_refused(c)))
+		return reply_json(c, 500, err);
 	pthread_mutex_lock(&E.mu);
 	stat_inc("update");
 	status = update(q, &t, &id, &err);
@@ -949,6 +970,8 @@ static enum MHD_Result h_update_v2(struct MHD_Connection *c, const struct req *q
 	_cleanup_free_ char *id = NULL;
 	unsigned status;
 
+	if ((err = json_body_refused(c)))
+		return reply_json(c, 500, err);
 	pthread_mutex_lock(&E.mu);
 	stat_inc("update_v2");
 	status = update(q, &t, &id, &err);

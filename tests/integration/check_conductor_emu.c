@@ -352,6 +352,22 @@ START_TEST(test_update_refusals)
 	a = post("/api/tasks", "{not json", false);
 	ck_assert_int_eq(a.status, 500);
 	tu_http_answer_done(&a);
+	/* the body must be declared JSON (Spring: 415, mapped to 500) */
+	bad = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
+	          wf);
+	{
+		static const char *const text[] = {"Content-Type: text/plain", NULL};
+
+		ck_assert_int_eq(tu_conductor_http(C, "POST", "/api/tasks", text, bad, false, &a),
+		                 0);
+		ck_assert_int_eq(a.status, 500);
+		tu_http_answer_done(&a);
+		ck_assert_int_eq(
+		    tu_conductor_http(C, "POST", "/api/tasks/update-v2", text, bad, false, &a), 0);
+		ck_assert_int_eq(a.status, 500);
+		tu_http_answer_done(&a);
+	}
+	free(bad);
 	/* unknown task: 404 NotFoundException */
 	bad =
 	    fmt("{\"taskId\":\"nope\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", wf);
