@@ -346,6 +346,7 @@ int main(int argc, char **argv)
 	};
 	struct figures med[ELEMENTSOF(peers)] = {{0}};
 	const char *given_sdk = NULL;
+	double load[1];
 	_cleanup_(strv_freep) char **cmd_argv = NULL;
 	int o;
 
@@ -378,9 +379,11 @@ int main(int argc, char **argv)
 		cmd_argv = NULL;
 	peers[0].missing = sdk_missing(argv[0], given_sdk);
 	peers[1].missing = lessee_missing();
+	if (getloadavg(load, 1) < 1)
+		load[0] = -1;
 	printf("conductor_peers: `%s` per task, %u tasks x %u rounds, concurrency %u, medians; "
-	       "%ld cores\n",
-	       command, n_runs, n_rounds, width, sysconf(_SC_NPROCESSORS_ONLN));
+	       "%ld cores, load average %.1f at the start\n",
+	       command, n_runs, n_rounds, width, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
 	printf("  %-10s %10s %12s %12s   %s\n", "worker", "runs/s", "cpu us/run", "peak RSS",
 	       "ratios to the node sdk");
 	for (size_t i = 0; i < ELEMENTSOF(peers); i++) {
