@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include "lessor/store-int.h"
 
@@ -25,6 +26,8 @@ struct lessor_sqlite {
 	size_t n_stmts;
 	struct lessor_store_config cfg;
 	int lock_fd;
+	/* counters (lessor_store_counters) */
+	atomic_uint_fast64_t commits, writes, waiting;
 };
 
 /* Maps a SQLite result to -errno, logging SQLite's own message (it exists only here). */

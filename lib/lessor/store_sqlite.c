@@ -215,7 +215,14 @@ int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
 {
 	int r;
 
+	if (write)
+		atomic_fetch_add(&s->waiting, 1);
 	pthread_mutex_lock(&s->lock);
+	if (write) {
+		atomic_fetch_sub(&s->waiting, 1);
+		atomic_fetch_add(&s->writes, 1);
+		atomic_fetch_add(&s->commits, 1);
+	}
 	r = lessor_db_query(s, NULL, write ? SQL_BEGIN_IMMEDIATE : SQL_BEGIN, "");
 	if (r >= 0) {
 		r = fn(s, userdata);
@@ -345,6 +352,15 @@ static int lock_database(lessor_sqlite *s, const char *path)
 
 static void sqlite_free(void *be);
 
+static void sqlite_counters(void *be, struct lessor_store_counters *ret)
+{
+	lessor_sqlite *s = be;
+
+	*ret = (struct lessor_store_counters){.commits = atomic_load(&s->commits),
+	                                      .writes = atomic_load(&s->writes),
+	                                      .waiting = atomic_load(&s->waiting)};
+}
+
 static int sqlite_open(const char *path, const struct lessor_store_config *cfg, void **ret)
 {
 	lessor_sqlite *s = calloc(1, sizeof(*s));
@@ -395,6 +411,7 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .name = "sqlite",
     .open = sqlite_open,
     .free = sqlite_free,
+    .counters = sqlite_counters,
     .recover = lessor_sqlite_recover,
     .enqueue = lessor_sqlite_enqueue,
     .claim = lessor_sqlite_claim,
