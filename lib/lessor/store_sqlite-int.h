@@ -30,7 +30,6 @@ struct lessor_sqlite {
 	/* group commit: writes queued for the next transaction, and whether a
 	 * thread (the leader) is running one; under gc_lock */
 	pthread_mutex_t gc_lock;
-	pthread_cond_t gc_done;
 	struct lessor_db_write *gc_queue, **gc_tail;
 	bool gc_leading;
 	/* counters (lessor_store_counters) */

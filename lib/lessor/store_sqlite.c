@@ -260,7 +260,9 @@ struct lessor_db_write {
 	lessor_db_fn fn;
 	void *userdata;
 	int r;
-	bool done;
+	bool done;         /* r is final: the writer may return */
+	bool lead;         /* the writer is to lead the next transaction */
+	pthread_cond_t cv; /* the writer's own wake-up: no herd on a shared one */
 	struct lessor_db_write *next;
 };
 
@@ -363,30 +365,39 @@ static void lead(lessor_sqlite *s)
 	pthread_mutex_unlock(&s->gc_lock);
 	run_batch(s, batch);
 	pthread_mutex_lock(&s->gc_lock);
-	/* a writer marked done may return at once: its entry is on its stack */
+	/* a writer cannot return before we let go of gc_lock: its entry (on its
+	 * stack) stays valid until then */
 	for (struct lessor_db_write *w = batch; w; w = next) {
 		next = w->next;
 		w->done = true;
+		pthread_cond_signal(&w->cv);
 	}
-	s->gc_leading = false;
-	pthread_cond_broadcast(&s->gc_done);
+	/* the writes queued meanwhile: their first writer leads the next group */
+	s->gc_leading = s->gc_queue != NULL;
+	if (s->gc_queue) {
+		s->gc_queue->lead = true;
+		pthread_cond_signal(&s->gc_queue->cv);
+	}
 }
 
 static int write_grouped(lessor_sqlite *s, lessor_db_fn fn, void *userdata)
 {
 	struct lessor_db_write w = {.fn = fn, .userdata = userdata};
 
+	pthread_cond_init(&w.cv, NULL);
 	pthread_mutex_lock(&s->gc_lock);
 	*s->gc_tail = &w;
 	s->gc_tail = &w.next;
 	atomic_fetch_add(&s->waiting, 1);
 	while (!w.done) {
-		if (!s->gc_leading)
+		if (!s->gc_leading || w.lead) {
+			w.lead = false;
 			lead(s);
-		else
-			pthread_cond_wait(&s->gc_done, &s->gc_lock);
+		} else
+			pthread_cond_wait(&w.cv, &s->gc_lock);
 	}
 	pthread_mutex_unlock(&s->gc_lock);
+	pthread_cond_destroy(&w.cv);
 	return w.r;
 }
 
@@ -527,7 +538,6 @@ static int sqlite_open(const char *path, const struct lessor_store_config *cfg, 
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->gc_lock, NULL);
-	pthread_cond_init(&s->gc_done, NULL);
 	s->gc_tail = &s->gc_queue;
 	r = lock_database(s, path);
 	if (r < 0)
@@ -563,7 +573,6 @@ static void sqlite_free(void *be)
 	safe_close(s->lock_fd);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->gc_lock);
-	pthread_cond_destroy(&s->gc_done);
 	free(s);
 }
 
