@@ -458,7 +458,19 @@ int lessor_cli_stats(const struct lessor_cli *o)
 		return 1;
 	if (o->json)
 		return print_json(o, j);
-	cJSON_ArrayForEach(v, j) fprintf(o->out, "%-16s %ld\n", v->string, (long)v->valuedouble);
+	cJSON_ArrayForEach(v, j)
+	{
+		const cJSON *k;
+
+		if (!cJSON_IsObject(v)) {
+			fprintf(o->out, "%-16s %ld\n", v->string, (long)v->valuedouble);
+			continue;
+		}
+		/* "store": {"commits": ...} as store.commits */
+		cJSON_ArrayForEach(k, v)
+		    fprintf(o->out, "%s.%-*s %ld\n", v->string,
+		            (int)MAX(0, 15 - (int)strlen(v->string)), k->string, (long)k->valuedouble);
+	}
 	return 0;
 }
 
