@@ -1,12 +1,15 @@
 /* lessor with group commit: no answer precedes its commit.  16 clients
  * claim and complete runs concurrently against `lessor serve --synchronous
- * full` (group commit on, the default), so writes share transactions; lessor
- * is killed with SIGKILL while requests are still in flight, restarted on the
- * same database, and every write that was answered must be there: each
- * acknowledged completion's run has finished, each acknowledged grant not
- * completed is still held by its token.  (kill -9 keeps the page cache, so
- * this proves the answer follows the commit, not the fsync; the fsync is
- * SQLite's synchronous=FULL, unchanged.) */
+ * full` (group commit on, the default), so writes share transactions; once
+ * KILL_AFTER completions were answered the clients stop sending, and as soon
+ * as the last answer is in lessor is killed with SIGKILL (nothing else it
+ * would commit may come in between: the reaper ticks every 5 s here),
+ * restarted on the same database, and every write that was answered must be
+ * there: each acknowledged completion's run has finished, each acknowledged
+ * grant not completed is still held by its token.  A lessor that answered a
+ * group before its COMMIT (and committed it with the next group) fails this
+ * (tried).  kill -9 keeps the page cache, so this proves the answer follows
+ * the commit, not the fsync; the fsync is SQLite's synchronous=FULL. */
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,6 +42,7 @@ struct client {
 
 static struct client clients[N_CLIENTS];
 static unsigned completed; /* answered completions, all clients */
+static bool stop;          /* KILL_AFTER reached: no new claims */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 
@@ -46,11 +50,22 @@ static void note(bool done)
 {
 	pthread_mutex_lock(&lock);
 	completed += done;
+	stop = completed >= KILL_AFTER;
 	pthread_cond_broadcast(&progress);
 	pthread_mutex_unlock(&lock);
 }
 
 /* until KILL_AFTER completions were answered (or every client stopped) */
+static bool stopping(void)
+{
+	bool v;
+
+	pthread_mutex_lock(&lock);
+	v = stop;
+	pthread_mutex_unlock(&lock);
+	return v;
+}
+
 static void wait_completions(usec_t timeout)
 {
 	struct timespec ts;
@@ -98,13 +113,13 @@ static bool complete(lessor_client *c, struct ack *a)
 	return lessor_client_json(c, "POST", path, body, &status, NULL) == 0 && status == 200;
 }
 
-/* Claims and completes until lessor is gone (or the queue is empty). */
+/* Claims and completes until told to stop (or the queue is empty). */
 static void *client_main(void *p)
 {
 	struct client *w = p;
 	lessor_client *c = tu_lessor_client(w->l);
 
-	for (unsigned seq = 0; c && w->n_acks < N_RUNS; seq++) {
+	for (unsigned seq = 0; c && w->n_acks < N_RUNS && !stopping(); seq++) {
 		struct ack *a = &w->acks[w->n_acks];
 
 		if (!grant(c, w, seq, a))
@@ -166,7 +181,10 @@ START_TEST(test_every_answered_write_survives_kill_9)
 	pthread_t t[N_CLIENTS];
 	unsigned n_completed = 0, n_held = 0;
 
-	ck_assert_int_eq(tu_lessor_start(NULL, &l), 0); /* --synchronous full, group commit */
+	static char *const args[] = {"--tick", "5s", NULL};
+
+	/* --synchronous full, group commit */
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &l), 0);
 	for (unsigned i = 0; i < N_RUNS; i++) {
 		_cleanup_free_ char *id = tu_lessor_enqueue(l, "{\"workflow\":\"w\"}");
 
@@ -176,11 +194,11 @@ START_TEST(test_every_answered_write_survives_kill_9)
 		clients[i] = (struct client){.l = l, .index = i};
 		ck_assert_int_eq(pthread_create(&t[i], NULL, client_main, &clients[i]), 0);
 	}
-	/* kill while the clients are in the middle of it */
+	/* the moment the last answer is in */
 	wait_completions(tu_timeout(60 * USEC_PER_SEC));
-	ck_assert_int_eq(tu_lessor_kill(l), 128 + SIGKILL);
 	for (unsigned i = 0; i < N_CLIENTS; i++)
 		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	ck_assert_int_eq(tu_lessor_kill(l), 128 + SIGKILL);
 	ck_assert_int_eq(tu_lessor_restart(l), 0);
 	check_after_restart(l, &n_completed, &n_held);
 	ck_assert_uint_ge(n_completed, KILL_AFTER);
