@@ -175,6 +175,25 @@ static void check_after_restart(struct tu_lessor *l, unsigned *ret_completed, un
 		}
 }
 
+/* /v1/stats counts them: every answered claim and completion is a write,
+ * and a commit holds one write or more. */
+static void check_counters(struct tu_lessor *l)
+{
+	cJSON *stats = NULL, *so;
+	long status = 0;
+	double commits, writes;
+
+	ck_assert_int_eq(tu_lessor_json(l, "GET", "/v1/stats", NULL, &status, &stats), 0);
+	ck_assert_int_eq(status, 200);
+	so = cJSON_GetObjectItem(stats, "store");
+	commits = cJSON_GetNumberValue(cJSON_GetObjectItem(so, "commits"));
+	writes = cJSON_GetNumberValue(cJSON_GetObjectItem(so, "writes"));
+	ck_assert(writes >= N_RUNS + 2 * KILL_AFTER); /* the enqueues, claims, completions */
+	ck_assert(commits >= 1 && commits <= writes);
+	ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(so, "writes_waiting")));
+	cJSON_Delete(stats);
+}
+
 START_TEST(test_every_answered_write_survives_kill_9)
 {
 	struct tu_lessor *l = NULL;
@@ -198,6 +217,7 @@ START_TEST(test_every_answered_write_survives_kill_9)
 	wait_completions(tu_timeout(60 * USEC_PER_SEC));
 	for (unsigned i = 0; i < N_CLIENTS; i++)
 		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	check_counters(l);
 	ck_assert_int_eq(tu_lessor_kill(l), 128 + SIGKILL);
 	ck_assert_int_eq(tu_lessor_restart(l), 0);
 	check_after_restart(l, &n_completed, &n_held);
