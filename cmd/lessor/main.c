@@ -81,6 +81,8 @@ static const char serve_usage[] =
     "  --max-body-bytes SIZE     request body cap (default 4M)\n"
     "  --synchronous full|normal full: every answered write survives power loss (default);\n"
     "                            normal: it survives a crash of lessor, not of the machine\n"
+    "  --group-commit yes|no     yes: writes that arrive together share one transaction\n"
+    "                            and one fsync (default); no: one each (SQLite)\n"
     "  --threads N               HTTP threads (default 4)\n"
     "  --retry-base DURATION     first retry delay of a retryable failure (default 5s)\n"
     "  --retry-max DURATION      retry delay cap (default 5min)\n"
@@ -209,6 +211,7 @@ enum {
 	OPT_MAX_BODY,
 	OPT_SYNC,
 	OPT_THREADS,
+	OPT_GROUP_COMMIT,
 	OPT_RETRY_BASE,
 	OPT_RETRY_MAX,
 	OPT_MAX_EXPIRIES,
@@ -332,6 +335,11 @@ static int serve_option(struct serve_opts *o, int c, const char *arg)
 			return usage_error("--synchronous must be full or normal, not '%s'", arg);
 		o->cfg.sync_full = streq(arg, "full");
 		return 0;
+	case OPT_GROUP_COMMIT:
+		if (!streq(arg, "yes") && !streq(arg, "no"))
+			return usage_error("--group-commit must be yes or no, not '%s'", arg);
+		o->cfg.no_group_commit = streq(arg, "no");
+		return 0;
 	case OPT_THREADS:
 		if (parse_uint(arg, 1, 64, &n) < 0)
 			return usage_error("bad --threads '%s' (1..64)", arg);
@@ -388,6 +396,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
 	    {"max-body-bytes", required_argument, NULL, OPT_MAX_BODY},
 	    {"synchronous", required_argument, NULL, OPT_SYNC},
 	    {"threads", required_argument, NULL, OPT_THREADS},
+	    {"group-commit", required_argument, NULL, OPT_GROUP_COMMIT},
 	    {"retry-base", required_argument, NULL, OPT_RETRY_BASE},
 	    {"retry-max", required_argument, NULL, OPT_RETRY_MAX},
 	    {"max-lease-expiries", required_argument, NULL, OPT_MAX_EXPIRIES},

@@ -150,13 +150,22 @@ int lessor_h_log_read(lessor_call *c)
 
 int lessor_h_stats(lessor_call *c)
 {
-	cJSON *o = NULL;
+	struct lessor_store_counters k;
+	cJSON *o = NULL, *so;
 	int r = lessor_store_stats_json(c->api->store, &o);
 
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	cJSON_AddNumberToObject(o, "parked_requests",
 	                        (double)lessor_waiters_count(c->api->waiters));
+	/* how the writes were committed: writes / commits is the mean group size */
+	lessor_store_counters(c->api->store, &k);
+	so = cJSON_AddObjectToObject(o, "store");
+	if (so) {
+		cJSON_AddNumberToObject(so, "commits", (double)k.commits);
+		cJSON_AddNumberToObject(so, "writes", (double)k.writes);
+		cJSON_AddNumberToObject(so, "writes_waiting", (double)k.waiting);
+	}
 	return lessor_reply_json(c, 200, o);
 }
 

@@ -449,6 +449,20 @@ int lessor_cli_log(const struct lessor_cli *o, const char *id)
 	return 0;
 }
 
+/* A number as "name value"; an object's members as "name.member value". */
+static void print_stat(const struct lessor_cli *o, const char *prefix, const cJSON *v)
+{
+	char name[64];
+	const cJSON *k;
+
+	snprintf(name, sizeof(name), "%s%s%s", prefix ? prefix : "", prefix ? "." : "", v->string);
+	if (!cJSON_IsObject(v)) {
+		fprintf(o->out, "%-16s %ld\n", name, (long)v->valuedouble);
+		return;
+	}
+	cJSON_ArrayForEach(k, v) print_stat(o, name, k);
+}
+
 int lessor_cli_stats(const struct lessor_cli *o)
 {
 	_cleanup_(cJSON_Deletep) cJSON *j = call_json(o, "GET", "/v1/stats", NULL);
@@ -458,7 +472,7 @@ int lessor_cli_stats(const struct lessor_cli *o)
 		return 1;
 	if (o->json)
 		return print_json(o, j);
-	cJSON_ArrayForEach(v, j) fprintf(o->out, "%-16s %ld\n", v->string, (long)v->valuedouble);
+	cJSON_ArrayForEach(v, j) print_stat(o, NULL, v);
 	return 0;
 }
 

@@ -307,6 +307,7 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 {
 	struct lessor_store_config sc = {
 	    .sync_full = cfg->sync_full,
+	    .no_group_commit = cfg->no_group_commit,
 	    .max_lease_expiries = cfg->max_lease_expiries,
 	    .retry_base_ms = (int64_t)(cfg->retry_base / USEC_PER_MSEC),
 	    .retry_max_ms = (int64_t)(cfg->retry_max / USEC_PER_MSEC),

@@ -18,9 +18,10 @@ struct lessor_server_config {
 	lessor_tokens *tokens; /* taken, also when start fails; NULL = no authentication */
 	size_t max_body;       /* request body cap */
 	uint64_t max_log_bytes;
-	bool sync_full;    /* synchronous=FULL (else NORMAL) */
-	unsigned threads;  /* HTTP polling threads */
-	usec_t retry_base; /* first retry delay, doubling */
+	bool sync_full;       /* synchronous=FULL (else NORMAL) */
+	bool no_group_commit; /* SQLite: one transaction per write (to measure against) */
+	unsigned threads;     /* HTTP polling threads */
+	usec_t retry_base;    /* first retry delay, doubling */
 	usec_t retry_max;
 	unsigned max_lease_expiries;
 	bool enable_faults;

@@ -22,6 +22,7 @@ struct lessor_store_backend {
 	 * the backend has a single server per database. */
 	void (*set_notify)(void *be, lessor_store_notify_fn fn, void *userdata);
 
+	void (*counters)(void *be, struct lessor_store_counters *ret);
 	int (*recover)(void *be, int64_t now);
 	int (*enqueue)(void *be, const struct lessor_enqueue *e, int64_t now,
 	               char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created);

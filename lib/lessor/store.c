@@ -76,6 +76,11 @@ void lessor_store_set_notify(lessor_store *s, lessor_store_notify_fn fn, void *u
 		s->be->set_notify(s->impl, fn, userdata);
 }
 
+void lessor_store_counters(lessor_store *s, struct lessor_store_counters *ret)
+{
+	s->be->counters(s->impl, ret);
+}
+
 int lessor_store_recover(lessor_store *s, int64_t now)
 {
 	return s->be->recover(s->impl, now);

@@ -2,10 +2,13 @@
  * backend table (store-int.h) with two backends:
  *
  *   SQLite (a file path): one database (WAL), one server per database (an
- *   flock refuses a second).  Every state transition is one IMMEDIATE
- *   transaction, so a caller that got 0 back knows the change is committed
- *   (and, with synchronous=FULL, on disk).  Calls are serialised on one
- *   connection by an internal mutex; any thread may call.
+ *   flock refuses a second).  Every state transition runs in an IMMEDIATE
+ *   transaction, and a caller that got its answer back knows the change is
+ *   committed (and, with synchronous=FULL, on disk).  Group commit: the
+ *   transitions that arrive while a commit is under way share the next
+ *   transaction (and its one fsync), each in its own savepoint, so one that
+ *   fails leaves the others alone; a failed commit fails all of them.
+ *   Calls are serialised on one connection; any thread may call.
  *
  *   PostgreSQL (a libpq URI "postgresql://..." or a keyword/value conninfo
  *   "host=... dbname=..."): any number of lessor instances on one database,
@@ -38,6 +41,8 @@ struct lessor_store_config {
 	uint64_t max_log_bytes;      /* per-run log cap */
 	unsigned connections;        /* PostgreSQL: pool size (0 = 4) */
 	bool caller_clock;           /* PostgreSQL: use `now` instead of the database's clock */
+	bool no_group_commit;        /* SQLite: one transaction per write (the old way, to
+	                              * measure against) instead of group commit */
 };
 
 #define LESSOR_SCHEMA_VERSION 1
@@ -62,6 +67,18 @@ const char *lessor_store_backend_name(const lessor_store *s); /* "sqlite" | "pos
  * Never called by SQLite. */
 typedef void (*lessor_store_notify_fn)(void *userdata, const char *workflow);
 void lessor_store_set_notify(lessor_store *s, lessor_store_notify_fn fn, void *userdata);
+
+/* How the store commits, for /v1/stats and the tests: commits is the number
+ * of write transactions committed (or tried), writes the number of state
+ * transitions they held (writes / commits is the mean group size), waiting
+ * the writes queued now for the next transaction.  PostgreSQL commits each
+ * write on its own (its server groups the WAL flushes): commits == writes. */
+struct lessor_store_counters {
+	uint64_t commits;
+	uint64_t writes;
+	uint64_t waiting;
+};
+void lessor_store_counters(lessor_store *s, struct lessor_store_counters *ret);
 
 /* After a restart: give every held lease its full ttl from `now`, so a server
  * outage longer than a ttl does not expire leases nobody could renew.

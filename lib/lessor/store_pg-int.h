@@ -4,6 +4,7 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,8 +49,9 @@ struct lessor_pg {
 	void *notify_userdata;
 	pthread_mutex_t notify_lock;
 
-	int64_t last_tick;     /* database clock at the previous tick */
-	int64_t last_backstop; /* database clock of the previous backstop check */
+	int64_t last_tick;            /* database clock at the previous tick */
+	int64_t last_backstop;        /* database clock of the previous backstop check */
+	atomic_uint_fast64_t commits; /* write transactions committed (or tried) */
 };
 
 /* The clock parameter of every statement: NULL (the database's now()) or

@@ -428,6 +428,8 @@ static int run_once(lessor_pg *s, struct pg_conn *c, bool tx, bool read_only, pg
 		if (r >= 0) {
 			int k = exec_plain(c, "COMMIT");
 
+			if (!read_only)
+				atomic_fetch_add(&s->commits, 1);
 			if (k < 0)
 				r = k;
 		}
@@ -743,10 +745,21 @@ static void pg_free(void *be)
 	free(s);
 }
 
+static void pg_counters(void *be, struct lessor_store_counters *ret)
+{
+	lessor_pg *s = be;
+	uint64_t n = atomic_load(&s->commits);
+
+	/* one transaction per write: the server groups concurrent commits' WAL
+	 * flushes itself (commit_delay, commit_siblings) */
+	*ret = (struct lessor_store_counters){.commits = n, .writes = n};
+}
+
 const struct lessor_store_backend lessor_store_backend_pg = {
     .name = "postgresql",
     .open = pg_open,
     .free = pg_free,
+    .counters = pg_counters,
     .set_notify = pg_set_notify,
     .recover = lessor_pg_recover,
     .enqueue = lessor_pg_enqueue,

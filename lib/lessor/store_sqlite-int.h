@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include "lessor/store-int.h"
 
@@ -17,6 +18,7 @@ struct lessor_db_stmt {
 };
 
 typedef struct lessor_sqlite lessor_sqlite;
+struct lessor_db_write; /* a write queued for group commit (store_sqlite.c) */
 
 struct lessor_sqlite {
 	sqlite3 *db;
@@ -25,6 +27,13 @@ struct lessor_sqlite {
 	size_t n_stmts;
 	struct lessor_store_config cfg;
 	int lock_fd;
+	/* group commit: writes queued for the next transaction, and whether a
+	 * thread (the leader) is running one; under gc_lock */
+	pthread_mutex_t gc_lock;
+	struct lessor_db_write *gc_queue, **gc_tail;
+	bool gc_leading;
+	/* counters (lessor_store_counters) */
+	atomic_uint_fast64_t commits, writes, waiting;
 };
 
 /* Maps a SQLite result to -errno, logging SQLite's own message (it exists only here). */
@@ -39,7 +48,11 @@ int lessor_db_query(lessor_sqlite *s, sqlite3_stmt **ret_st, const char *sql, co
 int lessor_db_next(lessor_sqlite *s, sqlite3_stmt *st);
 
 /* Runs fn inside BEGIN IMMEDIATE (write) or BEGIN (read) ... COMMIT under the
- * store mutex; rolls back when fn returns < 0 or COMMIT fails. */
+ * store mutex; rolls back when fn returns < 0 or COMMIT fails.  A write may
+ * share its transaction with the writes that queued meanwhile (group
+ * commit): fn then runs in a savepoint, rolled back alone when it fails, on
+ * another thread; it returns only once the transaction committed, with fn's
+ * result or the COMMIT's error. */
 typedef int (*lessor_db_fn)(lessor_sqlite *s, void *userdata);
 int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata);
 

@@ -211,17 +211,30 @@ static const char SQL_BEGIN[] = "BEGIN";
 static const char SQL_COMMIT[] = "COMMIT";
 static const char SQL_ROLLBACK[] = "ROLLBACK";
 
-int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
+/* no statement may still be stepping when a transaction or savepoint ends */
+static void reset_all(lessor_sqlite *s)
+{
+	for (size_t i = 0; i < s->n_stmts; i++)
+		sqlite3_reset(s->stmts[i].st);
+}
+
+/* One transaction per call: reads, and writes with --group-commit no. */
+static int tx_alone(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
 {
 	int r;
 
+	if (write)
+		atomic_fetch_add(&s->waiting, 1);
 	pthread_mutex_lock(&s->lock);
+	if (write) {
+		atomic_fetch_sub(&s->waiting, 1);
+		atomic_fetch_add(&s->writes, 1);
+		atomic_fetch_add(&s->commits, 1);
+	}
 	r = lessor_db_query(s, NULL, write ? SQL_BEGIN_IMMEDIATE : SQL_BEGIN, "");
 	if (r >= 0) {
 		r = fn(s, userdata);
-		/* no statement may still be stepping when the transaction ends */
-		for (size_t i = 0; i < s->n_stmts; i++)
-			sqlite3_reset(s->stmts[i].st);
+		reset_all(s);
 		if (r >= 0) {
 			int c = lessor_db_query(s, NULL, SQL_COMMIT, "");
 
@@ -233,6 +246,166 @@ int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+/* ---- group commit ----
+ *
+ * A writer queues its write and waits.  When no transaction is running, one
+ * waiting writer becomes the leader: it takes the whole queue, runs every
+ * write in one transaction, each in its own savepoint, commits once and
+ * hands each writer its result.  Writes that arrive during that commit (the
+ * fsync, with synchronous=FULL) queue for the next leader's transaction. */
+
+struct lessor_db_write {
+	lessor_db_fn fn;
+	void *userdata;
+	int r;
+	bool done;         /* r is final: the writer may return */
+	bool lead;         /* the writer is to lead the next transaction */
+	pthread_cond_t cv; /* the writer's own wake-up: no herd on a shared one */
+	struct lessor_db_write *next;
+};
+
+static const char SQL_SAVEPOINT[] = "SAVEPOINT w";
+static const char SQL_RELEASE[] = "RELEASE w";
+static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO w";
+
+/* fn in a savepoint: when it fails, its own statements are undone and the
+ * transaction goes on.  < 0 from the savepoint statements themselves too. */
+static int write_in_savepoint(lessor_sqlite *s, struct lessor_db_write *w)
+{
+	int r = lessor_db_query(s, NULL, SQL_SAVEPOINT, "");
+
+	if (r < 0)
+		return r;
+	r = w->fn(s, w->userdata);
+	reset_all(s);
+	if (r < 0 && !sqlite3_get_autocommit(s->db))
+		(void)lessor_db_query(s, NULL, SQL_ROLLBACK_TO, "");
+	if (!sqlite3_get_autocommit(s->db)) {
+		int k = lessor_db_query(s, NULL, SQL_RELEASE, "");
+
+		if (r >= 0 && k < 0)
+			r = k;
+	}
+	return r;
+}
+
+static void fail_from(struct lessor_db_write *w, struct lessor_db_write *end, int r)
+{
+	for (; w != end; w = w->next)
+		if (w->r >= 0)
+			w->r = r;
+}
+
+/* Runs the writes from `first` on in one transaction and commits it.  When
+ * SQLite rolled the whole transaction back under a write (I/O error, full
+ * disk, no memory: rare, and bad news for the others too) the writes before
+ * it are lost: they fail with its error, and the rest start a new
+ * transaction.  Returns the first write not run (NULL: all). */
+static struct lessor_db_write *run_group(lessor_sqlite *s, struct lessor_db_write *first)
+{
+	struct lessor_db_write *w;
+	int r = lessor_db_query(s, NULL, SQL_BEGIN_IMMEDIATE, "");
+
+	atomic_fetch_add(&s->commits, 1);
+	if (r < 0) {
+		fail_from(first, NULL, r);
+		return NULL;
+	}
+	if (!first->next) {
+		/* alone: no savepoint needed, a failure rolls the transaction back */
+		first->r = first->fn(s, first->userdata);
+		reset_all(s);
+		if (first->r < 0) {
+			if (!sqlite3_get_autocommit(s->db))
+				(void)lessor_db_query(s, NULL, SQL_ROLLBACK, "");
+			return NULL;
+		}
+	}
+	for (w = first->next ? first : NULL; w; w = w->next) {
+		w->r = write_in_savepoint(s, w);
+		if (sqlite3_get_autocommit(s->db)) {
+			fail_from(first, w->next, w->r < 0 ? w->r : -EIO);
+			return w->next;
+		}
+	}
+	r = lessor_db_query(s, NULL, SQL_COMMIT, "");
+	if (r < 0) {
+		/* a failed COMMIT fails every write of the transaction */
+		fail_from(first, NULL, r);
+		if (!sqlite3_get_autocommit(s->db))
+			(void)lessor_db_query(s, NULL, SQL_ROLLBACK, "");
+	}
+	return NULL;
+}
+
+static void run_batch(lessor_sqlite *s, struct lessor_db_write *batch)
+{
+	pthread_mutex_lock(&s->lock);
+	while (batch)
+		batch = run_group(s, batch);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The leader: takes the queue, runs it, wakes its writers.  Called and
+ * returns with gc_lock held. */
+static void lead(lessor_sqlite *s)
+{
+	struct lessor_db_write *batch = s->gc_queue, *next;
+	size_t n = 0;
+
+	s->gc_queue = NULL;
+	s->gc_tail = &s->gc_queue;
+	s->gc_leading = true;
+	for (struct lessor_db_write *w = batch; w; w = w->next)
+		n++;
+	atomic_fetch_sub(&s->waiting, n);
+	atomic_fetch_add(&s->writes, n);
+	pthread_mutex_unlock(&s->gc_lock);
+	run_batch(s, batch);
+	pthread_mutex_lock(&s->gc_lock);
+	/* a writer cannot return before we let go of gc_lock: its entry (on its
+	 * stack) stays valid until then */
+	for (struct lessor_db_write *w = batch; w; w = next) {
+		next = w->next;
+		w->done = true;
+		pthread_cond_signal(&w->cv);
+	}
+	/* the writes queued meanwhile: their first writer leads the next group */
+	s->gc_leading = s->gc_queue != NULL;
+	if (s->gc_queue) {
+		s->gc_queue->lead = true;
+		pthread_cond_signal(&s->gc_queue->cv);
+	}
+}
+
+static int write_grouped(lessor_sqlite *s, lessor_db_fn fn, void *userdata)
+{
+	struct lessor_db_write w = {.fn = fn, .userdata = userdata};
+
+	pthread_cond_init(&w.cv, NULL);
+	pthread_mutex_lock(&s->gc_lock);
+	*s->gc_tail = &w;
+	s->gc_tail = &w.next;
+	atomic_fetch_add(&s->waiting, 1);
+	while (!w.done) {
+		if (!s->gc_leading || w.lead) {
+			w.lead = false;
+			lead(s);
+		} else
+			pthread_cond_wait(&w.cv, &s->gc_lock);
+	}
+	pthread_mutex_unlock(&s->gc_lock);
+	pthread_cond_destroy(&w.cv);
+	return w.r;
+}
+
+int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata)
+{
+	if (write && !s->cfg.no_group_commit)
+		return write_grouped(s, fn, userdata);
+	return tx_alone(s, write, fn, userdata);
 }
 
 char *lessor_db_strdup(sqlite3_stmt *st, int col)
@@ -345,6 +518,15 @@ static int lock_database(lessor_sqlite *s, const char *path)
 
 static void sqlite_free(void *be);
 
+static void sqlite_counters(void *be, struct lessor_store_counters *ret)
+{
+	lessor_sqlite *s = be;
+
+	*ret = (struct lessor_store_counters){.commits = atomic_load(&s->commits),
+	                                      .writes = atomic_load(&s->writes),
+	                                      .waiting = atomic_load(&s->waiting)};
+}
+
 static int sqlite_open(const char *path, const struct lessor_store_config *cfg, void **ret)
 {
 	lessor_sqlite *s = calloc(1, sizeof(*s));
@@ -355,6 +537,8 @@ static int sqlite_open(const char *path, const struct lessor_store_config *cfg, 
 	s->cfg = *cfg;
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->gc_lock, NULL);
+	s->gc_tail = &s->gc_queue;
 	r = lock_database(s, path);
 	if (r < 0)
 		goto fail;
@@ -388,6 +572,7 @@ static void sqlite_free(void *be)
 	/* after sqlite3_close: closing an fd of the file drops SQLite's POSIX locks */
 	safe_close(s->lock_fd);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->gc_lock);
 	free(s);
 }
 
@@ -395,6 +580,7 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .name = "sqlite",
     .open = sqlite_open,
     .free = sqlite_free,
+    .counters = sqlite_counters,
     .recover = lessor_sqlite_recover,
     .enqueue = lessor_sqlite_enqueue,
     .claim = lessor_sqlite_claim,

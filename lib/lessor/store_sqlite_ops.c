@@ -1,4 +1,6 @@
-/* State transitions.  Each public function is one transaction (lessor_db_tx).
+/* State transitions.  Each public function is one transaction (lessor_db_tx),
+ * or one savepoint of a transaction it shares with the writes that arrived
+ * with it (group commit, store_sqlite.c).
  * A protocol answer such as "stale token" is not a database failure: the
  * transaction still commits (it may have counted the rejected write), so the
  * op functions return < 0 only for SQLite errors and leave the answer in
