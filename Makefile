@@ -99,7 +99,8 @@ TESTS     := $(patsubst %.c,$(BUILD)/%,$(TEST_SRC))
 BENCHES   := $(patsubst %.c,$(BUILD)/%,$(BENCH_SRC))
 # tests/chaos/chaos.c: not a check_* test, so `make check` does not run it.
 CHAOS     := $(BUILD)/tests/chaos/chaos
-TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c))
+# tests/conductor/conductor_emu: an emulation of Conductor's task API (docs/conductor.md).
+TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c tests/conductor/*.c))
 
 # `make V=1` shows full command lines.
 Q := $(if $(filter 1,$(V)),,@)
