@@ -20,6 +20,7 @@
 #include "obs/procmetrics.h"
 #include "obs/status.h"
 #include "obs/status_cli.h"
+#include "proto/driver.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 #include "worker/worker.h"
@@ -655,6 +656,14 @@ int main(int argc, char **argv)
 		r = EXIT_CONFIG;
 		goto out;
 	}
+	if (!drv_find(conf->api.protocol)) {
+		/* conf knows every protocol's name; this build may lack the driver */
+		log_error("configuration: api.protocol = %s: this lessee has no driver for it",
+			  conf->api.protocol);
+		conf_free(conf);
+		r = EXIT_CONFIG;
+		goto out;
+	}
 	if (o.status_cmd) {
 		r = run_status_cli(conf, &o);
 		conf_free(conf);
@@ -676,14 +685,15 @@ int main(int argc, char **argv)
 			    "its memory",
 			    strerror(-dumpable));
 	conf_warnings(conf, NULL);
-	if (!conf->api.token)
+	if (!conf->api.token && !conf->api.key_id)
 		log_warning("no API token configured (api.token_file, or the api-token credential): "
 			    "requests are sent without authentication");
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
 	tighten_dirs(conf);
-	log_info("lessee %s starting: api=%s concurrency=%u workflows=%zu", LESSEE_VERSION,
-		 conf->api.url, conf->worker.concurrency, conf->n_workflows);
+	log_info("lessee %s starting: api=%s protocol=%s concurrency=%u workflows=%zu",
+		 LESSEE_VERSION, conf->api.url, drv_find(conf->api.protocol)->name,
+		 conf->worker.concurrency, conf->n_workflows);
 	r = run_daemon(&o, conf);
 out:
 	for (size_t i = 0; i < o.n_overrides; i++)

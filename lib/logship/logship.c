@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/proto.h"
 #include "util/buf.h"
 #include "util/macro.h"
 #include "util/random.h"
@@ -19,10 +18,10 @@
 
 struct logship {
 	ev_t *ev;
-	logship_send_fn send;
-	void *send_ctx;
-	char *url;
-	char *token;
+	drv_t *drv;
+	drv_run_t *run;
+	bool offsets;       /* the driver places appends by offset (DRV_CAP_LOG_OFFSETS) */
+	char *token;        /* the lease key */
 	uint64_t max_log_bytes;
 	size_t buffer_cap, chunk_max;
 	usec_t flush_interval, request_timeout;
@@ -37,7 +36,7 @@ struct logship {
 
 	struct buf pending; /* stream bytes from offset `base` not yet confirmed */
 	uint64_t base;
-	http_req_t *req;
+	drv_req_t *req;
 	ev_timer_t *timer;  /* flush interval or retry backoff */
 	unsigned attempt;   /* consecutive failed requests */
 
@@ -215,14 +214,14 @@ static bool maybe_ours(const logship_t *ls, uint64_t server_len)
 
 /* The first definitive answer of this execution: what the server holds
  * before it, if anything, is an earlier execution's. */
-static void first_answer(logship_t *ls, unsigned status, uint64_t server_len)
+static void first_answer(logship_t *ls, bool resync_answer, uint64_t server_len)
 {
 	struct buf b = BUF_INIT(0);
 	char line[128];
 	int n;
 
 	ls->synced = true;
-	if (status != 416 || server_len == 0 || ls->attempt_no == 0 || ls->base != 0 ||
+	if (!resync_answer || server_len == 0 || ls->attempt_no == 0 || ls->base != 0 ||
 	    maybe_ours(ls, server_len))
 		return;
 	n = snprintf(line, sizeof(line),
@@ -249,10 +248,10 @@ static void note_maybe(logship_t *ls)
 	ls->maybe[ls->n_maybe++] = ls->inflight_len;
 }
 
-static void retry_later(logship_t *ls, const struct http_response *resp)
+static void retry_later(logship_t *ls, const struct drv_answer *a)
 {
 	ls->stats.retries++;
-	ev_timer_arm(ls->timer, http_retry_delay(resp, ls->attempt++, RETRY_BASE, RETRY_CAP));
+	ev_timer_arm(ls->timer, drv_retry_delay(a, ls->attempt++, RETRY_BASE, RETRY_CAP));
 }
 
 static void give_up(logship_t *ls, bool server_limit)
@@ -263,61 +262,63 @@ static void give_up(logship_t *ls, bool server_limit)
 	emit_finished(ls);
 }
 
-static void on_response(http_req_t *req, const struct http_response *resp, void *userdata)
+/* A driver without offsets: what it took is what we sent. */
+static void acked_locally(logship_t *ls)
+{
+	buf_consume(&ls->pending, MIN(ls->inflight_len, ls->pending.len));
+	ls->base += ls->inflight_len;
+	ls->stats.acked = ls->base;
+	ls->synced = true;
+	if (ls->pending.len <= ls->buffer_cap / 4)
+		resume(ls);
+}
+
+static void on_answer(const struct drv_answer *a, void *userdata)
 {
 	logship_t *ls = userdata;
-	uint64_t len;
 
 	ls->req = NULL;
-	if (resp->status == 202 || resp->status == 200 || resp->status == 416) {
-		if (proto_log_length_parse(resp->body, resp->body_len, &len) < 0) {
-			note_maybe(ls);
-			retry_later(ls, resp);
-			return;
-		}
+	switch (a->verdict) {
+	case DRV_OK:
+	case DRV_RESYNC:
 		ls->attempt = 0;
-		if (!ls->synced)
-			first_answer(ls, (unsigned)resp->status, len);
-		resync(ls, len);
+		if (!ls->offsets)
+			acked_locally(ls);
+		else {
+			if (!ls->synced)
+				first_answer(ls, a->verdict == DRV_RESYNC, a->length);
+			resync(ls, a->length);
+		}
 		schedule(ls);
-	} else if (resp->status == 409 || resp->status == 404) {
+		break;
+	case DRV_LOST:
 		logship_abandon(ls);
 		ls->cb(ls, LOGSHIP_LEASE_LOST, ls->userdata);
-	} else if (resp->status == 413) {
+		break;
+	case DRV_TOO_LARGE:
 		give_up(ls, true);
-	} else if (http_should_retry(resp) || resp->status == 401 || resp->status == 403 ||
-		   resp->status == 408) {
+		break;
+	case DRV_RETRY:
+	case DRV_DENIED: /* the credentials may come back: keep the bytes */
 		note_maybe(ls);
-		retry_later(ls, resp);
-	} else {
-		give_up(ls, false); /* 400 and the like: resending cannot help */
+		retry_later(ls, a);
+		break;
+	default:
+		give_up(ls, false); /* our request is wrong: resending cannot help */
+		break;
 	}
 }
 
 static void send_chunk(logship_t *ls)
 {
-	char range[96], lease[PROTO_TOKEN_MAX + 16];
-	const char *headers[] = {"Content-Type: application/octet-stream", range, lease,
-				 "Expect:", NULL};
 	size_t n = MIN(ls->pending.len, ls->chunk_max);
-	struct http_request rq = {
-		.method = "PATCH",
-		.url = ls->url,
-		.headers = headers,
-		.body = ls->pending.data,
-		.body_len = n,
-		.timeout = ls->request_timeout,
-		.max_response = 4096,
-	};
 
-	snprintf(range, sizeof(range), "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/*", ls->base,
-		 ls->base + n - 1);
-	snprintf(lease, sizeof(lease), "Lease-Token: %s", ls->token);
 	ls->stats.requests++;
 	ls->inflight_len = n;
-	if (ls->send(ls->send_ctx, &rq, on_response, ls, &ls->req) < 0) {
+	if (drv_ops(ls->drv)->log_append(ls->drv, ls->run, ls->base, ls->pending.data, n,
+					 ls->request_timeout, on_answer, ls, &ls->req) < 0) {
 		ls->req = NULL;
-		retry_later(ls, &(struct http_response){.error = -EIO});
+		retry_later(ls, &(struct drv_answer){.verdict = DRV_RETRY, .error = -EIO});
 	}
 }
 
@@ -341,10 +342,10 @@ int logship_new(const struct logship_params *p, logship_event_cb cb, void *userd
 		return -ENOMEM;
 	*ls = (logship_t){
 		.ev = p->ev,
-		.send = p->send,
-		.send_ctx = p->send_ctx,
-		.url = strdup(p->url),
-		.token = strdup(p->lease_token),
+		.drv = p->drv,
+		.run = p->run,
+		.offsets = drv_has(p->drv, DRV_CAP_LOG_OFFSETS),
+		.token = strdup(p->lease_key ? p->lease_key : ""),
 		.max_log_bytes = p->max_log_bytes,
 		.buffer_cap = p->buffer_cap ? p->buffer_cap : DEFAULT_BUFFER_CAP,
 		.chunk_max = MIN(p->chunk_max ? p->chunk_max : DEFAULT_CHUNK_MAX, DEFAULT_CHUNK_MAX),
@@ -363,7 +364,7 @@ int logship_new(const struct logship_params *p, logship_event_cb cb, void *userd
 		ls->n_maybe = MIN(p->resume->n_maybe, (unsigned)LOGSHIP_MAYBE_MAX);
 		memcpy(ls->maybe, p->resume->maybe, sizeof(ls->maybe[0]) * ls->n_maybe);
 	}
-	if (!ls->url || !ls->token) {
+	if (!ls->token) {
 		logship_free(ls);
 		return -ENOMEM;
 	}
@@ -404,7 +405,7 @@ void logship_abandon(logship_t *ls)
 {
 	ls->abandoned = true;
 	resume(ls);
-	http_cancel(ls->req);
+	drv_cancel(ls->req);
 	ls->req = NULL;
 	ev_timer_disarm(ls->timer);
 	buf_reset(&ls->pending);
@@ -414,12 +415,13 @@ logship_t *logship_free(logship_t *ls)
 {
 	if (!ls)
 		return NULL;
-	http_cancel(ls->req);
+	drv_cancel(ls->req);
 	ev_timer_del(ls->timer);
 	ev_timer_del(ls->stall_timer);
 	ev_defer_cancel(ls->ev, deferred_finish, ls);
 	buf_done(&ls->pending);
-	free(ls->url);
+	if (ls->token)
+		explicit_bzero(ls->token, strlen(ls->token));
 	free(ls->token);
 	free(ls);
 	return NULL;

@@ -1,6 +1,9 @@
-/* Shipping one run's log to the API: a bounded in-memory buffer, chunked PATCH
- * appends with byte offsets (Content-Range), 416 resync, 413 stop, a visible
- * marker when bytes are dropped or the per-run cap is hit.
+/* Shipping one run's log to the API: a bounded in-memory buffer, chunked
+ * appends through the run's driver (drv_ops.log_append) at byte offsets,
+ * resync to the server's length, a stop when the server takes no more, a
+ * visible marker when bytes are dropped or the per-run cap is hit.  A driver
+ * without DRV_CAP_LOG_OFFSETS gets its offsets counted here: no resync and no
+ * restart marker.
  *
  * A slow API never blocks the child for long: when the buffer passes half its
  * size, logship asks the producer to pause (the pipe fills, the child waits)
@@ -17,24 +20,18 @@
 #include <stdint.h>
 
 #include "ev/ev.h"
-#include "http/http.h"
+#include "proto/driver.h"
 
 typedef struct logship logship_t;
 
-/* How logship sends a request: the caller adds authentication and accounting.
- * Same contract as http_send(). */
-typedef int (*logship_send_fn)(void *ctx, const struct http_request *rq, http_cb cb,
-			       void *userdata, http_req_t **ret);
-
 struct logship_params {
 	ev_t *ev;
-	logship_send_fn send;
-	void *send_ctx;
-	const char *url;           /* .../v1/runs/<id>/log */
-	const char *lease_token;
+	drv_t *drv;                /* whose log_append ships the bytes */
+	drv_run_t *run;            /* the driver's run (owned by the caller, outlives ls) */
+	const char *lease_key;     /* the lease's name, hashed into the restart marker */
 	uint64_t max_log_bytes;    /* run output kept at most; 0 = unlimited */
 	size_t buffer_cap;         /* bytes held in memory; 0 = 4 MiB */
-	size_t chunk_max;          /* bytes per PATCH; 0 = 1 MiB */
+	size_t chunk_max;          /* bytes per append; 0 = 1 MiB */
 	usec_t flush_interval;     /* 0 = 1 s */
 	usec_t request_timeout;    /* 0 = 30 s */
 	/* Pause (true) or resume (false) the producer; NULL = never pause. */
@@ -60,17 +57,17 @@ struct logship_resume {
 };
 
 enum logship_event {
-	LOGSHIP_LEASE_LOST, /* 409 or 404: the run is no longer ours */
+	LOGSHIP_LEASE_LOST, /* DRV_LOST: the run is no longer ours */
 	LOGSHIP_FINISHED,   /* after logship_finish(): everything shipped or given up */
 };
 typedef void (*logship_event_cb)(logship_t *ls, enum logship_event event, void *userdata);
 
 /* A fresh execution's log starts at offset 0.  When the first definitive
- * answer says the server already holds bytes (a 416 with a non-zero length
+ * answer says the server already holds bytes (DRV_RESYNC with a non-zero length
  * that is not the size of one of our own unanswered first appends), they are
  * an earlier execution's: with p->attempt set, the stream continues after
  * them with the line "\n[lessee: attempt N, execution restarted (lease
- * XXXXXXXX)]\n" (a hash of the lease token), then this execution's bytes. */
+ * XXXXXXXX)]\n" (a hash of the lease key), then this execution's bytes. */
 int logship_new(const struct logship_params *p, logship_event_cb cb, void *userdata,
 		logship_t **ret);
 /* Never blocks, never fails: what does not fit is dropped and counted. */
@@ -91,7 +88,7 @@ struct logship_stats {
 	uint64_t accepted;  /* bytes put into the stream, markers included */
 	uint64_t dropped;   /* child bytes dropped because the buffer was full */
 	uint64_t truncated; /* child bytes beyond max_log_bytes */
-	bool server_limit;  /* the server answered 413: shipping stopped */
+	bool server_limit;  /* the server takes no more (DRV_TOO_LARGE): shipping stopped */
 	unsigned requests;
 	unsigned retries;
 	usec_t stalled;     /* how long the producer was paused, in total */

@@ -45,8 +45,9 @@ void drv_req_answer(drv_req_t *rq, const struct drv_answer *a);
 void drv_req_claim_answer(drv_req_t *rq, struct drv_claim_answer *a);
 void drv_req_free(drv_req_t *rq);
 
-/* The verdict every API shares: transport errors, 5xx, 408 and 429 are
- * DRV_RETRY (with Retry-After), 401 and 403 DRV_DENIED; anything else is
+/* The verdict every API shares: transport errors (but for an answer over its
+ * cap, a bad URL, ...), 5xx (but 501 and 505: http_should_retry), 408 and 429
+ * are DRV_RETRY (with Retry-After), 401 and 403 DRV_DENIED; anything else is
  * left to the driver (returns false and fills only the common fields). */
 bool drv_answer_common(const struct http_response *resp, struct drv_answer *a);
 /* "HTTP 503", or the transport error's text. */

@@ -207,6 +207,9 @@ struct drv_ops {
 	/* Set the log length in a completion body (DRV_CAP_LOG_LENGTH). */
 	int (*body_set_log_length)(char **body, uint64_t log_length);
 	void (*run_free)(drv_run_t *run);
+	/* The lease_key of a run (a restored one has no grant to take it from), or
+	 * NULL when the driver has none; optional (NULL op = the run id serves). */
+	const char *(*run_lease_key)(const drv_run_t *run);
 };
 
 extern const struct drv_ops drv_native_ops;
@@ -214,6 +217,9 @@ extern const struct drv_ops drv_conductor_ops;
 
 /* The driver named by conf->api.protocol (NULL or "native": native). */
 int drv_new(ev_t *e, const struct conf *c, metrics_t *m, drv_t **ret);
+/* The same with a table of the caller's (a test's scripted driver). */
+int drv_new_ops(ev_t *e, const struct conf *c, metrics_t *m, const struct drv_ops *ops,
+		drv_t **ret);
 drv_t *drv_free(drv_t *d);
 const struct drv_ops *drv_ops(const drv_t *d);
 bool drv_has(const drv_t *d, unsigned cap);
@@ -225,6 +231,10 @@ void drv_cancel(drv_req_t *req);
 /* Readiness: the API answered recently with our credentials accepted. */
 bool drv_ready(const drv_t *d, usec_t now);
 bool drv_denied(const drv_t *d);
+usec_t drv_last_ok(const drv_t *d); /* monotonic; 0 = never */
+
+/* The backoff for a DRV_RETRY answer (full jitter, floored by retry_after). */
+usec_t drv_retry_delay(const struct drv_answer *a, unsigned attempt, usec_t base, usec_t cap);
 
 void drv_grant_done(struct drv_grant *g);
 void drv_claim_answer_done(struct drv_claim_answer *a);

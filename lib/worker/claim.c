@@ -1,6 +1,11 @@
-/* Claiming: one claim request in flight at most, only into free slots, batched,
- * with long poll.  A fresh claim_id per claim; a retry of the same claim after a
- * transport error or 5xx reuses it, so a lost response never strands a run. */
+/* Claiming: only into free slots, batched, with long poll, through the
+ * driver.  With DRV_CAP_MULTI_WORKFLOW one claim at most is in flight and it
+ * names every claimable workflow; without it each claimable workflow has its
+ * own lane, one claim in flight each, sharing the free slots (their sum never
+ * exceeds them, and who goes first rotates so no workflow starves).  A claim
+ * that got no definitive answer is asked again as a repeat (the driver reuses
+ * its claim id where it has idempotent claims), so a lost response never
+ * strands a run. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -19,18 +24,14 @@
 #define AUTH_RETRY_CAP (5 * USEC_PER_MINUTE)
 #define IDLE_CAP (30 * USEC_PER_SEC)
 #define CLAIM_SUMMARY_EVERY (60 * USEC_PER_SEC)
-
-/* The answer to a claim for max_runs runs: their inputs and a little more. */
-static size_t claim_max_response(const worker_t *w, unsigned max_runs)
-{
-	return proto_claim_max_response(max_runs, worker_cur_conf(w)->worker.max_input_bytes);
-}
+#define CLAIM_MAX_RUNS 256 /* struct drv_claim's bound */
+#define HELD_MAX 4096
 
 static unsigned free_slots(const worker_t *w)
 {
 	unsigned c = worker_cur_conf(w)->worker.concurrency;
 
-	return w->n_runs >= c ? 0 : MIN(c - w->n_runs, PROTO_MAX_RUNS);
+	return w->n_runs >= c ? 0 : MIN(c - w->n_runs, CLAIM_MAX_RUNS);
 }
 
 /* The runs of a workflow that hold one of its slots: every one in the table
@@ -144,33 +145,33 @@ static void claim_answered(worker_t *w)
 	w->claim_error[0] = '\0';
 }
 
-/* ---- cancel events (docs/protocol.md): a claim names the leases we hold and
- * its answer lists those whose cancel the API was asked for ---- */
+/* ---- cancel events (DRV_CAP_SERVER_CANCEL): a claim names the leases we
+ * hold and its answer lists those whose cancel the API was asked for ---- */
 
 /* A held lease whose cancel would still change something. */
 static bool cancellable(const struct run *r)
 {
-	return !r->lost && r->kill_reason == KILL_NONE && r->id && r->token &&
+	return !r->lost && r->kill_reason == KILL_NONE && r->id && r->priv &&
 	       (r->state == RUN_RUNNING || r->state == RUN_WAITING);
 }
 
-static struct proto_held *held_leases(const worker_t *w, size_t *ret_n)
+static struct drv_held *held_leases(const worker_t *w, size_t *ret_n)
 {
-	struct proto_held *h = calloc(w->n_runs + 1, sizeof(*h));
+	struct drv_held *h = calloc(w->n_runs + 1, sizeof(*h));
 	size_t n = 0;
 
-	for (const struct run *r = w->runs; h && r && n < PROTO_HELD_MAX; r = r->next)
+	for (const struct run *r = w->runs; h && r && n < HELD_MAX; r = r->next)
 		if (cancellable(r))
-			h[n++] = (struct proto_held){.id = r->id, .token = r->token};
+			h[n++] = (struct drv_held){.id = r->id, .priv = r->priv};
 	*ret_n = n;
 	return h;
 }
 
-static void cancels_arrived(worker_t *w, const struct proto_claim_resp *cr)
+static void cancels_arrived(worker_t *w, const struct drv_claim_answer *ans)
 {
-	if (cr->has_cancels != w->cancels_known) {
-		w->cancels_known = cr->has_cancels;
-		if (cr->has_cancels)
+	if (ans->has_cancels != w->cancels_known) {
+		w->cancels_known = ans->has_cancels;
+		if (ans->has_cancels)
 			log_info("the API delivers cancel events with claim answers: a cancel "
 				 "reaches a run without waiting for its lease renewal");
 		else
@@ -178,11 +179,11 @@ static void cancels_arrived(worker_t *w, const struct proto_claim_resp *cr)
 				   "run at its next lease renewal");
 	}
 	w->in_arrival = true; /* no claim from inside a run's transition */
-	for (size_t i = 0; cr->cancels && cr->cancels[i]; i++) {
+	for (size_t i = 0; ans->cancels && ans->cancels[i]; i++) {
 		struct run *r;
 
 		for (r = w->runs; r; r = r->next)
-			if (cancellable(r) && streq(r->id, cr->cancels[i]))
+			if (cancellable(r) && streq(r->id, ans->cancels[i]))
 				break;
 		if (!r)
 			continue;
@@ -192,187 +193,234 @@ static void cancels_arrived(worker_t *w, const struct proto_claim_resp *cr)
 	w->in_arrival = false;
 }
 
-static void on_claim_ok(worker_t *w, const struct http_response *resp, usec_t sent_at)
-{
-	struct proto_claim_resp cr;
-	char *err = NULL;
-	int q;
+static void claim_runs_arrived(worker_t *w, struct drv_claim_answer *ans, usec_t sent_at);
 
-	q = proto_claim_parse(resp->body, resp->body_len, worker_cur_conf(w)->worker.max_input_bytes,
-			      &cr, &err);
-	w->claim_id_used = false; /* answered: the next claim is a new one */
-	if (q < 0) {
-		claim_failed(w, "invalid", LOG_ERR,
-			     "claim response unusable (%s); its runs, if any, return to the queue "
-			     "when their leases expire",
-			     err ? err : strerror(-q));
-		free(err);
-		claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
-						   w->claim_failures++, 0));
-		return;
-	}
+static void on_claim_ok(struct claim_lane *l, struct drv_claim_answer *ans)
+{
+	worker_t *w = l->w;
+
 	w->claim_failures = 0;
 	claim_answered(w);
-	w->queue_depth = cr.queue_depth;
-	metric_set(w->m_queue_depth, cr.queue_depth < 0 ? 0 : (double)cr.queue_depth);
-	metric_add(w->m_claims, 1, cr.n_runs ? "runs" : "empty");
-	cancels_arrived(w, &cr);
-	claim_runs_arrived(w, &cr, sent_at);
-	if (cr.n_runs == 0 && !(cr.cancels && cr.cancels[0]))
-		after_empty(w, ev_now(w->ev) - sent_at);
+	w->queue_depth = ans->queue_depth;
+	metric_set(w->m_queue_depth, ans->queue_depth < 0 ? 0 : (double)ans->queue_depth);
+	metric_add(w->m_claims, 1, ans->n_runs ? "runs" : "empty");
+	if (drv_has(w->drv, DRV_CAP_SERVER_CANCEL))
+		cancels_arrived(w, ans);
+	claim_runs_arrived(w, ans, l->sent_at);
+	if (ans->n_runs == 0 && !(ans->cancels && ans->cancels[0]))
+		after_empty(w, ev_now(w->ev) - l->sent_at);
 	else {
 		w->idle_polls = 0;
 		claim_later(w, 0);
 	}
-	proto_claim_resp_done(&cr);
 }
 
-/* An answer over the cap was cut off while it arrived: as unusable as an
- * invalid one (asking again with the same claim_id would get it again). */
-static void on_claim_too_large(worker_t *w, const struct http_response *resp)
-{
-	w->claim_id_used = false;
-	claim_failed(w, "too_large", LOG_ERR,
-		     "claim answer too large (%s; the cap is max_runs x (worker.max_input_bytes "
-		     "+ %u) + %u bytes), not read; its runs, if any, return to the queue when "
-		     "their leases expire",
-		     resp->error_message, PROTO_RUN_OVERHEAD, PROTO_CLAIM_ENVELOPE);
-	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
-					   w->claim_failures++, 0));
-}
-
-/* A claim for cancels only failed: no claim_id to keep, and a short pause, so
+/* A claim for cancels only failed: no claim to repeat, and a short pause, so
  * that a slot coming free is claimed soon (the timer holds claim_kick back).
  * A server that refuses one outright has no cancel events after all. */
-static void on_claim_for_cancels_failed(worker_t *w, const struct http_response *resp)
+static void on_claim_for_cancels_failed(worker_t *w, const struct drv_answer *a)
 {
 	const struct conf *c = worker_cur_conf(w);
-	char why[160];
 
 	metric_add(w->m_claims, 1, "error");
-	if (resp->status == 400 || resp->status == 422) { /* our request, not a passing fault */
+	if (a->verdict == DRV_REFUSED) { /* our request, not a passing fault */
 		w->cancels_known = false;
 		log_warning("the API refused a claim for cancel events only (%s); a cancel "
 			    "reaches a run at its next lease renewal",
-			    api_describe(resp, why, sizeof(why)));
+			    a->detail);
 	}
 	claim_later(w, MIN(backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
 					       w->claim_failures++, 0),
 			   MAX(c->worker.poll_interval, CLAIM_RETRY_BASE)));
 }
 
-static void on_claim(http_req_t *req, const struct http_response *resp, void *userdata)
+/* An answer we could not use at all, or one the API meant as a refusal: the
+ * next claim is a new one. */
+static void on_claim_refused(worker_t *w, const struct drv_claim_answer *ans)
 {
-	worker_t *w = userdata;
-	char why[160];
-	bool held_only = w->claim_held_only;
+	const struct drv_answer *a = &ans->a;
 
-	w->claim_req = NULL;
-	w->claim_held_only = false;
-	if (held_only && resp->status != 200) {
-		on_claim_for_cancels_failed(w, resp);
-		return;
-	}
-	if (resp->status == 200) {
-		on_claim_ok(w, resp, w->claim_sent_at);
-		return;
-	}
-	if (resp->error == -EMSGSIZE) {
-		on_claim_too_large(w, resp);
-		return;
-	}
-	if (resp->status == 401 || resp->status == 403) {
-		w->claim_id_used = false;
-		/* logged by api.c once per change of state; /readyz says it too */
+	if (ans->malformed) {
+		claim_failed(w, "invalid", LOG_ERR,
+			     "claim response unusable (%s); its runs, if any, return to the queue "
+			     "when their leases expire",
+			     a->detail);
+		claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+						   w->claim_failures++, 0));
+	} else if (ans->too_large) {
+		/* cut off while it arrived: asking again would get it again */
+		claim_failed(w, "too_large", LOG_ERR,
+			     "claim answer too large (%s), not read; its runs, if any, return to "
+			     "the queue when their leases expire",
+			     a->detail);
+		claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+						   w->claim_failures++, 0));
+	} else if (a->verdict == DRV_DENIED) {
+		/* logged by the driver once per change of state; /readyz says it too */
 		metric_add(w->m_claims, 1, "denied");
 		claim_later(w, backoff_full_jitter(AUTH_RETRY_BASE, AUTH_RETRY_CAP,
 						   w->claim_failures++, AUTH_RETRY_BASE / 2));
-		return;
-	}
-	if (!http_should_retry(resp)) {
+	} else {
 		/* 400 and the like: our request is wrong; a new claim after a pause */
-		w->claim_id_used = false;
-		claim_failed(w, "rejected", LOG_ERR, "claim refused (%s: %.*s), retrying in a minute",
-			     api_describe(resp, why, sizeof(why)), (int)MIN(resp->body_len, 300),
-			     resp->body ? resp->body : "");
+		claim_failed(w, "rejected", LOG_ERR, "claim refused (%s), retrying in a minute",
+			     a->detail);
 		claim_later(w, 60 * USEC_PER_SEC);
+	}
+}
+
+static void on_claim(struct drv_claim_answer *ans, void *userdata)
+{
+	struct claim_lane *l = userdata;
+	worker_t *w = l->w;
+	bool held_only = l->held_only;
+	const struct drv_answer *a = &ans->a;
+
+	l->req = NULL;
+	l->held_only = false;
+	l->max_runs = 0;
+	if (held_only && a->verdict != DRV_OK && !ans->malformed) {
+		on_claim_for_cancels_failed(w, a);
 		return;
 	}
-	claim_failed(w, "error", LOG_WARNING, "%s, retrying with backoff",
-		     api_describe(resp, why, sizeof(why)));
-	claim_later(w, http_retry_delay(resp, w->claim_failures++, CLAIM_RETRY_BASE,
-					CLAIM_RETRY_CAP));
+	if (a->verdict != DRV_RETRY)
+		l->repeat = false; /* answered: the next claim is a new one */
+	if (a->verdict == DRV_OK) {
+		on_claim_ok(l, ans);
+		return;
+	}
+	if (a->verdict != DRV_RETRY) {
+		on_claim_refused(w, ans);
+		return;
+	}
+	claim_failed(w, "error", LOG_WARNING, "%s, retrying with backoff", a->detail);
+	claim_later(w, drv_retry_delay(a, w->claim_failures++, CLAIM_RETRY_BASE, CLAIM_RETRY_CAP));
+}
+
+/* ---- lanes ---- */
+
+static struct claim_lane *lane_get(worker_t *w, const char *workflow)
+{
+	struct claim_lane **v, *l;
+
+	for (size_t i = 0; i < w->n_lanes; i++)
+		if (streq_ptr(w->lanes[i]->workflow, workflow))
+			return w->lanes[i];
+	v = realloc(w->lanes, (w->n_lanes + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	w->lanes = v;
+	l = calloc(1, sizeof(*l));
+	if (!l || (workflow && !(l->workflow = strdup(workflow)))) {
+		free(l);
+		return NULL;
+	}
+	l->w = w;
+	w->lanes[w->n_lanes++] = l;
+	return l;
+}
+
+/* Slots promised to the claims in flight. */
+static unsigned lanes_reserved(const worker_t *w)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < w->n_lanes; i++)
+		if (w->lanes[i]->req)
+			n += w->lanes[i]->max_runs;
+	return n;
+}
+
+static void claim_send_failed(worker_t *w, int q)
+{
+	if (q == -EINVAL || q == -EPROTONOSUPPORT)
+		claim_failed(w, "error", LOG_ERR, "cannot send a claim to %s: not a usable URL (%s)",
+			     worker_cur_conf(w)->api.url, strerror(-q));
+	else
+		claim_failed(w, "error", LOG_ERR, "cannot send a claim: %s", strerror(-q));
+	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
+					   w->claim_failures++, 0));
+}
+
+/* One claim on lane l: max_runs of the workflows wfs (0 = cancels only). */
+static int claim_send(worker_t *w, struct claim_lane *l, char *const *wfs, unsigned max_runs)
+{
+	const struct conf *c = worker_cur_conf(w);
+	bool cancels = drv_has(w->drv, DRV_CAP_SERVER_CANCEL);
+	_cleanup_free_ struct drv_held *held = NULL;
+	size_t n_held = 0;
+	struct drv_claim rq;
+	int q;
+
+	if (cancels && !(held = held_leases(w, &n_held)))
+		return -ENOMEM;
+	rq = (struct drv_claim){
+		.max_runs = max_runs,
+		.workflows = wfs,
+		.tags = c->worker.tags,
+		.lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
+		.wait = c->worker.long_poll,
+		.timeout = c->api.request_timeout + c->worker.long_poll,
+		.max_input = c->worker.max_input_bytes,
+		.repeat = max_runs > 0 && l->repeat,
+		.send_held = cancels,
+		.held = held,
+		.n_held = n_held,
+	};
+	l->sent_at = ev_now(w->ev);
+	q = drv_ops(w->drv)->claim(w->drv, &rq, on_claim, l, &l->req);
+	if (q < 0) {
+		l->req = NULL;
+		return q;
+	}
+	l->max_runs = max_runs;
+	l->held_only = max_runs == 0;
+	if (max_runs > 0)
+		l->repeat = true;
+	return 0;
 }
 
 /* Every slot busy (or every workflow at its limit): keep a claim for no runs
  * open, so a cancel of a held run still comes at once.  Only to an API that
  * said it has cancel events, and only with a long poll. */
-static void claim_for_cancels(worker_t *w)
+static void claim_for_cancels(worker_t *w, struct claim_lane *l)
 {
 	const struct conf *c = worker_cur_conf(w);
-	_cleanup_free_ char *url = NULL, *body = NULL;
-	_cleanup_free_ struct proto_held *held = NULL;
 	char *none[] = {NULL};
-	char id[UUID_STRING_MAX];
-	struct proto_claim_req rq;
 	size_t n = 0;
+	_cleanup_free_ struct drv_held *held = NULL;
 
-	if (!w->cancels_known || c->worker.long_poll == 0 || w->claim_id_used)
+	if (!w->cancels_known || c->worker.long_poll == 0 || l->repeat || l->req)
 		return;
 	held = held_leases(w, &n);
 	if (!held || n == 0)
 		return;
-	uuid_v7(id); /* nothing is granted to it: never reused, never cancelled */
-	rq = (struct proto_claim_req){
-		.claim_id = id,
-		.worker_id = c->worker.id,
-		.max_runs = 0,
-		.lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
-		.wait_s = (unsigned)(c->worker.long_poll / USEC_PER_SEC),
-		.workflows = none,
-		.tags = c->worker.tags,
-		.send_held = true,
-		.held = held,
-		.n_held = n,
-	};
-	if (proto_claim_body(&rq, &body) < 0 || proto_url(w->api.base, "/v1/claims", NULL, &url) < 0)
-		return;
-	w->claim_sent_at = ev_now(w->ev);
-	if (api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
-		     claim_max_response(w, 0), on_claim, w, &w->claim_req) < 0) {
-		w->claim_req = NULL;
-		return;
-	}
-	w->claim_held_only = true;
+	(void)claim_send(w, l, none, 0);
 }
 
 /* A slot came free while a claim for cancels only is open: claim for runs. */
-static void claim_for_cancels_stop(worker_t *w)
+static void claim_for_cancels_stop(struct claim_lane *l)
 {
-	if (!w->claim_req || !w->claim_held_only)
+	if (!l->req || !l->held_only)
 		return;
-	http_cancel(w->claim_req);
-	w->claim_req = NULL;
-	w->claim_held_only = false;
+	drv_cancel(l->req);
+	l->req = NULL;
+	l->held_only = false;
 }
 
-void claim_kick(worker_t *w)
+/* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW). */
+static void claim_kick_one(worker_t *w)
 {
-	const struct conf *c = worker_cur_conf(w);
+	struct claim_lane *l = lane_get(w, NULL);
 	char **wfs = NULL;
-	_cleanup_free_ char *url = NULL, *body = NULL;
 	unsigned slots = free_slots(w), room = 0;
-	_cleanup_free_ struct proto_held *held = NULL;
-	size_t n_held = 0;
-	struct proto_claim_req rq;
 	int q;
 
-	if (w->phase != WORKER_RUNNING || ev_timer_armed(w->claim_timer) || w->in_arrival)
+	if (!l)
 		return;
 	wfs = slots ? claimable_workflows(w, &room) : NULL;
 	if (wfs && wfs[0])
-		claim_for_cancels_stop(w);
-	if (w->claim_req) {
+		claim_for_cancels_stop(l);
+	if (l->req) {
 		strv_free(wfs);
 		return;
 	}
@@ -380,81 +428,108 @@ void claim_kick(worker_t *w)
 		/* every slot busy or every workflow blocked (the breaker timer or a
 		 * run's end kicks us): only cancels to wait for */
 		strv_free(wfs);
-		claim_for_cancels(w);
+		claim_for_cancels(w, l);
 		return;
 	}
-	held = held_leases(w, &n_held);
 	/* never more than the workflows asked for can take (workflow.concurrency) */
-	slots = MIN(slots, room);
-	if (!w->claim_id_used)
-		uuid_v7(w->claim_id);
-	rq = (struct proto_claim_req){
-		.claim_id = w->claim_id,
-		.worker_id = c->worker.id,
-		.max_runs = slots,
-		.lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
-		.wait_s = (unsigned)(c->worker.long_poll / USEC_PER_SEC),
-		.workflows = wfs,
-		.tags = c->worker.tags,
-		.send_held = held != NULL,
-		.held = held,
-		.n_held = n_held,
-	};
-	if ((q = proto_claim_body(&rq, &body)) < 0 ||
-	    (q = proto_url(w->api.base, "/v1/claims", NULL, &url)) < 0)
-		goto fail;
-	w->claim_sent_at = ev_now(w->ev);
-	w->claim_id_used = true;
-	q = api_post(&w->api, API_CLAIMS, url, body, c->api.request_timeout + c->worker.long_poll,
-		     claim_max_response(w, slots), on_claim, w, &w->claim_req);
+	q = claim_send(w, l, wfs, MIN(slots, room));
+	strv_free(wfs);
 	if (q < 0)
-		goto fail;
-	strv_free(wfs);
-	return;
-fail:
-	w->claim_req = NULL;
-	strv_free(wfs);
-	if (q == -EINVAL || q == -EPROTONOSUPPORT)
-		claim_failed(w, "error", LOG_ERR, "cannot send a claim to %s: not a usable URL (%s)",
-			     url ? url : w->api.base, strerror(-q));
-	else
-		claim_failed(w, "error", LOG_ERR, "cannot send a claim: %s", strerror(-q));
-	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
-					   w->claim_failures++, 0));
+		claim_send_failed(w, q);
 }
 
-static void on_claim_cancel(http_req_t *req, const struct http_response *resp, void *userdata)
+/* A claim per workflow (drivers without DRV_CAP_MULTI_WORKFLOW): the free
+ * slots not yet promised to a claim in flight are shared among the claimable
+ * workflows without one, rounded up from the first, and the first rotates. */
+static void claim_kick_lanes(worker_t *w)
+{
+	const struct conf *c = worker_cur_conf(w);
+	unsigned slots = free_slots(w), reserved = lanes_reserved(w), avail, n = 0;
+	_cleanup_free_ const struct conf_workflow **cand = NULL;
+
+	avail = slots > reserved ? slots - reserved : 0;
+	if (avail == 0 || !(cand = calloc(c->n_workflows + 1, sizeof(*cand))))
+		return;
+	for (size_t i = 0; i < c->n_workflows; i++) {
+		const struct conf_workflow *wf = &c->workflows[i];
+		struct wfstate *s = worker_wfstate(w, wf->name);
+		struct claim_lane *l = lane_get(w, wf->name);
+
+		if (s && l && !l->req && breaker_allows(&s->breaker) && wf_free_slots(w, wf) > 0)
+			cand[n++] = wf;
+	}
+	for (unsigned k = 0, first = n ? w->lane_rr++ % n : 0; k < n && avail > 0; k++) {
+		const struct conf_workflow *wf = cand[(first + k) % n];
+		unsigned give = MIN((avail + (n - k) - 1) / (n - k), wf_free_slots(w, wf));
+		char *one[] = {wf->name, NULL};
+		int q;
+
+		if (give == 0)
+			continue;
+		q = claim_send(w, lane_get(w, wf->name), one, give);
+		if (q < 0) {
+			claim_send_failed(w, q);
+			return;
+		}
+		avail -= give;
+	}
+}
+
+void claim_kick(worker_t *w)
+{
+	if (w->phase != WORKER_RUNNING || ev_timer_armed(w->claim_timer) || w->in_arrival)
+		return;
+	if (drv_has(w->drv, DRV_CAP_MULTI_WORKFLOW))
+		claim_kick_one(w);
+	else
+		claim_kick_lanes(w);
+}
+
+static void on_claim_cancel(const struct drv_answer *a, void *userdata)
 {
 	worker_t *w = userdata;
-	char why[160];
 
 	w->claim_cancels--;
-	if (resp->status != 200)
+	if (a->verdict != DRV_OK)
 		log_warning("claim cancel not confirmed (%s); any run it held returns to the "
 			    "queue when its lease expires",
-			    api_describe(resp, why, sizeof(why)));
+			    a->detail);
 	worker_maybe_exit(w);
 }
 
 void claim_stop(worker_t *w)
 {
-	_cleanup_free_ char *url = NULL;
-	/* a claim for cancels only is granted nothing: no cancel on the server */
-	bool open = (w->claim_req && !w->claim_held_only) || w->claim_id_used;
+	bool open = false;
 
 	ev_timer_disarm(w->claim_timer);
-	http_cancel(w->claim_req);
-	w->claim_req = NULL;
-	w->claim_held_only = false;
-	if (!open)
-		return;
+	for (size_t i = 0; i < w->n_lanes; i++) {
+		struct claim_lane *l = w->lanes[i];
+
+		/* a claim for cancels only is granted nothing: no cancel on the server */
+		open = open || (l->req && !l->held_only) || l->repeat;
+		drv_cancel(l->req);
+		l->req = NULL;
+		l->held_only = false;
+		l->repeat = false;
+		l->max_runs = 0;
+	}
 	/* the server may have granted runs to the claim whose answer we dropped */
-	w->claim_id_used = false;
-	if (proto_url(w->api.base, "/v1/claims/%s/cancel", w->claim_id, &url) < 0 ||
-	    api_post(&w->api, API_CLAIM_CANCEL, url, "{}", 10 * USEC_PER_SEC, 4096,
-		     on_claim_cancel, w, NULL) < 0)
+	if (!open || !drv_has(w->drv, DRV_CAP_CLAIM_CANCEL) ||
+	    drv_ops(w->drv)->claim_cancel(w->drv, on_claim_cancel, w, NULL) < 0)
 		return;
 	w->claim_cancels++;
+}
+
+void claim_free(worker_t *w)
+{
+	for (size_t i = 0; i < w->n_lanes; i++) {
+		drv_cancel(w->lanes[i]->req);
+		free(w->lanes[i]->workflow);
+		free(w->lanes[i]);
+	}
+	free(w->lanes);
+	w->lanes = NULL;
+	w->n_lanes = 0;
 }
 
 /* What to do with one run the API handed us. */
@@ -465,27 +540,27 @@ static enum run_event triage(worker_t *w, struct run *r)
 	if (r->reject_reason)
 		return RE_REJECT;
 	if (w->phase != WORKER_RUNNING) {
-		r->release_reason = PROTO_RELEASE_DRAINING;
+		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;
 	}
 	if (!r->wf) {
-		r->release_reason = PROTO_RELEASE_UNSUPPORTED_WORKFLOW;
+		r->release_reason = DRV_RELEASE_UNSUPPORTED_WORKFLOW;
 		return RE_RELEASE;
 	}
 	s = worker_wfstate(w, r->workflow);
 	if (!s || !breaker_allows(&s->breaker)) {
-		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
+		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
 	if (r->wf->concurrency && wf_in_use(w, r->workflow) > r->wf->concurrency) {
 		/* the API handed more of one workflow than its concurrency: give the
 		 * rest back; our next claim leaves the workflow out */
-		r->release_reason = PROTO_RELEASE_BLOCKED_WORKFLOW;
+		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
 	if (w->n_runs > worker_cur_conf(w)->worker.concurrency) {
 		/* more than we asked for: not ours to run */
-		r->release_reason = PROTO_RELEASE_DRAINING;
+		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;
 	}
 	return RE_START;
@@ -519,11 +594,11 @@ static struct run *find_older(worker_t *w, const struct run *r)
 }
 
 /* The same lease delivered twice (a confused API): the copy we hold is it. */
-static bool lease_held(worker_t *w, const struct proto_run *pr)
+static bool lease_held(worker_t *w, const struct drv_grant *g)
 {
 	for (struct run *o = w->runs; o; o = o->next)
-		if (pr->id && pr->token && streq_ptr(o->id, pr->id) &&
-		    streq_ptr(o->token, pr->token))
+		if (g->id && g->lease_key && streq_ptr(o->id, g->id) &&
+		    streq_ptr(o->lease_key, g->lease_key))
 			return true;
 	return false;
 }
@@ -578,11 +653,11 @@ void claim_run_unblocked(worker_t *w, const char *id)
 	run_dispatch(r, triage(w, r));
 }
 
-void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_at)
+static void claim_runs_arrived(worker_t *w, struct drv_claim_answer *resp, usec_t sent_at)
 {
 	w->in_arrival = true;
 	for (size_t i = 0; i < resp->n_runs; i++) {
-		struct proto_run *pr = &resp->runs[i];
+		struct drv_grant *pr = &resp->runs[i];
 		enum run_event ev;
 		struct run *r;
 

@@ -79,13 +79,9 @@ static struct log_fields run_fields(const struct run *r, const char *outcome)
 		log_emit(prio, &_f, __VA_ARGS__);                                                  \
 	} while (0)
 
-static char *run_url(const struct run *r, const char *fmt)
+static const struct drv_ops *run_drv(const struct run *r)
 {
-	char *url = NULL;
-
-	if (proto_url(r->w->api.base, fmt, r->id, &url) < 0)
-		return NULL;
-	return url;
+	return drv_ops(r->w->drv);
 }
 
 /* ---------------------------------------------------------------- lease */
@@ -175,19 +171,19 @@ static usec_t renew_timeout(const struct run *r)
 	return MIN(rt, MAX(left / 2, RENEW_ATTEMPT_MIN));
 }
 
-static usec_t renew_retry_delay(const struct run *r, const struct http_response *resp)
+static usec_t renew_retry_delay(const struct run *r, const struct drv_answer *a)
 {
 	usec_t left = lease_left(r), d;
 	usec_t cap = left ? RENEW_RETRY_CAP
 			  : MIN(RENEW_RETRY_CAP, lease_margin(r->lease_ttl_s) / 4);
 
 	/* our own bound gave up on a stalled attempt: again now, on a new connection */
-	if (resp->error == -ETIMEDOUT && resp->elapsed >= RENEW_ATTEMPT_MIN / 2)
+	if (a->error == -ETIMEDOUT && a->elapsed >= RENEW_ATTEMPT_MIN / 2)
 		return 0;
 	d = backoff_full_jitter(RENEW_RETRY_BASE, cap, r->lease_retries, 0);
 	/* Retry-After is honoured only while two more retries fit before the deadline */
-	if (resp->retry_after > d)
-		d = MAX(d, MIN(resp->retry_after, left / 3));
+	if (a->retry_after > d)
+		d = MAX(d, MIN(a->retry_after, left / 3));
 	return left ? MAX(MIN(d, left / 2), MIN(d, RENEW_RETRY_MIN)) : d;
 }
 
@@ -198,53 +194,51 @@ static void lease_recovered(struct run *r)
 		ev_timer_arm(r->timer, 0);
 }
 
-static void on_lease(http_req_t *req, const struct http_response *resp, void *userdata)
+static unsigned lease_ttl_asked(const struct run *r)
+{
+	return (unsigned)(run_conf(r)->worker.lease_ttl / USEC_PER_SEC);
+}
+
+static void on_lease(const struct drv_answer *a, void *userdata)
 {
 	struct run *r = userdata;
-	unsigned ttl;
-	bool cancel, recovered;
-	char why[160];
+	bool recovered;
+	char why[200];
 
 	r->lease_req = NULL;
-	if (resp->status == 200 && proto_lease_parse(resp->body, resp->body_len, &ttl, &cancel) >= 0) {
+	if (a->verdict == DRV_OK) {
 		metric_add(r->w->m_renewals, 1, "ok");
 		recovered = r->lease_retries > 0;
 		r->lease_retries = 0;
 		r->lease_fresh = false;
-		lease_granted(r, r->lease_sent_at, ttl);
+		lease_granted(r, r->lease_sent_at, a->ttl_s ? a->ttl_s : lease_ttl_asked(r));
 		if (recovered)
 			lease_recovered(r);
-		if (cancel)
+		if (a->cancel)
 			run_dispatch(r, RE_CANCEL);
 		return;
 	}
-	if (resp->status == 409 || resp->status == 404) {
+	if (a->verdict == DRV_LOST) {
 		metric_add(r->w->m_renewals, 1, "lost");
-		snprintf(why, sizeof(why), "renewal answered HTTP %ld", resp->status);
+		snprintf(why, sizeof(why), "renewal answered %s", a->detail);
 		lease_lost(r, why);
 		return;
 	}
-	/* transient (or a garbled 200): try again soon; the deadline timer decides loss */
+	/* transient (or a garbled answer): try again soon; the deadline timer decides loss */
 	metric_add(r->w->m_renewals, 1, "error");
-	run_log(r, LOG_WARNING, "lease renewal failed (%s), retrying",
-		api_describe(resp, why, sizeof(why)));
-	r->lease_fresh = resp->error != 0;
-	ev_timer_arm(r->renew_timer, renew_retry_delay(r, resp));
+	run_log(r, LOG_WARNING, "lease renewal failed (%s), retrying", a->detail);
+	r->lease_fresh = a->error != 0;
+	ev_timer_arm(r->renew_timer, renew_retry_delay(r, a));
 	r->lease_retries++;
 }
 
 static void lease_renew(struct run *r)
 {
-	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/lease"), *body = NULL;
-	unsigned ttl = (unsigned)(run_conf(r)->worker.lease_ttl / USEC_PER_SEC);
-	int (*post)(struct api *, enum api_endpoint, const char *, const char *, usec_t, size_t,
-		    http_cb, void *, http_req_t **) = r->lease_fresh ? api_post_fresh : api_post;
-
-	if (r->lease_req || !url || proto_lease_body(r->token, ttl, &body) < 0)
+	if (r->lease_req || !r->priv)
 		return;
 	r->lease_sent_at = ev_now(r->w->ev);
-	if (post(&r->w->api, API_LEASE, url, body, renew_timeout(r), 4096, on_lease, r,
-		 &r->lease_req) < 0) {
+	if (run_drv(r)->renew(r->w->drv, r->priv, lease_ttl_asked(r), renew_timeout(r),
+			      r->lease_fresh, on_lease, r, &r->lease_req) < 0) {
 		r->lease_req = NULL;
 		ev_timer_arm(r->renew_timer, MIN(RENEW_RETRY_CAP, MAX(lease_left(r) / 2, 1)));
 	}
@@ -299,7 +293,7 @@ static void on_deadline(ev_timer_t *t, void *userdata)
 
 static void lease_stop(struct run *r)
 {
-	http_cancel(r->lease_req);
+	drv_cancel(r->lease_req);
 	r->lease_req = NULL;
 	ev_timer_disarm(r->renew_timer);
 	ev_timer_disarm(r->deadline_timer);
@@ -342,6 +336,9 @@ static int build_env(struct run *r, char ***ret)
 
 	if (!extra)
 		return -ENOMEM;
+	for (size_t i = 0; r->env && r->env[i]; i++)
+		if ((q = strv_extend(&extra, r->env[i])) < 0)
+			return q;
 	if ((q = env_pushf(&extra, "LESSEE_RUN_ID=%s", r->id)) < 0 ||
 	    (q = env_pushf(&extra, "LESSEE_WORKFLOW=%s", r->workflow)) < 0 ||
 	    (q = env_pushf(&extra, "LESSEE_ATTEMPT=%u", r->attempt)) < 0 ||
@@ -459,13 +456,11 @@ static void on_log_throttle(void *ctx, bool pause)
 static int start_logship(struct run *r)
 {
 	const struct conf *c = run_conf(r);
-	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/log");
 	struct logship_params p = {
 		.ev = r->w->ev,
-		.send = api_send_log,
-		.send_ctx = &r->w->api,
-		.url = url,
-		.lease_token = r->token,
+		.drv = r->w->drv,
+		.run = r->priv,
+		.lease_key = r->lease_key,
 		.max_log_bytes = r->wf->max_log_bytes,
 		.request_timeout = c->api.request_timeout,
 		.throttle = on_log_throttle,
@@ -473,8 +468,6 @@ static int start_logship(struct run *r)
 		.attempt = MAX(r->attempt, 1u),
 	};
 
-	if (!url)
-		return -ENOMEM;
 	return logship_new(&p, on_log_event, r, &r->log);
 }
 
@@ -562,9 +555,9 @@ static void set_error(struct run *r, const char *fmt, ...)
  * unreadable by the run's user, over the cap): the run fails, with the reason. */
 static void result_bad(struct run *r, const char *why)
 {
-	if (r->outcome.status == PROTO_SUCCEEDED) {
-		r->outcome.status = PROTO_FAILED;
-		r->outcome.reason = PROTO_REASON_EXIT;
+	if (r->outcome.status == DRV_SUCCEEDED) {
+		r->outcome.status = DRV_FAILED;
+		r->outcome.reason = DRV_REASON_EXIT;
 		r->outcome.retryable = false;
 	}
 	set_error(r, "result file %s", why);
@@ -667,12 +660,20 @@ static void set_signal(struct run *r, int sig)
 	r->outcome.signal = r->signame;
 }
 
+static bool exit_code_terminal(const struct conf_workflow *wf, int code)
+{
+	for (size_t i = 0; i < wf->n_terminal_exit_codes; i++)
+		if (wf->terminal_exit_codes[i] == code)
+			return true;
+	return false;
+}
+
 /* Exit 0 succeeded; exit N failed (retryable only for 75, EX_TEMPFAIL);
  * a signal is a crash (retryable); the kill reason overrides both. */
 static void classify(struct run *r)
 {
 	const struct exec_result *x = &r->result;
-	struct proto_outcome *o = &r->outcome;
+	struct drv_outcome *o = &r->outcome;
 
 	o->has_exit_code = x->exited;
 	o->exit_code = x->exited ? x->exit_code : 0;
@@ -680,24 +681,25 @@ static void classify(struct run *r)
 		set_signal(r, x->signal);
 	o->duration_ms = x->duration / USEC_PER_MSEC;
 	if (r->kill_reason == KILL_TIMEOUT) {
-		o->status = PROTO_FAILED;
-		o->reason = PROTO_REASON_TIMEOUT;
+		o->status = DRV_FAILED;
+		o->reason = DRV_REASON_TIMEOUT;
 		o->retryable = true;
 		set_error(r, "timed out after %" PRIu64 " ms", (uint64_t)(run_timeout(r) / 1000));
 	} else if (r->kill_reason == KILL_CANCEL) {
-		o->status = PROTO_CANCELLED;
-		o->reason = PROTO_REASON_CANCELLED;
+		o->status = DRV_CANCELLED;
+		o->reason = DRV_REASON_CANCELLED;
 	} else if (x->exited && x->exit_code == 0) {
-		o->status = PROTO_SUCCEEDED;
-		o->reason = PROTO_REASON_EXIT;
+		o->status = DRV_SUCCEEDED;
+		o->reason = DRV_REASON_EXIT;
 	} else if (x->exited) {
-		o->status = PROTO_FAILED;
-		o->reason = PROTO_REASON_EXIT;
+		o->status = DRV_FAILED;
+		o->reason = DRV_REASON_EXIT;
 		o->retryable = x->exit_code == 75;
+		o->terminal = exit_code_terminal(r->wf, x->exit_code);
 		set_error(r, "exited with status %d", x->exit_code);
 	} else {
-		o->status = PROTO_FAILED;
-		o->reason = PROTO_REASON_CRASH;
+		o->status = DRV_FAILED;
+		o->reason = DRV_REASON_CRASH;
 		o->retryable = true;
 		set_error(r, "killed by %s%s", r->signame, x->core_dumped ? " (core dumped)" : "");
 	}
@@ -706,26 +708,26 @@ static void classify(struct run *r)
 /* Exit 75 (EX_TEMPFAIL): the run asks to be tried again later. */
 static bool outcome_is_retry(const struct run *r)
 {
-	return r->outcome.status == PROTO_FAILED && r->outcome.reason == PROTO_REASON_EXIT &&
+	return r->outcome.status == DRV_FAILED && r->outcome.reason == DRV_REASON_EXIT &&
 	       r->outcome.has_exit_code && r->outcome.exit_code == 75;
 }
 
 const char *run_outcome_label(const struct run *r)
 {
-	if (r->outcome.status == PROTO_SUCCEEDED)
+	if (r->outcome.status == DRV_SUCCEEDED)
 		return "succeeded";
 	if (outcome_is_retry(r))
 		return "retry";
-	if (r->outcome.status == PROTO_CANCELLED)
+	if (r->outcome.status == DRV_CANCELLED)
 		return "cancelled";
 	switch (r->outcome.reason) {
-	case PROTO_REASON_TIMEOUT:
+	case DRV_REASON_TIMEOUT:
 		return "timeout";
-	case PROTO_REASON_CRASH:
+	case DRV_REASON_CRASH:
 		return "crash";
-	case PROTO_REASON_SPAWN_ERROR:
+	case DRV_REASON_SPAWN_ERROR:
 		return "spawn_error";
-	case PROTO_REASON_REJECTED:
+	case DRV_REASON_REJECTED:
 		return "rejected";
 	default:
 		return "failed";
@@ -736,7 +738,7 @@ const char *run_outcome_label(const struct run *r)
  * says nothing either way: it neither counts nor resets the failures. */
 static bool outcome_is_failure(const struct run *r)
 {
-	return r->outcome.status == PROTO_FAILED && r->outcome.reason != PROTO_REASON_REJECTED &&
+	return r->outcome.status == DRV_FAILED && r->outcome.reason != DRV_REASON_REJECTED &&
 	       !outcome_is_retry(r);
 }
 
@@ -759,73 +761,93 @@ static int build_body(struct run *r)
 	}
 	r->outcome.error = r->error;
 	r->outcome.output = r->output;
-	return proto_complete_body(r->token, &r->outcome, &r->body);
+	if (!r->priv)
+		return -EINVAL;
+	return run_drv(r)->complete_body(r->w->drv, r->priv, &r->outcome, &r->body);
 }
 
 /* ---------------------------------------------------------------- report */
 
-static void on_complete(http_req_t *req, const struct http_response *resp, void *userdata)
+static void on_complete(const struct drv_answer *a, void *userdata)
 {
 	struct run *r = userdata;
-	char status[32] = "?", why[160];
+	char why[200];
 
 	r->req = NULL;
-	if (resp->status == 200) {
-		proto_complete_parse(resp->body, resp->body_len, status, sizeof(status));
-		snprintf(r->note, sizeof(r->note), "the API says %s", status);
+	switch (a->verdict) {
+	case DRV_OK:
+		snprintf(r->note, sizeof(r->note), "the API says %s",
+			 a->run_status[0] ? a->run_status : "?");
 		run_dispatch(r, RE_REPORTED);
-	} else if (resp->status == 409 || resp->status == 404) {
-		lease_lost(r, "completion answered 409/404");
-	} else if (http_should_retry(resp) || resp->status == 401 || resp->status == 403 ||
-		   resp->status == 408) {
-		run_log(r, LOG_WARNING, "report failed (%s), retrying",
-			api_describe(resp, why, sizeof(why)));
-		ev_timer_arm(r->timer, http_retry_delay(resp, r->req_attempts++, RETRY_BASE,
-							REPORT_RETRY_CAP));
-	} else {
+		break;
+	case DRV_LOST:
+		snprintf(why, sizeof(why), "completion answered %s", a->detail);
+		lease_lost(r, why);
+		break;
+	case DRV_RETRY:
+	case DRV_DENIED: /* the credentials may come back: keep the result */
+		run_log(r, LOG_WARNING, "report failed (%s), retrying", a->detail);
+		ev_timer_arm(r->timer,
+			     drv_retry_delay(a, r->req_attempts++, RETRY_BASE, REPORT_RETRY_CAP));
+		break;
+	default:
 		run_log(r, LOG_ERR, "the API refused the result for good (%s): giving up on it",
-			api_describe(resp, why, sizeof(why)));
+			a->detail);
 		run_dispatch(r, RE_REPORTED);
+		break;
 	}
 }
 
 static void send_complete(struct run *r)
 {
-	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/complete");
-
-	if (!url || api_post(&r->w->api, API_COMPLETE, url, r->body, 0, 4096, on_complete, r,
-			     &r->req) < 0) {
+	if (run_drv(r)->complete(r->w->drv, r->priv, r->body, on_complete, r, &r->req) < 0) {
 		r->req = NULL;
 		ev_timer_arm(r->timer, USEC_PER_SEC);
 	}
 }
 
-static void on_release(http_req_t *req, const struct http_response *resp, void *userdata)
+static void on_release(const struct drv_answer *a, void *userdata)
 {
 	struct run *r = userdata;
-	char why[160];
 
 	r->req = NULL;
-	if (resp->status == 200 || resp->status == 409 || resp->status == 404 ||
-	    r->w->phase == WORKER_STOPPING || r->req_attempts >= 5) {
-		if (resp->status != 200)
+	if (a->verdict == DRV_OK || a->verdict == DRV_LOST || r->w->phase == WORKER_STOPPING ||
+	    r->req_attempts >= 5) {
+		if (a->verdict != DRV_OK)
 			run_log(r, LOG_WARNING, "release not confirmed (%s); the lease will expire",
-				api_describe(resp, why, sizeof(why)));
+				a->detail);
 		run_dispatch(r, RE_RELEASED);
 		return;
 	}
-	ev_timer_arm(r->timer,
-		     http_retry_delay(resp, r->req_attempts++, RETRY_BASE, REPORT_RETRY_CAP));
+	ev_timer_arm(r->timer, drv_retry_delay(a, r->req_attempts++, RETRY_BASE, REPORT_RETRY_CAP));
+}
+
+/* Can the API take the run back?  Else it is dropped here, and the API's own
+ * timeout puts it back in the queue. */
+static bool can_release(const struct run *r)
+{
+	return r->priv && drv_has(r->w->drv, DRV_CAP_RELEASE);
 }
 
 static void send_release(struct run *r)
 {
-	_cleanup_free_ char *url = run_url(r, "/v1/runs/%s/release"), *body = NULL;
-
-	if (!url || proto_release_body(r->token, r->release_reason, 0, &body) < 0 ||
-	    api_post(&r->w->api, API_RELEASE, url, body, 0, 4096, on_release, r, &r->req) < 0) {
-		r->req = NULL;
+	if (!can_release(r)) {
+		run_log(r, LOG_NOTICE,
+			"the API cannot take the run back: dropped here, it returns to the queue "
+			"when the API's own timeout expires");
 		run_dispatch(r, RE_RELEASED);
+		return;
+	}
+	if (run_drv(r)->release(r->w->drv, r->priv, r->release_reason, 0, on_release, r,
+				&r->req) < 0) {
+		r->req = NULL;
+		if (r->req_attempts >= 5 || r->w->phase == WORKER_STOPPING) {
+			run_log(r, LOG_WARNING, "release not sent; the lease will expire");
+			run_dispatch(r, RE_RELEASED);
+			return;
+		}
+		ev_timer_arm(r->timer, drv_retry_delay(NULL, r->req_attempts++, RETRY_BASE,
+						       REPORT_RETRY_CAP));
 	}
 }
 
@@ -885,11 +907,12 @@ static enum run_state enter_flushing(struct run *r)
 	return RUN_FLUSHING;
 }
 
+/* The release goes out from the timer, once the run is RELEASING: its answer
+ * (or its absence, for an API without release) is an event of that state. */
 static enum run_state enter_releasing(struct run *r)
 {
 	r->req_attempts = 0;
-	ev_timer_disarm(r->timer);
-	send_release(r);
+	ev_timer_arm(r->timer, 0);
 	return RUN_RELEASING;
 }
 
@@ -909,8 +932,8 @@ static enum run_state act_start(struct run *r)
 		snprintf(r->note, sizeof(r->note), "pid %d", (int)exec_pid(r->proc));
 		return RUN_RUNNING;
 	}
-	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
-					    .reason = PROTO_REASON_SPAWN_ERROR};
+	r->outcome = (struct drv_outcome){.status = DRV_FAILED,
+					    .reason = DRV_REASON_SPAWN_ERROR};
 	set_error(r, "%s: %s", step ? step : "spawn", strerror(-q));
 	run_log(r, LOG_ERR, "could not start %s: %s", r->wf->argv[0], r->error);
 	return enter_reporting(r);
@@ -926,22 +949,22 @@ static enum run_state act_wait(struct run *r)
 /* Never started: nothing to stop, nothing written; report it cancelled. */
 static enum run_state act_cancel_waiting(struct run *r)
 {
-	r->outcome = (struct proto_outcome){.status = PROTO_CANCELLED,
-					    .reason = PROTO_REASON_CANCELLED};
+	r->outcome = (struct drv_outcome){.status = DRV_CANCELLED,
+					    .reason = DRV_REASON_CANCELLED};
 	run_log(r, LOG_NOTICE, "the API asks to cancel a run not started yet");
 	return enter_reporting(r);
 }
 
 static enum run_state act_stop_waiting(struct run *r)
 {
-	r->release_reason = PROTO_RELEASE_SHUTDOWN;
+	r->release_reason = DRV_RELEASE_SHUTDOWN;
 	return act_release(r);
 }
 
 static enum run_state act_reject(struct run *r)
 {
-	r->outcome = (struct proto_outcome){.status = PROTO_FAILED,
-					    .reason = PROTO_REASON_REJECTED};
+	r->outcome = (struct drv_outcome){.status = DRV_FAILED,
+					    .reason = DRV_REASON_REJECTED};
 	set_error(r, "rejected by the worker: %s", r->reject_reason);
 	run_log(r, LOG_ERR, "rejecting the run: %s", r->reject_reason);
 	return enter_reporting(r);
@@ -950,7 +973,7 @@ static enum run_state act_reject(struct run *r)
 static enum run_state act_release(struct run *r)
 {
 	run_log(r, LOG_NOTICE, "releasing the run unstarted (%s)",
-		proto_release_reason_name(r->release_reason));
+		drv_release_reason_name(r->release_reason));
 	return enter_releasing(r);
 }
 
@@ -992,7 +1015,7 @@ static void go_silent(struct run *r)
 {
 	r->lost = true;
 	lease_stop(r);
-	http_cancel(r->req);
+	drv_cancel(r->req);
 	r->req = NULL;
 	if (r->log)
 		logship_abandon(r->log);
@@ -1036,7 +1059,7 @@ static enum run_state act_killed(struct run *r)
 	case KILL_LEASE_LOST:
 		return RUN_DONE;
 	case KILL_SHUTDOWN:
-		r->release_reason = PROTO_RELEASE_SHUTDOWN;
+		r->release_reason = DRV_RELEASE_SHUTDOWN;
 		run_log(r, LOG_NOTICE, "stopped for shutdown: releasing it");
 		return enter_releasing(r);
 	default:
@@ -1053,7 +1076,7 @@ static enum run_state act_spool(struct run *r)
 {
 	if (collect_defer(r, RE_HARD_STOP))
 		return r->state;
-	http_cancel(r->req);
+	drv_cancel(r->req);
 	r->req = NULL;
 	r->spool_log = !r->body && r->log; /* a hard stop before the log was shipped */
 	if (build_body(r) >= 0)
@@ -1129,7 +1152,7 @@ static const char *no_verdict_label(const struct run *r)
 		return "lease_lost";
 	if (r->kill_reason == KILL_SHUTDOWN)
 		return "released";
-	if (r->outcome.status == PROTO_CANCELLED)
+	if (r->outcome.status == DRV_CANCELLED)
 		return "cancelled";
 	return NULL;
 }
@@ -1165,7 +1188,7 @@ static void run_record_outcome(struct run *r)
 static void run_free(struct run *r)
 {
 	lease_stop(r);
-	http_cancel(r->req);
+	drv_cancel(r->req);
 	ev_timer_del(r->renew_timer);
 	ev_timer_del(r->deadline_timer);
 	ev_timer_del(r->timer);
@@ -1184,12 +1207,15 @@ static void run_free(struct run *r)
 	if (r->dir)
 		runfiles_remove(r->w, r->dir);
 	conf_ref_put(r->cref);
-	if (r->token)
-		explicit_bzero(r->token, strlen(r->token));
+	if (r->priv)
+		run_drv(r)->run_free(r->priv);
+	if (r->lease_key)
+		explicit_bzero(r->lease_key, strlen(r->lease_key));
+	strv_free(r->env);
 	free(r->dir);
 	free(r->id);
 	free(r->workflow);
-	free(r->token);
+	free(r->lease_key);
 	free(r->input);
 	free(r->reject_reason);
 	free(r->error);
@@ -1278,7 +1304,7 @@ void run_dispatch(struct run *r, enum run_event ev)
 	run_free(r);
 }
 
-struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
+struct run *run_new(worker_t *w, struct drv_grant *g, usec_t claim_sent_at)
 {
 	struct run *r = calloc(1, sizeof(*r));
 
@@ -1286,14 +1312,16 @@ struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
 		return NULL;
 	r->w = w;
 	r->cref = conf_ref_get(w->cref);
-	r->id = TAKE_PTR(pr->id);
-	r->workflow = pr->workflow ? TAKE_PTR(pr->workflow) : strdup("?");
-	r->token = TAKE_PTR(pr->token);
-	r->attempt = pr->attempt;
-	r->timeout_s = pr->timeout_s;
-	r->input = TAKE_PTR(pr->input);
-	r->input_len = pr->input_len;
-	r->reject_reason = TAKE_PTR(pr->invalid);
+	r->id = TAKE_PTR(g->id);
+	r->workflow = g->workflow ? TAKE_PTR(g->workflow) : strdup("?");
+	r->lease_key = TAKE_PTR(g->lease_key);
+	r->priv = TAKE_PTR(g->priv);
+	r->env = TAKE_PTR(g->env);
+	r->attempt = g->attempt;
+	r->timeout_s = g->timeout_s;
+	r->input = TAKE_PTR(g->input);
+	r->input_len = g->input_len;
+	r->reject_reason = TAKE_PTR(g->invalid);
 	r->claimed_at = ev_now(w->ev);
 	r->collect_then = -1;
 	r->wf = conf_find_workflow(r->cref->conf, r->workflow);
@@ -1304,6 +1332,6 @@ struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at)
 		run_free(r);
 		return NULL;
 	}
-	lease_claimed(r, claim_sent_at, pr->ttl_s);
+	lease_claimed(r, claim_sent_at, g->ttl_s);
 	return r;
 }

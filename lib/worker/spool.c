@@ -293,25 +293,8 @@ int spool_count(const char *dir)
 	return r < 0 ? r : n;
 }
 
+/* A v1 body's top-level "log_length" (the native driver's rule). */
 int spool_body_set_log_length(char **body, uint64_t log_length)
 {
-	static const char key[] = "\"log_length\":";
-	char *p = strstr(*body, key), *v, *end, *nb;
-	char num[24];
-	int n;
-
-	if (!p)
-		return -EBADMSG;
-	v = p + strlen(key);
-	end = v + strspn(v, "0123456789.e+-");
-	n = snprintf(num, sizeof(num), "%" PRIu64, log_length);
-	nb = malloc(strlen(*body) - (size_t)(end - v) + (size_t)n + 1);
-	if (!nb)
-		return -ENOMEM;
-	memcpy(nb, *body, (size_t)(v - *body));
-	memcpy(nb + (v - *body), num, (size_t)n);
-	strcpy(nb + (v - *body) + n, end);
-	free(*body);
-	*body = nb;
-	return 0;
+	return drv_native_ops.body_set_log_length(body, log_length);
 }

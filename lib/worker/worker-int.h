@@ -7,10 +7,10 @@
 #include "conf/conf.h"
 #include "exec/cgroup.h"
 #include "exec/exec.h"
-#include "http/http.h"
 #include "logship/logship.h"
 #include "obs/metrics.h"
 #include "offload/offload.h"
+#include "proto/driver.h"
 #include "proto/proto.h"
 #include "util/random.h"
 #include "worker/breaker.h"
@@ -25,45 +25,6 @@ struct conf_ref {
 struct conf_ref *conf_ref_new(struct conf *c);
 struct conf_ref *conf_ref_get(struct conf_ref *r);
 struct conf_ref *conf_ref_put(struct conf_ref *r);
-
-/* ---- api.c: requests to the orchestration API with auth and accounting ---- */
-enum api_endpoint {
-	API_CLAIMS,
-	API_CLAIM_CANCEL,
-	API_LEASE,
-	API_LOG,
-	API_COMPLETE,
-	API_RELEASE,
-	_API_ENDPOINT_MAX,
-};
-
-struct api {
-	ev_t *ev;
-	http_t *http;
-	char *base;          /* api.url */
-	char *auth;          /* "Authorization: Bearer ..." or NULL */
-	usec_t timeout;
-	usec_t last_ok;      /* monotonic time of the last answer with valid auth */
-	bool auth_denied;    /* the last answer was 401/403 */
-	metric_t *m_requests, *m_duration;
-};
-
-int api_init(struct api *a, ev_t *e, const struct conf *c, metrics_t *m);
-void api_done(struct api *a);
-/* body may be NULL; extra_headers NULL-terminated or NULL; timeout 0 = default. */
-int api_post(struct api *a, enum api_endpoint ep, const char *url, const char *body,
-	     usec_t timeout, size_t max_response, http_cb cb, void *userdata, http_req_t **ret);
-/* The same on a new connection: a retry after a stall must not queue behind
- * (or reuse) a pooled connection that a load balancer black-holes. */
-int api_post_fresh(struct api *a, enum api_endpoint ep, const char *url, const char *body,
-		   usec_t timeout, size_t max_response, http_cb cb, void *userdata,
-		   http_req_t **ret);
-/* logship's sender: adds auth and accounting to a PATCH /log. */
-int api_send_log(void *api, const struct http_request *rq, http_cb cb, void *userdata,
-		 http_req_t **ret);
-bool api_ready(const struct api *a, usec_t now);
-/* "HTTP 503" / transport error text, for logs. */
-const char *api_describe(const struct http_response *resp, char *buf, size_t len);
 
 /* ---- spool.c: results that could not be delivered, one fsync'd entry per lease ---- */
 #define SPOOL_BODY_SLACK (1u << 20) /* a body's fields besides the output */
@@ -91,6 +52,7 @@ typedef int (*spool_fn)(struct spool_entry *e, void *ud); /* takes e's fields */
 
 /* The largest complete body spool_write accepts (and replay reads). */
 size_t spool_max_body(uint64_t max_output_bytes);
+/* lease_key: the grant's (drv_grant.lease_key), hashed into the name */
 int spool_entry_name(const char *run_id, const char *token, char *buf, size_t len);
 int spool_write(const char *dir, const char *name, const char *complete_body, size_t max_body,
 		const struct spool_tail *tail);
@@ -141,13 +103,16 @@ struct run {
 	struct run *prev, *next;
 	struct conf_ref *cref;
 	const struct conf_workflow *wf; /* NULL for runs released or rejected unstarted */
-	char *id, *workflow, *token;
+	char *id, *workflow;
+	char *lease_key;   /* the driver's name of this lease (drv_grant.lease_key) */
+	drv_run_t *priv;   /* the driver's per-run data; NULL for unusable runs */
+	char **env;        /* the driver's extra variables for the run, or NULL */
 	unsigned attempt;
 	unsigned timeout_s;  /* the run's own, 0 = none */
 	char *input;
 	size_t input_len;
 	char *reject_reason;
-	enum proto_release_reason release_reason;
+	enum drv_release_reason release_reason;
 
 	enum run_state state;
 	enum kill_reason kill_reason;
@@ -164,7 +129,7 @@ struct run {
 	usec_t offer_until;     /* child gone, local deadline passed: the result is
 				 * offered until then (0 = not yet) */
 	ev_timer_t *renew_timer, *deadline_timer, *timer;
-	http_req_t *lease_req, *req;
+	drv_req_t *lease_req, *req;
 	unsigned req_attempts;
 
 	char *dir;
@@ -177,13 +142,13 @@ struct run {
 	bool collecting;
 	int collect_then; /* event deferred until the result file is read, -1 = none */
 
-	struct proto_outcome outcome;
+	struct drv_outcome outcome;
 	char *error, *output, *body;
 	char signame[24];
 	char note[96]; /* detail for the next state-change log line */
 };
 
-struct run *run_new(worker_t *w, struct proto_run *pr, usec_t claim_sent_at);
+struct run *run_new(worker_t *w, struct drv_grant *g, usec_t claim_sent_at);
 void run_dispatch(struct run *r, enum run_event ev);
 const char *run_state_name(enum run_state s);
 const char *run_outcome_label(const struct run *r);
@@ -198,7 +163,7 @@ struct worker {
 	ev_t *ev;
 	struct conf_ref *cref;
 	metrics_t *metrics;
-	struct api api;
+	drv_t *drv;
 	enum worker_phase phase;
 	bool kill_now;
 	worker_exit_cb on_exit;
@@ -211,16 +176,15 @@ struct worker {
 	struct wfstate *wfs;
 	size_t n_wfs;
 
-	/* claim.c */
-	http_req_t *claim_req;
-	char claim_id[UUID_STRING_MAX];
-	bool claim_id_used;    /* sent at least once without a definitive answer */
-	usec_t claim_sent_at;
+	/* claim.c: one lane with DRV_CAP_MULTI_WORKFLOW, else one per workflow */
+	struct claim_lane **lanes;
+	size_t n_lanes;
+	unsigned lane_rr;       /* which workflow goes first when slots are scarce */
 	unsigned claim_failures;
 	unsigned idle_polls;
 	ev_timer_t *claim_timer;
 	long queue_depth;
-	unsigned claim_cancels; /* /v1/claims/{id}/cancel requests in flight */
+	unsigned claim_cancels; /* claim cancels in flight */
 	bool in_arrival;        /* handling a claim's runs: no nested claim */
 	/* failed claim attempts: the first of a streak is logged, then a summary a minute */
 	unsigned claim_fail_streak;   /* failures since the last answer we could use */
@@ -228,7 +192,6 @@ struct worker {
 	usec_t claim_fail_logged_at;
 	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
 	bool cancels_known;     /* the API's claim answers carry "cancel_requested" */
-	bool claim_held_only;   /* the open claim asks for no runs, only for cancels */
 
 	/* spool delivery */
 	struct spool_item *spool_items;
@@ -280,8 +243,17 @@ struct result_job *result_job_free(struct result_job *j);
 void runfiles_remove(worker_t *w, const char *dir);
 
 /* ---- claim.c ---- */
+struct claim_lane {
+	char *workflow;   /* NULL: every claimable workflow in one claim */
+	drv_req_t *req;
+	usec_t sent_at;
+	unsigned max_runs; /* of the claim in flight */
+	bool repeat;      /* sent without a definitive answer: the next asks again */
+	bool held_only;   /* the claim in flight asks for no runs, only for cancels */
+	worker_t *w;
+};
 void claim_kick(worker_t *w);    /* claim now if there is room */
 void claim_stop(worker_t *w);    /* drain: abort the open claim, cancel it on the server */
-void claim_runs_arrived(worker_t *w, struct proto_claim_resp *resp, usec_t sent_at);
+void claim_free(worker_t *w); /* teardown */
 /* A run left the table: start the run of the same id waiting for it, if any. */
 void claim_run_unblocked(worker_t *w, const char *id);

@@ -185,7 +185,8 @@ void worker_run_done(worker_t *w, struct run *r)
 struct spool_item {
 	worker_t *w;
 	struct spool_entry e;
-	http_req_t *req;
+	drv_req_t *req;
+	drv_run_t *priv; /* the driver's run, restored from the body */
 	logship_t *log; /* shipping e.tail, before the completion */
 	bool log_done;
 	struct spool_item *next;
@@ -306,7 +307,9 @@ void worker_spool(worker_t *w, struct run *r)
 	struct spool_tail tail = {.attempt = r->attempt};
 	char name[SPOOL_NAME_MAX];
 	struct spool_job *j = NULL;
-	int q = r->body ? spool_entry_name(r->id, r->token, name, sizeof(name)) : -ENOMEM;
+	int q = r->body ? spool_entry_name(r->id, r->lease_key ? r->lease_key : r->id, name,
+					   sizeof(name))
+			: -ENOMEM;
 
 	if (q >= 0 && r->log && r->spool_log)
 		logship_unshipped(r->log, &tail.data, &tail.len, &tail.where);
@@ -347,8 +350,10 @@ static void spool_jobs_abandon(worker_t *w)
 
 static void spool_item_free(struct spool_item *it)
 {
-	http_cancel(it->req);
+	drv_cancel(it->req);
 	logship_free(it->log);
+	if (it->priv)
+		drv_ops(it->w->drv)->run_free(it->priv);
 	spool_entry_done(&it->e);
 	free(it);
 }
@@ -369,103 +374,106 @@ static void spool_item_drop(struct spool_item *it)
 
 static void spool_deliver_all(worker_t *w);
 
-static bool spool_refused(const struct http_response *resp)
-{
-	return resp->status == 409 || resp->status == 404 ||
-	       (resp->status >= 400 && resp->status < 500 && !http_should_retry(resp) &&
-		resp->status != 401 && resp->status != 403);
-}
-
-static void on_spool_complete(http_req_t *req, const struct http_response *resp, void *userdata)
+/* The driver's one classification of a completion's answer, as for a live
+ * completion: delivered; refused for good or the lease is gone (dropped);
+ * anything else is tried again. */
+static void on_spool_complete(const struct drv_answer *a, void *userdata)
 {
 	struct spool_item *it = userdata;
 	worker_t *w = it->w;
 	struct log_fields f = {.run_id = it->e.run_id};
-	char why[160];
 
 	it->req = NULL;
 	w->spool_inflight--;
-	if (resp->status == 200) {
+	if (a->verdict == DRV_OK) {
 		log_emit(LOG_INFO, &f, "spooled result delivered (%s)", it->e.name);
 		metric_add(w->m_spool_delivered, 1);
 		spool_item_drop(it);
-	} else if (spool_refused(resp)) {
-		log_emit(LOG_WARNING, &f, "spooled result refused (%s), dropping it (%s)",
-			 api_describe(resp, why, sizeof(why)), it->e.name);
+	} else if (a->verdict == DRV_LOST || a->verdict == DRV_REFUSED) {
+		log_emit(LOG_WARNING, &f, "spooled result refused (%s), dropping it (%s)", a->detail,
+			 it->e.name);
 		spool_dropped(w, "refused");
 		spool_item_drop(it);
 	} else if (!ev_timer_armed(w->spool_timer)) {
 		log_emit(LOG_WARNING, &f, "spooled result %s not delivered (%s), retrying",
-			 it->e.name, api_describe(resp, why, sizeof(why)));
+			 it->e.name, a->detail);
 		ev_timer_arm(w->spool_timer, backoff_full_jitter(SPOOL_RETRY_BASE, SPOOL_RETRY_CAP,
 								 w->spool_attempt++, 0));
 	}
 	worker_maybe_exit(w);
 }
 
+/* The driver's run, rebuilt from the spooled body; an entry it cannot use is
+ * dropped (false). */
+static bool spool_restore(struct spool_item *it)
+{
+	worker_t *w = it->w;
+	struct log_fields f = {.run_id = it->e.run_id};
+	int q;
+
+	if (it->priv)
+		return true;
+	q = drv_ops(w->drv)->restore(w->drv, it->e.run_id, it->e.body, &it->priv);
+	if (q >= 0)
+		return true;
+	it->priv = NULL;
+	log_emit(LOG_ERR, &f, "spooled result %s unusable (%s), dropping it", it->e.name,
+		 strerror(-q));
+	spool_dropped(w, "unreadable");
+	spool_item_drop(it);
+	return false;
+}
+
 static void spool_post(struct spool_item *it)
 {
 	worker_t *w = it->w;
-	_cleanup_free_ char *url = NULL;
 
-	if (proto_url(w->api.base, "/v1/runs/%s/complete", it->e.run_id, &url) < 0)
-		return;
-	if (api_post(&w->api, API_COMPLETE, url, it->e.body, 0, 4096, on_spool_complete, it,
-		     &it->req) >= 0)
+	if (drv_ops(w->drv)->complete(w->drv, it->priv, it->e.body, on_spool_complete, it,
+				      &it->req) >= 0)
 		w->spool_inflight++;
 	else
 		it->req = NULL;
 }
 
 /* The tail is shipped (or the server will not take it): the completion says
- * how long the log is now. */
+ * how long the log is now, where the driver's completion carries it. */
 static void on_spool_log(logship_t *ls, enum logship_event event, void *userdata)
 {
 	struct spool_item *it = userdata;
+	worker_t *w = it->w;
 	struct logship_stats st;
 	struct log_fields f = {.run_id = it->e.run_id};
 
 	logship_get_stats(ls, &st);
 	it->log_done = true;
-	it->w->spool_inflight--;
+	w->spool_inflight--;
 	if (event == LOGSHIP_LEASE_LOST)
 		log_emit(LOG_WARNING, &f, "spooled log of %s refused (lease lost)", it->e.name);
-	else if (spool_body_set_log_length(&it->e.body, st.acked) >= 0)
+	else if (!drv_has(w->drv, DRV_CAP_LOG_LENGTH) ||
+		 drv_ops(w->drv)->body_set_log_length(&it->e.body, st.acked) >= 0)
 		log_emit(LOG_INFO, &f, "spooled log of %s shipped, the log holds %llu bytes",
 			 it->e.name, (unsigned long long)st.acked);
 	spool_post(it);
-	worker_maybe_exit(it->w);
-}
-
-static char *body_token(const char *body)
-{
-	cJSON *j = cJSON_Parse(body);
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "token");
-	char *s = cJSON_IsString(t) ? strdup(t->valuestring) : NULL;
-
-	cJSON_Delete(j);
-	return s;
+	worker_maybe_exit(w);
 }
 
 static int spool_ship_log(struct spool_item *it)
 {
 	worker_t *w = it->w;
-	_cleanup_free_ char *url = NULL, *token = body_token(it->e.body);
+	const struct drv_ops *ops = drv_ops(w->drv);
+	const char *key = ops->run_lease_key ? ops->run_lease_key(it->priv) : NULL;
 	struct logship_params p = {
 		.ev = w->ev,
-		.send = api_send_log,
-		.send_ctx = &w->api,
+		.drv = w->drv,
+		.run = it->priv,
+		.lease_key = key ? key : it->e.run_id,
 		.buffer_cap = it->e.tail_len + 1,
 		.request_timeout = worker_cur_conf(w)->api.request_timeout,
 		.attempt = it->e.attempt,
 		.resume = &it->e.where,
 	};
-	int q = token ? proto_url(w->api.base, "/v1/runs/%s/log", it->e.run_id, &url) : -EBADMSG;
+	int q = logship_new(&p, on_spool_log, it, &it->log);
 
-	p.url = url;
-	p.lease_token = token;
-	if (q >= 0)
-		q = logship_new(&p, on_spool_log, it, &it->log);
 	if (q < 0)
 		return q;
 	w->spool_inflight++;
@@ -476,8 +484,11 @@ static int spool_ship_log(struct spool_item *it)
 
 static void spool_deliver_all(worker_t *w)
 {
-	for (struct spool_item *it = w->spool_items; it; it = it->next) {
-		if (it->req || (it->log && !it->log_done))
+	struct spool_item *it, *next;
+
+	for (it = w->spool_items; it; it = next) {
+		next = it->next;
+		if (it->req || (it->log && !it->log_done) || !spool_restore(it))
 			continue;
 		if (it->e.tail_len > 0 && !it->log && spool_ship_log(it) >= 0)
 			continue;
@@ -599,7 +610,7 @@ static void on_exit_timeout(ev_timer_t *t, void *userdata)
 }
 
 /* Runs waiting for an older execution of their id go back unstarted. */
-static void release_waiting(worker_t *w, enum proto_release_reason why)
+static void release_waiting(worker_t *w, enum drv_release_reason why)
 {
 	struct run *r, *next;
 
@@ -628,7 +639,7 @@ void worker_drain(worker_t *w)
 	claim_stop(w);
 	ev_timer_disarm(w->spool_timer);
 	spool_stop_logs(w);
-	release_waiting(w, PROTO_RELEASE_DRAINING);
+	release_waiting(w, DRV_RELEASE_DRAINING);
 	if (c->worker.drain_timeout != USEC_INFINITY)
 		ev_timer_arm(w->drain_timer, c->worker.drain_timeout);
 	worker_maybe_exit(w);
@@ -794,7 +805,7 @@ int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdat
 		worker_free(w);
 		return -ENOMEM;
 	}
-	q = api_init(&w->api, e, conf, w->metrics);
+	q = drv_new(e, conf, w->metrics, &w->drv);
 	if (q >= 0)
 		q = offload_new(e, OFFLOAD_THREADS, &w->offload);
 	if (q >= 0)
@@ -936,14 +947,14 @@ worker_t *worker_free(worker_t *w)
 	offload_finish(w->offload);
 	w->offload = offload_free(w->offload); /* cancels the jobs not started */
 	spool_jobs_abandon(w);
-	http_cancel(w->claim_req);
+	claim_free(w);
 	ev_timer_del(w->claim_timer);
 	ev_timer_del(w->drain_timer);
 	ev_timer_del(w->exit_timer);
 	ev_timer_del(w->breaker_timer);
 	ev_timer_del(w->spool_timer);
 	cgroup_tree_free(w->cgroups);
-	api_done(&w->api);
+	w->drv = drv_free(w->drv);
 	for (size_t i = 0; i < w->n_wfs; i++)
 		free(w->wfs[i].name);
 	free(w->wfs);
@@ -969,8 +980,8 @@ void worker_get_info(const worker_t *w, struct worker_info *ret)
 		.runs_in_flight = w->n_runs,
 		.slots = worker_cur_conf(w)->worker.concurrency,
 		.runs_done = w->runs_done,
-		.api_ready = w->phase == WORKER_RUNNING && api_ready(&w->api, ev_now(w->ev)),
-		.api_last_ok = w->api.last_ok,
+		.api_ready = w->phase == WORKER_RUNNING && w->drv && drv_ready(w->drv, ev_now(w->ev)),
+		.api_last_ok = w->drv ? drv_last_ok(w->drv) : 0,
 		.io_backend = ev_backend(w->ev),
 		.queue_depth = w->queue_depth,
 		.spool_pending = w->spool_pending,
@@ -989,13 +1000,13 @@ const char *worker_not_ready_reason(const worker_t *w)
 	default:
 		break;
 	}
-	if (api_ready(&w->api, ev_now(w->ev)))
+	if (drv_ready(w->drv, ev_now(w->ev)))
 		return NULL;
-	if (w->api.auth_denied)
+	if (drv_denied(w->drv))
 		return "the API refuses our credentials";
 	if (w->claim_error[0]) /* the why, not only the what */
 		return w->claim_error;
-	return w->api.last_ok ? "API not reached recently" : "API not reached yet";
+	return drv_last_ok(w->drv) ? "API not reached recently" : "API not reached yet";
 }
 
 static cJSON *status_runs(const worker_t *w)
@@ -1072,6 +1083,7 @@ int worker_status_json(const worker_t *w, struct buf *out)
 	cfg = cJSON_AddObjectToObject(o, "config");
 	if (cfg) {
 		cJSON_AddStringToObject(cfg, "api_url", c->api.url);
+		cJSON_AddStringToObject(cfg, "protocol", drv_ops(w->drv)->name);
 		cJSON_AddNumberToObject(cfg, "concurrency", c->worker.concurrency);
 		cJSON_AddNumberToObject(cfg, "lease_ttl_s", (double)(c->worker.lease_ttl / USEC_PER_SEC));
 		cJSON_AddNumberToObject(cfg, "workflows", (double)c->n_workflows);

@@ -338,11 +338,11 @@ static void teardown_inproc(void)
 /* The stand-in for an older execution of run `id`: KILLING, lease lost. */
 static struct run *older_execution(const char *id)
 {
-	struct proto_run pr = {
+	struct drv_grant pr = {
 	    .id = strdup(id),
 	    .workflow = strdup("mark"),
 	    .attempt = 1,
-	    .token = strdup("an-older-lease-token"),
+	    .lease_key = strdup("an-older-lease-token"),
 	    .ttl_s = 60,
 	    .input = strdup("null"),
 	    .input_len = 4,
@@ -518,7 +518,7 @@ START_TEST(test_waiting_lease_lost)
 {
 	_cleanup_free_ char *id = enqueue("mark"), *path = NULL, *reason = NULL;
 	struct run *old = claim_while_older_lives(id), *waiting = find_run(id, old);
-	_cleanup_free_ char *token = strdup(waiting->token);
+	_cleanup_free_ char *token = strdup(waiting->lease_key);
 	long status = 0;
 	char *text = NULL;
 	size_t len = 0;
@@ -527,7 +527,7 @@ START_TEST(test_waiting_lease_lost)
 	ck_assert_int_eq(tu_lessor_json(L, "POST", path, NULL, &status, NULL), 0);
 	ck_assert_int_eq(status, 200);
 	ck_assert(
-	    STEP_UNTIL(!find_run(id, old) || !streq(find_run(id, old)->token, token), 10 * SEC));
+	    STEP_UNTIL(!find_run(id, old) || !streq(find_run(id, old)->lease_key, token), 10 * SEC));
 	ck_assert(!marked());
 	reason = lease_field(id, 0, "end_reason");
 	ck_assert_str_eq(reason, "revoked");

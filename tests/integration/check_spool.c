@@ -395,6 +395,30 @@ START_TEST(test_big_result_spooled)
 }
 END_TEST
 
+/* An HTTP 408 to a spooled result's delivery is a passing fault, as it is to a
+ * live completion (one classification of the answer, the driver's): the
+ * entry is kept and delivered again, not dropped as refused. */
+START_TEST(test_spool_retries_on_408)
+{
+	_cleanup_free_ char *id = NULL;
+
+	fault("{\"endpoint\":\"complete\",\"status\":503,\"count\":100000}");
+	start_lessee();
+	id = enqueue("gen");
+	wait_log_count("report failed (HTTP 503)", 1, 30 * SEC);
+	hard_stop();
+	ck_assert_int_eq(tu_lessee_wait_log(D, "result spooled", SEC), 0);
+	faults_clear();
+	fault("{\"endpoint\":\"complete\",\"status\":408,\"count\":1}");
+	ck_assert_int_eq(tu_lessee_restart(D), 0);
+	wait_log_count("not delivered (HTTP 408), retrying", 1, 30 * SEC);
+	wait_log_count("spooled result delivered", 1, 30 * SEC);
+	wait_status(id, "succeeded", 10 * SEC);
+	ck_assert_int_eq(log_count("spooled result refused"), 0);
+	ck_assert_int_eq(spool_files(""), 0);
+}
+END_TEST
+
 static size_t lines_text(struct buf *b, int exec)
 {
 	for (int i = 1; i <= 204; i++) {
@@ -554,6 +578,7 @@ int main(void)
 	ADD(tc, test_stale_tmp_cleaned);
 	ADD(tc, test_unreadable_entry_counted);
 	ADD(tc, test_big_result_spooled);
+	ADD(tc, test_spool_retries_on_408);
 	ADD(tc, test_reexecuted_log_marked);
 	ADD(tc, test_hard_stop_flushing_keeps_log);
 	ADD(tc, test_hard_stop_flushing_keeps_tail);

@@ -7,28 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drvutil.h"
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "logship/logship.h"
+#include "obs/metrics.h"
 #include "testutil.h"
 #include "util/macro.h"
 
 struct env {
 	struct tu_lessor *l;
 	ev_t *e;
-	http_t *h;
+	metrics_t *m;
+	drv_t *d;       /* the native driver, on the lessor */
+	drv_run_t *run; /* the run claimed by hand */
 	char *id, *token, *url;
 	logship_t *ls;
 	int finished, lost;
 	int pauses, resumes;
 	bool paused;
 };
-
-static int send_plain(void *ctx, const struct http_request *rq, http_cb cb, void *userdata,
-		      http_req_t **ret)
-{
-	return http_send(ctx, rq, cb, userdata, ret);
-}
 
 static void on_event(logship_t *ls, enum logship_event event, void *userdata)
 {
@@ -77,17 +75,16 @@ static void env_up(struct env *t, char *const *lessor_args)
 	cJSON_Delete(resp);
 	ck_assert_int_ge(asprintf(&t->url, "%s/v1/runs/%s/log", tu_lessor_url(t->l), t->id), 0);
 	ck_assert_int_eq(ev_new(&t->e, NULL), 0);
-	ck_assert_int_eq(http_new(t->e, NULL, &t->h), 0);
+	tu_native_driver(t->e, tu_lessor_url(t->l), t->id, t->token, &t->m, &t->d, &t->run);
 }
 
 static void ship_start(struct env *t, uint64_t max_log_bytes, size_t buffer_cap, bool throttle)
 {
 	struct logship_params p = {
 		.ev = t->e,
-		.send = send_plain,
-		.send_ctx = t->h,
-		.url = t->url,
-		.lease_token = t->token,
+		.drv = t->d,
+		.run = t->run,
+		.lease_key = t->token,
 		.max_log_bytes = max_log_bytes,
 		.buffer_cap = buffer_cap,
 		.flush_interval = 50 * USEC_PER_MSEC,
@@ -111,7 +108,9 @@ static void run_until_finished(struct env *t)
 static void env_down(struct env *t)
 {
 	logship_free(t->ls);
-	http_free(t->h);
+	drv_ops(t->d)->run_free(t->run);
+	drv_free(t->d);
+	metrics_free(t->m);
 	ev_free(t->e);
 	ck_assert_int_eq(tu_lessor_stop(t->l), 0);
 	tu_lessor_free(t->l);

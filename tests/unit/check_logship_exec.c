@@ -8,47 +8,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drvutil.h"
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "logship/logship.h"
+#include "obs/metrics.h"
 #include "testutil.h"
 #include "util/macro.h"
 
 struct env {
 	struct tu_lessor *l;
 	ev_t *e;
-	http_t *h;
+	metrics_t *m;
+	drv_t *d;       /* the native driver with a lossy log_append */
+	drv_run_t *run;
 	char *id, *token, *url;
 	logship_t *ls;
 	int finished, lost;
 	unsigned lose_at; /* the answer to this request (1 = the first) is replaced by a
 	                   * timeout; the request still reaches the server */
 	unsigned sent;
-	http_cb cb;
+	drv_cb cb;
 	void *cb_userdata;
 };
 
-static void on_lossy(http_req_t *req, const struct http_response *resp, void *userdata)
+static struct env *lossy_env; /* one test at a time */
+
+static void on_lossy(const struct drv_answer *a, void *userdata)
 {
 	struct env *t = userdata;
 
 	if (t->sent == t->lose_at) {
-		t->cb(req, &(struct http_response){.error = -ETIMEDOUT}, t->cb_userdata);
+		t->cb(&(struct drv_answer){.verdict = DRV_RETRY, .error = -ETIMEDOUT}, t->cb_userdata);
 	} else
-		t->cb(req, resp, t->cb_userdata);
+		t->cb(a, t->cb_userdata);
 }
 
-/* http_send, with one answer replaced by a timeout (one request at a time). */
-static int send_lossy(void *ctx, const struct http_request *rq, http_cb cb, void *userdata,
-                      http_req_t **ret)
+/* The native log_append, with one answer replaced by a timeout (one request at a time). */
+static int append_lossy(drv_t *d, drv_run_t *run, uint64_t offset, const void *data, size_t len,
+                        usec_t timeout, drv_cb cb, void *ud, drv_req_t **ret)
 {
-	struct env *t = ctx;
+	struct env *t = lossy_env;
 
 	t->sent++;
 	t->cb = cb;
-	t->cb_userdata = userdata;
-	return http_send(t->h, rq, on_lossy, t, ret);
+	t->cb_userdata = ud;
+	return drv_native_ops.log_append(d, run, offset, data, len, timeout, on_lossy, t, ret);
 }
+
+static struct drv_ops lossy_ops;
 
 static void on_event(logship_t *ls, enum logship_event event, void *userdata)
 {
@@ -84,7 +92,10 @@ static void env_up(struct env *t)
 	cJSON_Delete(resp);
 	ck_assert_int_ge(asprintf(&t->url, "%s/v1/runs/%s/log", tu_lessor_url(t->l), t->id), 0);
 	ck_assert_int_eq(ev_new(&t->e, NULL), 0);
-	ck_assert_int_eq(http_new(t->e, NULL, &t->h), 0);
+	lossy_ops = drv_native_ops;
+	lossy_ops.log_append = append_lossy;
+	lossy_env = t;
+	tu_driver(t->e, &lossy_ops, tu_lessor_url(t->l), t->id, t->token, &t->m, &t->d, &t->run);
 }
 
 static void ship(struct env *t, unsigned attempt, const struct logship_resume *resume,
@@ -92,10 +103,9 @@ static void ship(struct env *t, unsigned attempt, const struct logship_resume *r
 {
 	struct logship_params p = {
 	    .ev = t->e,
-	    .send = send_lossy,
-	    .send_ctx = t,
-	    .url = t->url,
-	    .lease_token = t->token,
+	    .drv = t->d,
+	    .run = t->run,
+	    .lease_key = t->token,
 	    .flush_interval = 50 * USEC_PER_MSEC,
 	    .attempt = attempt,
 	    .resume = resume,
@@ -118,7 +128,9 @@ static void ship(struct env *t, unsigned attempt, const struct logship_resume *r
 static void env_down(struct env *t)
 {
 	logship_free(t->ls);
-	http_free(t->h);
+	drv_ops(t->d)->run_free(t->run);
+	drv_free(t->d);
+	metrics_free(t->m);
 	ev_free(t->e);
 	ck_assert_int_eq(tu_lessor_stop(t->l), 0);
 	tu_lessor_free(t->l);
