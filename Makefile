@@ -4,6 +4,7 @@
 #   make deps            install the missing Debian build packages (root; else prints the command)
 #   make check           build and run the whole test suite under both loop backends
 #   make demo            lessor + lessee working real runs on a temporary database
+#                        (PROTOCOL=conductor: lessee against the Conductor emulator)
 #   make bench           build the benchmarks (run them from build/*/bench/)
 #   make chaos           lessor + three lessees + thousands of runs under faults (10-20 min)
 #   make chaos-short     the same, small (a few minutes; .ci/run runs it)
@@ -11,7 +12,8 @@
 #   make uninstall       the same variables: removes what install put, but the configuration
 #   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
-#   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg (npm)
+#   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg, the
+#                        Conductor JS SDK for bench/conductor_peers (npm)
 #   make WERROR=1 SANITIZE=address,undefined check
 #   make fuzz            every libFuzzer harness (fuzz/*.c, clang, ASan+UBSan) for
 #                        FUZZ_TIME seconds each (default 60); make fuzz-short: 10 s
@@ -183,6 +185,13 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 
 check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
 
+# The Conductor emulator links only what lessee does (libmicrohttpd, cJSON),
+# so `make demo PROTOCOL=conductor` needs no test package.
+CONDUCTOR_EMU := $(BUILD)/tests/conductor/conductor_emu
+$(CONDUCTOR_EMU): $(BUILD)/tests/conductor/conductor_emu.o $(LIBLESSEE)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+
 # The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
 $(BUILD)/tests/unit/check_fuzz_regress: $(BUILD)/tests/unit/check_fuzz_regress.o \
 		$(call obj,$(FUZZ_SRC)) $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
@@ -248,20 +257,28 @@ check-deb:
 	@grep -E '^(lintian|deb):|^[EWIN]: ' $(abspath $(BUILD))/deb.log | grep -v '^N: ' || true
 	@BUILD=$(BUILD) DEB=$(DEB) tests/systemd/run.sh
 
+# PROTOCOL=conductor: the same tour against the Conductor emulator
+# (scripts/demo_conductor.sh, docs/conductor.md).
+PROTOCOL ?= native
 demo:
 	@scripts/deps.sh build
-	@$(MAKE) --no-print-directory build
-	@BUILD=$(BUILD) scripts/demo.sh
+	@$(MAKE) --no-print-directory build $(if $(filter conductor,$(PROTOCOL)),$(CONDUCTOR_EMU))
+	@BUILD=$(BUILD) PROTOCOL=$(PROTOCOL) scripts/demo.sh
 
 bench:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory build $(BENCHES)
+	@$(MAKE) --no-print-directory build $(BENCHES) $(CONDUCTOR_EMU)
 
-# graphile-worker and pg-boss beside lessor in bench/lessor_pg (needs node >= 20 and npm)
+# graphile-worker and pg-boss beside lessor in bench/lessor_pg, and the official
+# Conductor worker beside lessee in bench/conductor_peers (needs node >= 20 and npm)
 bench-compare: bench
 	@mkdir -p $(BUILD)/bench/compare
 	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
 	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
+	@mkdir -p $(BUILD)/bench/conductor-sdk
+	@cp tests/conductor/sdk/package.json tests/conductor/sdk/package-lock.json \
+		tests/conductor/sdk/.npmrc tests/conductor/sdk/worker.mjs $(BUILD)/bench/conductor-sdk/
+	@cd $(BUILD)/bench/conductor-sdk && npm ci --no-audit --no-fund --silent
 
 # Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
 # man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.

@@ -3,9 +3,15 @@
 # (the worker daemon) working a mix of real runs: successes, a failure, a
 # retry, a timeout, and a crashing workflow that trips the poison-pill
 # breaker.  A live summary every second; everything is cleaned up at the end.
-# BUILD=build/default (set by make).
+# BUILD=build/default (set by make); PROTOCOL=conductor runs
+# scripts/demo_conductor.sh instead (the same tour on the Conductor emulator).
 set -eu
 BUILD=${BUILD:-build/default}
+case ${PROTOCOL:-native} in
+native) ;;
+conductor) exec "$(dirname "$0")/demo_conductor.sh" ;;
+*) echo "demo: PROTOCOL is native or conductor, not '$PROTOCOL'" >&2; exit 2 ;;
+esac
 LESSOR="$(pwd)/$BUILD/lessor"
 LESSEE="$(pwd)/$BUILD/lessee"
 for b in "$LESSOR" "$LESSEE"; do

@@ -20,13 +20,16 @@
  *        retryCount? (3), retryDelaySeconds? (60), domain?, count? (1)}
  *        schedules `count` tasks, each in a workflow of its own; answers
  *        {taskId, workflowInstanceId, taskIds: [...]}
- *   GET  /emu/tasks[?taskType=T]   every task, with what the emulator saw
+ *   GET  /emu/tasks[?taskType=T][&format=text]   every task, with what the emulator saw
  *        (status, workerId, pollCount, updates, extendLeases, logs, ...)
- *   GET  /emu/tasks/{taskId}       one of them
+ *   GET  /emu/tasks/{taskId}[?format=text]   one of them
  *   POST /emu/tasks/{taskId}/cancel  terminate its workflow: every
  *        non-terminal task of it becomes CANCELED
- *   GET  /emu/wait?taskId=ID|workflowInstanceId=ID&status=S&timeout_ms=N
- *        answers 200 (the task/workflow) once it has status S, 408 at timeout
+ *   GET  /emu/wait?timeout_ms=N&(taskId=ID|workflowInstanceId=ID)&status=S,
+ *        or ?taskType=T&status=S&count=N, or ?stat=NAME&count=N: answers 200
+ *        once the task/workflow has status S, N tasks of type T have it, or
+ *        a stats counter reached N; 408 at the timeout
+ *   GET  /emu/counts   "STATUS N" lines (tasks, then workflow_STATUS), text
  *   POST /emu/faults {path?: prefix, count: N, status?: code, stall_ms?: N,
  *        reset?: true}  the next N /api requests under path are stalled,
  *        answered `status` (an ErrorResponse) or have their connection reset
@@ -47,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
@@ -202,6 +206,7 @@ static void stat_inc(const char *name)
 		cJSON_SetNumberValue(n, n->valuedouble + 1);
 	else
 		cJSON_AddNumberToObject(E.stats, name, 1);
+	pthread_cond_broadcast(&E.cv); /* /emu/wait?stat= */
 }
 
 /* ----------------------------------------------------------------- model */
@@ -563,6 +568,7 @@ static void hand_out(struct task *t, const char *worker)
 	t->worker = worker ? strdup(worker) : NULL;
 	t->poll_count++;
 	t->update_ms = now_ms();
+	pthread_cond_broadcast(&E.cv);
 }
 
 /* The earliest due time of a queued task of this queue, or -1. */
@@ -917,6 +923,24 @@ static unsigned update(const struct req *q, struct task **ret_task, char **ret_i
 	return 200;
 }
 
+/* A @RequestBody read by Jackson takes application/json and application/...+json
+ * only; anything else (or none: application/octet-stream) is Spring's
+ * HttpMediaTypeNotSupportedException, which ApplicationExceptionMapper does not
+ * list: 500. */
+static cJSON *json_body_refused(struct MHD_Connection *c)
+{
+	const char *ct =
+	    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+	size_t n = ct ? strcspn(ct, "; \t") : 0;
+
+	if (ct && ((n == 16 && strncasecmp(ct, "application/json", 16) == 0) ||
+	           (n > 17 && strncasecmp(ct, "application/", 12) == 0 &&
+	            strncasecmp(ct + n - 5, "+json", 5) == 0)))
+		return NULL;
+	return error_json(500, false, "Content-Type '%.*s' is not supported",
+	                  ct ? (int)MIN(n, 100) : 24, ct ? ct : "application/octet-stream");
+}
+
 /* POST /api/tasks: 200 text/plain with the task id (TaskResource.updateTask). */
 static enum MHD_Result h_update(struct MHD_Connection *c, const struct req *q)
 {
@@ -925,6 +949,8 @@ static enum MHD_Result h_update(struct MHD_Connection *c, const struct req *q)
 	char *id = NULL;
 	unsigned status;
 
+	if ((err = json_body_refused(c)))
+		return reply_json(c, 500, err);
 	pthread_mutex_lock(&E.mu);
 	stat_inc("update");
 	status = update(q, &t, &id, &err);
@@ -944,6 +970,8 @@ static enum MHD_Result h_update_v2(struct MHD_Connection *c, const struct req *q
 	_cleanup_free_ char *id = NULL;
 	unsigned status;
 
+	if ((err = json_body_refused(c)))
+		return reply_json(c, 500, err);
 	pthread_mutex_lock(&E.mu);
 	stat_inc("update_v2");
 	status = update(q, &t, &id, &err);
@@ -1228,17 +1256,94 @@ static enum MHD_Result h_emu_create(struct MHD_Connection *c, const struct req *
 	return reply_json(c, 200, o);
 }
 
+static bool fmt_text(struct MHD_Connection *c)
+{
+	const char *f = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "format");
+
+	return f && strcmp(f, "text") == 0;
+}
+
+/* One line per task, for shell scripts: id type status retryCount workerId
+ * pollCount reason (cut at 80 bytes). */
+static enum MHD_Result emu_list_text(struct MHD_Connection *c, const char *type)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return reply(c, 500, NULL, NULL);
+	pthread_mutex_lock(&E.mu);
+	for (size_t i = 0; i < E.n_tasks; i++) {
+		const struct task *t = E.tasks[i];
+
+		if (type && strcmp(type, t->type) != 0)
+			continue;
+		fprintf(f, "%s %-10s %-26s retry=%d worker=%s polls=%d %.80s\n", t->id, t->type,
+		        status_info[t->status].name, t->retry_count, t->worker ? t->worker : "-",
+		        t->poll_count, t->reason ? t->reason : "");
+	}
+	pthread_mutex_unlock(&E.mu);
+	fclose(f);
+	return reply(c, 200, "text/plain;charset=UTF-8", text);
+}
+
 static enum MHD_Result h_emu_list(struct MHD_Connection *c)
 {
 	const char *type = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "taskType");
-	cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tasks");
+	cJSON *o, *a;
 
+	if (fmt_text(c))
+		return emu_list_text(c, type);
+	o = cJSON_CreateObject();
+	a = cJSON_AddArrayToObject(o, "tasks");
 	pthread_mutex_lock(&E.mu);
 	for (size_t i = 0; i < E.n_tasks; i++)
 		if (!type || strcmp(type, E.tasks[i]->type) == 0)
 			cJSON_AddItemToArray(a, emu_task_json(E.tasks[i]));
 	pthread_mutex_unlock(&E.mu);
 	return reply_json(c, 200, o);
+}
+
+/* A task's view as "key value" lines, then "log: LINE" per log entry, for
+ * shell scripts (make demo).  Takes j. */
+static char *emu_task_text(cJSON *j)
+{
+	static const char *const keys[] = {
+	    "taskId",   "taskType",  "status",  "workflowStatus", "retryCount",
+	    "workerId", "pollCount", "updates", "extendLeases",   "reasonForIncompletion"};
+	const cJSON *l;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f) {
+		cJSON_Delete(j);
+		return NULL;
+	}
+	for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+
+		if (cJSON_IsString(v))
+			fprintf(f, "%s %s\n", keys[i], v->valuestring);
+		else if (cJSON_IsNumber(v))
+			fprintf(f, "%s %.0f\n", keys[i], v->valuedouble);
+	}
+	{
+		_cleanup_free_ char *out =
+		    cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "outputData"));
+
+		fprintf(f, "outputData %s\n", out ? out : "null");
+	}
+	cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(j, "logs"))
+	{
+		const cJSON *s = cJSON_GetObjectItemCaseSensitive(l, "log");
+
+		fprintf(f, "log: %s\n", cJSON_IsString(s) ? s->valuestring : "");
+	}
+	fclose(f);
+	cJSON_Delete(j);
+	return text;
 }
 
 static enum MHD_Result h_emu_task(struct MHD_Connection *c, const char *id, bool cancel)
@@ -1261,43 +1366,88 @@ static enum MHD_Result h_emu_task(struct MHD_Connection *c, const char *id, bool
 		cJSON_Delete(j);
 		return reply_error(c, 409, false, "emu: the workflow of %s has already ended", id);
 	}
+	if (!cancel && fmt_text(c))
+		return reply(c, 200, "text/plain;charset=UTF-8", emu_task_text(j));
 	return reply_json(c, 200, j);
 }
 
-/* GET /emu/wait?taskId=|workflowInstanceId=&status=&timeout_ms= */
+/* /emu/wait's condition, checked with E.mu held: the answer once it holds. */
+struct wait_for {
+	const char *task, *wf, *type, *status, *stat;
+	int count;
+};
+
+static cJSON *wait_check(const struct wait_for *w)
+{
+	cJSON *j;
+
+	if (w->task) {
+		struct task *t = task_find(w->task);
+
+		return t && strcmp(status_info[t->status].name, w->status) == 0 ? emu_task_json(t)
+		                                                                : NULL;
+	}
+	if (w->wf) {
+		struct workflow *wf = wf_find(w->wf);
+
+		if (!wf || strcmp(wf_names[wf->status], w->status) != 0)
+			return NULL;
+		j = cJSON_CreateObject();
+		cJSON_AddStringToObject(j, "workflowInstanceId", wf->id);
+		cJSON_AddStringToObject(j, "status", w->status);
+		return j;
+	}
+	if (w->type) {
+		int n = 0;
+
+		for (size_t i = 0; i < E.n_tasks; i++)
+			n += strcmp(E.tasks[i]->type, w->type) == 0 &&
+			     strcmp(status_info[E.tasks[i]->status].name, w->status) == 0;
+		if (n < w->count)
+			return NULL;
+		j = cJSON_CreateObject();
+		cJSON_AddNumberToObject(j, "count", n);
+		return j;
+	}
+	{
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(E.stats, w->stat);
+		double n = cJSON_IsNumber(v) ? v->valuedouble : 0;
+
+		if (n < w->count)
+			return NULL;
+		j = cJSON_CreateObject();
+		cJSON_AddNumberToObject(j, "count", n);
+		return j;
+	}
+}
+
+/* GET /emu/wait?timeout_ms=N& one of: taskId=ID&status=S,
+ * workflowInstanceId=ID&status=S, taskType=T&status=S&count=N (at least N
+ * tasks of type T have status S), stat=NAME&count=N (a /emu/stats counter
+ * reached N).  200 once it holds, 408 at the timeout. */
 static enum MHD_Result h_emu_wait(struct MHD_Connection *c)
 {
-	const char *tid = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "taskId");
-	const char *wid =
-	    MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "workflowInstanceId");
-	const char *want = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
-	int timeout;
+	struct wait_for w = {
+	    .task = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "taskId"),
+	    .wf = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "workflowInstanceId"),
+	    .type = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "taskType"),
+	    .status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status"),
+	    .stat = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stat"),
+	};
+	int timeout, kinds = !!w.task + !!w.wf + !!w.type + !!w.stat;
 	long long end;
 	cJSON *j = NULL;
-	bool found = false;
 
-	if (!want || (!tid == !wid) || query_int(c, "timeout_ms", 10000, &timeout) < 0)
-		return reply_error(c, 400, false, "emu: want taskId or workflowInstanceId, status");
+	if (kinds != 1 || (!w.stat && !w.status) ||
+	    query_int(c, "timeout_ms", 10000, &timeout) < 0 ||
+	    query_int(c, "count", 1, &w.count) < 0)
+		return reply_error(
+		    c, 400, false,
+		    "emu: want one of taskId, workflowInstanceId, taskType (with status) "
+		    "or stat");
 	end = mono_ms() + timeout;
 	pthread_mutex_lock(&E.mu);
-	for (;;) {
-		struct task *t = tid ? task_find(tid) : NULL;
-		struct workflow *wf = wid ? wf_find(wid) : NULL;
-		const char *now = t    ? status_info[t->status].name
-		                  : wf ? wf_names[wf->status]
-		                       : NULL;
-
-		found = t || wf;
-		if (now && strcmp(now, want) == 0) {
-			if (t) {
-				j = emu_task_json(t);
-			} else {
-				j = cJSON_CreateObject();
-				cJSON_AddStringToObject(j, "workflowInstanceId", wf->id);
-				cJSON_AddStringToObject(j, "status", now);
-			}
-			break;
-		}
+	while (!(j = wait_check(&w))) {
 		long long left = end - mono_ms();
 
 		if (left <= 0 || E.stopping)
@@ -1308,8 +1458,32 @@ static enum MHD_Result h_emu_wait(struct MHD_Connection *c)
 	pthread_mutex_unlock(&E.mu);
 	if (j)
 		return reply_json(c, 200, j);
-	return reply_error(c, found ? 408 : 404, false, "emu: %s %s did not reach %s",
-	                   tid ? "task" : "workflow", tid ? tid : wid, want);
+	return reply_error(c, 408, false, "emu: the condition did not hold in %d ms", timeout);
+}
+
+/* GET /emu/counts: "NAME N" lines, for shell scripts (make demo): tasks by
+ * status, workflows by status ("workflow_" + status). */
+static enum MHD_Result h_emu_counts(struct MHD_Connection *c)
+{
+	unsigned ts[_ST_MAX] = {0}, ws[ELEMENTSOF(wf_names)] = {0};
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return reply(c, 500, NULL, NULL);
+	pthread_mutex_lock(&E.mu);
+	for (size_t i = 0; i < E.n_tasks; i++)
+		ts[E.tasks[i]->status]++;
+	for (size_t i = 0; i < E.n_wfs; i++)
+		ws[E.wfs[i]->status]++;
+	pthread_mutex_unlock(&E.mu);
+	for (size_t i = 0; i < _ST_MAX; i++)
+		fprintf(f, "%s %u\n", status_info[i].name, ts[i]);
+	for (size_t i = 0; i < ELEMENTSOF(wf_names); i++)
+		fprintf(f, "workflow_%s %u\n", wf_names[i], ws[i]);
+	fclose(f);
+	return reply(c, 200, "text/plain;charset=UTF-8", text);
 }
 
 static enum MHD_Result h_emu_stats(struct MHD_Connection *c)
@@ -1400,6 +1574,8 @@ static enum MHD_Result route_emu(struct MHD_Connection *c, const char *url, cons
 		return h_emu_wait(c);
 	if (strcmp(url, "/emu/faults") == 0 && (is(m, "POST") || is(m, "DELETE")))
 		return h_emu_faults(c, m, q);
+	if (strcmp(url, "/emu/counts") == 0 && is(m, "GET"))
+		return h_emu_counts(c);
 	if (strcmp(url, "/emu/stats") == 0 && is(m, "GET"))
 		return h_emu_stats(c);
 	return reply_error(c, 404, false, "emu: no such control: %s %s", m, url);

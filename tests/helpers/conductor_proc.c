@@ -435,3 +435,33 @@ cJSON *tu_conductor_wait_workflow(const struct tu_conductor *c, const char *id, 
 {
 	return wait_for(c, "workflowInstanceId", id, status, timeout);
 }
+
+int tu_conductor_cancel(const struct tu_conductor *c, const char *id)
+{
+	_cleanup_free_ char *path = NULL;
+	long st;
+
+	if (asprintf(&path, "/emu/tasks/%s/cancel", id) < 0)
+		return -ENOMEM;
+	cJSON_Delete(tu_conductor_json(c, "POST", path, "{}", &st));
+	return st == 200 ? 0 : st == 404 ? -ESRCH : st == 409 ? -EALREADY : -EIO;
+}
+
+int tu_conductor_fault(const struct tu_conductor *c, const char *json)
+{
+	long st;
+
+	cJSON_Delete(tu_conductor_json(c, "POST", "/emu/faults", json, &st));
+	return st == 204 ? 0 : -EIO;
+}
+
+double tu_conductor_stat(const struct tu_conductor *c, const char *name)
+{
+	long st;
+	cJSON *j = tu_conductor_json(c, "GET", "/emu/stats", NULL, &st);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+	double r = st != 200 ? -1 : cJSON_IsNumber(v) ? v->valuedouble : 0;
+
+	cJSON_Delete(j);
+	return r;
+}

@@ -72,6 +72,14 @@ cJSON *tu_conductor_json(const struct tu_conductor *c, const char *method, const
 char *tu_conductor_create(const struct tu_conductor *c, const char *body_json);
 /* GET /emu/tasks/{id}: the emulator's view of a task, NULL unless 200. */
 cJSON *tu_conductor_task(const struct tu_conductor *c, const char *id);
+/* POST /emu/tasks/{id}/cancel (terminate its workflow): 0, or -ESRCH
+ * (unknown), -EALREADY (it had ended), -EIO. */
+int tu_conductor_cancel(const struct tu_conductor *c, const char *id);
+/* POST /emu/faults with this JSON ({path?, count, status?, stall_ms?, reset?}):
+ * 0 or -EIO. */
+int tu_conductor_fault(const struct tu_conductor *c, const char *json);
+/* A /emu/stats counter (0 when it never counted), -1 on failure. */
+double tu_conductor_stat(const struct tu_conductor *c, const char *name);
 /* Until task `id` (or, _workflow, workflow `id`) has `status`: its view, or
  * NULL at timeout (scaled by tu_timeout). */
 cJSON *tu_conductor_wait(const struct tu_conductor *c, const char *id, const char *status,

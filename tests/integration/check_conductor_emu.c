@@ -352,6 +352,22 @@ START_TEST(test_update_refusals)
 	a = post("/api/tasks", "{not json", false);
 	ck_assert_int_eq(a.status, 500);
 	tu_http_answer_done(&a);
+	/* the body must be declared JSON (Spring: 415, mapped to 500) */
+	bad = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
+	          wf);
+	{
+		static const char *const text[] = {"Content-Type: text/plain", NULL};
+
+		ck_assert_int_eq(tu_conductor_http(C, "POST", "/api/tasks", text, bad, false, &a),
+		                 0);
+		ck_assert_int_eq(a.status, 500);
+		tu_http_answer_done(&a);
+		ck_assert_int_eq(
+		    tu_conductor_http(C, "POST", "/api/tasks/update-v2", text, bad, false, &a), 0);
+		ck_assert_int_eq(a.status, 500);
+		tu_http_answer_done(&a);
+	}
+	free(bad);
 	/* unknown task: 404 NotFoundException */
 	bad =
 	    fmt("{\"taskId\":\"nope\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", wf);
@@ -762,6 +778,106 @@ START_TEST(test_faults)
 }
 END_TEST
 
+/* Concurrent pollers: every task handed out exactly once. */
+#define POLLERS 8
+#define MANY 300
+
+struct poller {
+	char *ids[MANY];
+	int n;
+	char name[16];
+};
+
+static void *poll_until_empty(void *arg)
+{
+	struct poller *p = arg;
+
+	for (;;) {
+		cJSON *a = poll_batch("many", p->name, 5, 200, NULL), *t;
+
+		if (cJSON_GetArraySize(a) == 0) {
+			cJSON_Delete(a);
+			return NULL;
+		}
+		cJSON_ArrayForEach(t, a)
+		{
+			if (p->n < MANY)
+				p->ids[p->n++] = strdup(jstr(t, "taskId"));
+		}
+		cJSON_Delete(a);
+	}
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+START_TEST(test_concurrent_polls_hand_out_once)
+{
+	static struct poller p[POLLERS];
+	pthread_t th[POLLERS];
+	char *all[MANY * POLLERS];
+	int n = 0;
+	cJSON *j;
+	long st;
+
+	free(tu_conductor_create(C, "{\"taskType\":\"many\",\"count\":300}"));
+	for (int i = 0; i < POLLERS; i++) {
+		snprintf(p[i].name, sizeof(p[i].name), "w%d", i);
+		ck_assert_int_eq(pthread_create(&th[i], NULL, poll_until_empty, &p[i]), 0);
+	}
+	for (int i = 0; i < POLLERS; i++) {
+		pthread_join(th[i], NULL);
+		for (int k = 0; k < p[i].n; k++)
+			all[n++] = p[i].ids[k];
+	}
+	ck_assert_int_eq(n, MANY);
+	qsort(all, (size_t)n, sizeof(*all), cmp_str);
+	for (int i = 1; i < n; i++)
+		ck_assert_str_ne(all[i - 1], all[i]);
+	for (int i = 0; i < n; i++)
+		free(all[i]);
+	j = tu_conductor_json(C, "GET", "/emu/wait?taskType=many&status=IN_PROGRESS&count=300",
+	                      NULL, &st);
+	ck_assert_int_eq(st, 200);
+	cJSON_Delete(j);
+	ck_assert_int_eq(tu_conductor_stat(C, "poll_nonempty"),
+	                 tu_conductor_stat(C, "poll") - POLLERS);
+}
+END_TEST
+
+/* The test controls the demo and the benchmark wait on. */
+START_TEST(test_emu_wait_and_counts)
+{
+	struct tu_http_answer a;
+	long st;
+	cJSON *j;
+
+	free(tu_conductor_create(C, "{\"taskType\":\"build\",\"count\":3}"));
+	j = tu_conductor_json(C, "GET",
+	                      "/emu/wait?taskType=build&status=IN_PROGRESS&count=2&timeout_ms=0",
+	                      NULL, &st);
+	ck_assert_int_eq(st, 408);
+	cJSON_Delete(j);
+	cJSON_Delete(poll_ok("build", "w1", 2, 0));
+	j = tu_conductor_json(C, "GET", "/emu/wait?taskType=build&status=IN_PROGRESS&count=2", NULL,
+	                      &st);
+	ck_assert_int_eq(st, 200);
+	ck_assert_int_eq(jnum(j, "count"), 2);
+	cJSON_Delete(j);
+	j = tu_conductor_json(C, "GET", "/emu/wait?stat=poll&count=1", NULL, &st);
+	ck_assert_int_eq(st, 200);
+	cJSON_Delete(j);
+	ck_assert_int_eq(tu_conductor_http(C, "GET", "/emu/counts", NULL, NULL, false, &a), 0);
+	ck_assert_int_eq(a.status, 200);
+	ck_assert_ptr_nonnull(strstr(a.body, "SCHEDULED 1\n"));
+	ck_assert_ptr_nonnull(strstr(a.body, "IN_PROGRESS 2\n"));
+	ck_assert_ptr_nonnull(strstr(a.body, "workflow_RUNNING 3\n"));
+	tu_http_answer_done(&a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("conductor_emu");
@@ -787,6 +903,8 @@ int main(void)
 	tcase_add_test(t, test_get_task_and_unknown_routes);
 	tcase_add_test(t, test_auth);
 	tcase_add_test(t, test_faults);
+	tcase_add_test(t, test_emu_wait_and_counts);
+	tcase_add_test(t, test_concurrent_polls_hand_out_once);
 	suite_add_tcase(s, t);
 	return tu_run(s);
 }
