@@ -41,6 +41,7 @@
 #define LOG_REQ_MAX (64 * 1024)    /* one log entry (one request) at most */
 #define LOG_HELD_MAX (1024 * 1024) /* unsent log kept by the driver for a run */
 #define TASK_OVERHEAD (64 * 1024)  /* a task's fields besides its inputData */
+#define RELEASE_DELAY_MIN_S (POLL_TIMEOUT_MAX_MS / 1000 + 1)
 #define RENEW_STEP_MIN (500 * USEC_PER_MSEC)
 
 DEFINE_FREE_FUNC(cJSON, cJSON_Delete)
@@ -1190,27 +1191,24 @@ static const char *result_status(const struct drv_outcome *o)
 	return o->terminal ? "FAILED_WITH_TERMINAL_ERROR" : "FAILED";
 }
 
+/* The worker's own words when it has them ("exited with status 3", "timed
+ * out after 1000 ms"), else what the outcome says; "(terminal)" when the
+ * exit code is one of terminal_exit_codes. */
 static int reason_text(const struct drv_outcome *o, struct buf *b)
 {
 	int q;
 
-	switch (o->reason) {
-	case DRV_REASON_EXIT:
+	if (o->error)
+		q = buf_appends(b, o->error);
+	else if (o->reason == DRV_REASON_EXIT)
 		q = o->has_exit_code ? buf_printf(b, "exit code %d", o->exit_code)
 		                     : buf_appends(b, "exited");
-		break;
-	case DRV_REASON_CRASH:
+	else if (o->reason == DRV_REASON_CRASH)
 		q = buf_printf(b, "crashed%s%s", o->signal ? ": " : "", o->signal ? o->signal : "");
-		break;
-	default:
+	else
 		q = buf_appends(b, drv_reason_name(o->reason));
-	}
-	if (q >= 0 && o->retryable && o->reason == DRV_REASON_EXIT)
-		q = buf_appends(b, " (retry)");
 	if (q >= 0 && o->terminal)
 		q = buf_appends(b, " (terminal)");
-	if (q >= 0 && o->error)
-		q = buf_printf(b, ": %s", o->error);
 	return q < 0 ? q : buf_append(b, "", 0);
 }
 
@@ -1327,7 +1325,10 @@ static int conductor_complete(drv_t *d, drv_run_t *run, const char *body, drv_cb
 
 /* IN_PROGRESS without extendLease: the task becomes SCHEDULED and is due in
  * its queue again after callbackAfterSeconds, for any worker
- * (WorkflowExecutorOps.updateTask, queueDAO.postpone); the same task id. */
+ * (WorkflowExecutorOps.updateTask, queueDAO.postpone); the same task id.
+ * Never due sooner than RELEASE_DELAY_MIN_S: a release comes at a drain or a
+ * stop, when the worker has just dropped a long poll of its own, which the
+ * server still holds for up to 5 s and would hand the task to, for nobody. */
 static int conductor_release(drv_t *d, drv_run_t *run, enum drv_release_reason why,
                              unsigned delay_s, drv_cb cb, void *ud, drv_req_t **ret)
 {
@@ -1338,7 +1339,9 @@ static int conductor_release(drv_t *d, drv_run_t *run, enum drv_release_reason w
 	int q;
 
 	snprintf(reason, sizeof(reason), "released by lessee (%s)", drv_release_reason_name(why));
-	if (!j || !cJSON_AddNumberToObject(j, "callbackAfterSeconds", delay_s) ||
+	if (!j ||
+	    !cJSON_AddNumberToObject(j, "callbackAfterSeconds",
+	                             MAX(delay_s, RELEASE_DELAY_MIN_S)) ||
 	    !cJSON_AddStringToObject(j, "reasonForIncompletion", reason))
 		return -ENOMEM;
 	if (!(rq = op_new(d, on_update, cb, ud, &o)))
