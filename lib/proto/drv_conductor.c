@@ -475,6 +475,11 @@ static int token_take(drv_t *d, const struct http_response *resp, struct drv_ans
 			         "POST /api/token: HTTP 200 without a usable token");
 		return -EACCES;
 	}
+	/* two operations may have asked for a token at once: the last one wins */
+	if (d->auth) {
+		explicit_bzero(d->auth, strlen(d->auth));
+		d->auth = mfree(d->auth);
+	}
 	if (asprintf(&d->auth, "X-Authorization: %s", t->valuestring) < 0) {
 		d->auth = NULL;
 		return -ENOMEM;

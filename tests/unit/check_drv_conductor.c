@@ -842,6 +842,35 @@ START_TEST(test_auth_token_and_401)
 }
 END_TEST
 
+/* Two operations before the first token: both ask for one, the last wins,
+ * nothing leaks (the sanitizer builds would say). */
+START_TEST(test_auth_two_at_once)
+{
+	struct got_claim a = {0}, b = {0};
+	char wa[] = "build", wb[] = "deploy";
+	char *const wfa[] = {wa, NULL}, *const wfb[] = {wb, NULL};
+	char *const tags[] = {NULL};
+	struct drv_claim ca = {.max_runs = 1,
+	                       .workflows = wfa,
+	                       .tags = tags,
+	                       .timeout = 10 * SEC,
+	                       .max_input = 1 << 20};
+	struct drv_claim cb = ca;
+
+	cb.workflows = wfb;
+	auth_conf("s3cret\n");
+	ck_assert_int_eq(drv_ops(D)->claim(D, &ca, on_claim, &a, NULL), 0);
+	ck_assert_int_eq(drv_ops(D)->claim(D, &cb, on_claim, &b, NULL), 0);
+	step_until(&a.done);
+	step_until(&b.done);
+	ck_assert_int_eq(a.ans.a.verdict, DRV_OK);
+	ck_assert_int_eq(b.ans.a.verdict, DRV_OK);
+	ck_assert_int_eq(emu_stat("token"), 2);
+	got_claim_done(&a);
+	got_claim_done(&b);
+}
+END_TEST
+
 START_TEST(test_auth_refused_secret)
 {
 	struct got_claim g;
@@ -907,6 +936,7 @@ int main(void)
 	tcase_add_checked_fixture(ta, auth_setup, teardown);
 	tcase_add_test(ta, test_auth_token_and_401);
 	tcase_add_test(ta, test_auth_refused_secret);
+	tcase_add_test(ta, test_auth_two_at_once);
 	suite_add_tcase(s, ta);
 	return tu_run(s);
 }
