@@ -128,10 +128,11 @@ drv_t *drv_free(drv_t *d)
 {
 	if (!d)
 		return NULL;
-	/* requests in flight go first: their state may point into the driver's */
-	d->http = http_free(d->http);
+	/* the driver cancels its own requests (a token refresh) with drv_cancel
+	 * while the client is there; the worker's are gone by now */
 	if (d->ops->done)
 		d->ops->done(d);
+	d->http = http_free(d->http);
 	free(d->base);
 	if (d->auth)
 		explicit_bzero(d->auth, strlen(d->auth));

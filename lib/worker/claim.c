@@ -16,7 +16,8 @@
 #include "log/log.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-#include "worker/worker-int.h"
+#include "util/random.h"
+#include "worker/claim.h"
 
 #define CLAIM_RETRY_BASE (1 * USEC_PER_SEC)
 #define CLAIM_RETRY_CAP (60 * USEC_PER_SEC)
@@ -27,27 +28,68 @@
 #define CLAIM_MAX_RUNS 256 /* struct drv_claim's bound */
 #define HELD_MAX 4096
 
-static unsigned free_slots(const worker_t *w)
-{
-	unsigned c = worker_cur_conf(w)->worker.concurrency;
+/* One claim in flight at most per lane: one lane with DRV_CAP_MULTI_WORKFLOW,
+ * else one per workflow. */
+struct claim_lane {
+	struct claimer *cl;
+	char *workflow;    /* NULL: every claimable workflow in one claim */
+	drv_req_t *req;
+	usec_t sent_at;
+	unsigned max_runs; /* of the claim in flight */
+	bool repeat;       /* sent without a definitive answer: the next asks again */
+	bool held_only;    /* the claim in flight asks for no runs, only for cancels */
+};
 
-	return w->n_runs >= c ? 0 : MIN(c - w->n_runs, CLAIM_MAX_RUNS);
+struct claimer {
+	struct claimer_params p;
+	struct claim_lane **lanes;
+	size_t n_lanes;
+	unsigned lane_rr; /* which workflow goes first when slots are scarce */
+	unsigned claim_failures;
+	unsigned idle_polls;
+	ev_timer_t *timer;
+	long queue_depth;
+	unsigned claim_cancels; /* claim cancels in flight */
+	bool in_arrival;        /* handling a claim's runs: no nested claim */
+	/* failed claim attempts: the first of a streak is logged, then a summary a minute */
+	unsigned claim_fail_streak;   /* failures since the last answer we could use */
+	unsigned claim_fail_unlogged; /* of those, not yet in a log line */
+	usec_t claim_fail_logged_at;
+	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
+	bool cancels_known;    /* the API's claim answers carry cancel events */
+};
+
+static const struct conf *claimer_conf(const struct claimer *cl)
+{
+	return cl->p.ops->conf(cl->p.host)->conf;
+}
+
+static struct breaker *claimer_breaker(const struct claimer *cl, const char *workflow)
+{
+	return cl->p.ops->breaker(cl->p.host, workflow);
+}
+
+static unsigned free_slots(const struct claimer *w)
+{
+	unsigned c = claimer_conf(w)->worker.concurrency;
+
+	return w->p.table->n >= c ? 0 : MIN(c - w->p.table->n, CLAIM_MAX_RUNS);
 }
 
 /* The runs of a workflow that hold one of its slots: every one in the table
  * but those being given back. */
-static unsigned wf_in_use(const worker_t *w, const char *name)
+static unsigned wf_in_use(const struct claimer *w, const char *name)
 {
 	unsigned n = 0;
 
-	for (const struct run *r = w->runs; r; r = r->next)
+	for (const struct run *r = w->p.table->head; r; r = r->next)
 		if (r->state != RUN_RELEASING && streq_ptr(r->workflow, name))
 			n++;
 	return n;
 }
 
 /* Free slots of the workflow's own concurrency, UINT_MAX without one. */
-static unsigned wf_free_slots(const worker_t *w, const struct conf_workflow *wf)
+static unsigned wf_free_slots(const struct claimer *w, const struct conf_workflow *wf)
 {
 	unsigned used;
 
@@ -59,36 +101,36 @@ static unsigned wf_free_slots(const worker_t *w, const struct conf_workflow *wf)
 
 /* The configured workflows whose breaker lets a run in now and that are under
  * their own concurrency; *ret_room: how many runs they can take at most. */
-static char **claimable_workflows(worker_t *w, unsigned *ret_room)
+static char **claimable_workflows(struct claimer *w, unsigned *ret_room)
 {
-	const struct conf *c = worker_cur_conf(w);
+	const struct conf *c = claimer_conf(w);
 	char **v = calloc(1, sizeof(char *));
 	unsigned room = 0;
 
 	for (size_t i = 0; v && i < c->n_workflows; i++) {
-		struct wfstate *s = worker_wfstate(w, c->workflows[i].name);
+		struct breaker *b = claimer_breaker(w, c->workflows[i].name);
 		unsigned f = wf_free_slots(w, &c->workflows[i]);
 
-		if (!s || !breaker_allows(&s->breaker) || f == 0)
+		if (!b || !breaker_allows(b) || f == 0)
 			continue;
 		room = f > UINT_MAX - room ? UINT_MAX : room + f;
-		if (strv_extend(&v, s->name) < 0)
+		if (strv_extend(&v, c->workflows[i].name) < 0)
 			v = strv_free(v);
 	}
 	*ret_room = room;
 	return v;
 }
 
-static void claim_later(worker_t *w, usec_t delay)
+static void claim_later(struct claimer *w, usec_t delay)
 {
-	ev_timer_arm(w->claim_timer, delay);
+	ev_timer_arm(w->timer, delay);
 }
 
 /* An empty answer that came back long before the long poll was due: this API
  * does not hold claims, so poll at poll_interval, backing off while idle. */
-static void after_empty(worker_t *w, usec_t elapsed)
+static void after_empty(struct claimer *w, usec_t elapsed)
 {
-	const struct conf *c = worker_cur_conf(w);
+	const struct conf *c = claimer_conf(w);
 	usec_t delay;
 
 	if (c->worker.long_poll > 0 && elapsed >= c->worker.long_poll / 2) {
@@ -107,15 +149,15 @@ static void after_empty(worker_t *w, usec_t elapsed)
 /* A claim attempt that did not give us an answer we could use: counted by
  * result, kept for /readyz, and logged: the first of a streak at once, then
  * one summary a minute, so a dead API neither floods the log nor goes unseen. */
-_printf_(4, 5) static void claim_failed(worker_t *w, const char *result, int prio,
+_printf_(4, 5) static void claim_failed(struct claimer *w, const char *result, int prio,
 					const char *fmt, ...)
 {
 	static const char prefix[] = "last claim failed: "; /* as /readyz says it */
 	const char *why = w->claim_error + strlen(prefix);
-	usec_t now = ev_now(w->ev);
+	usec_t now = ev_now(w->p.runs->ev);
 	va_list ap;
 
-	metric_add(w->m_claims, 1, result);
+	metric_add(w->p.m_claims, 1, result);
 	memcpy(w->claim_error, prefix, strlen(prefix));
 	va_start(ap, fmt);
 	vsnprintf(w->claim_error + strlen(prefix), sizeof(w->claim_error) - strlen(prefix), fmt,
@@ -136,7 +178,7 @@ _printf_(4, 5) static void claim_failed(worker_t *w, const char *result, int pri
 	w->claim_fail_unlogged = 0;
 }
 
-static void claim_answered(worker_t *w)
+static void claim_answered(struct claimer *w)
 {
 	if (w->claim_fail_streak > 0)
 		log_notice("claims work again, after %u failed attempt%s", w->claim_fail_streak,
@@ -155,19 +197,19 @@ static bool cancellable(const struct run *r)
 	       (r->state == RUN_RUNNING || r->state == RUN_WAITING);
 }
 
-static struct drv_held *held_leases(const worker_t *w, size_t *ret_n)
+static struct drv_held *held_leases(const struct claimer *w, size_t *ret_n)
 {
-	struct drv_held *h = calloc(w->n_runs + 1, sizeof(*h));
+	struct drv_held *h = calloc(w->p.table->n + 1, sizeof(*h));
 	size_t n = 0;
 
-	for (const struct run *r = w->runs; h && r && n < HELD_MAX; r = r->next)
+	for (const struct run *r = w->p.table->head; h && r && n < HELD_MAX; r = r->next)
 		if (cancellable(r))
 			h[n++] = (struct drv_held){.id = r->id, .priv = r->priv};
 	*ret_n = n;
 	return h;
 }
 
-static void cancels_arrived(worker_t *w, const struct drv_claim_answer *ans)
+static void cancels_arrived(struct claimer *w, const struct drv_claim_answer *ans)
 {
 	if (ans->has_cancels != w->cancels_known) {
 		w->cancels_known = ans->has_cancels;
@@ -182,7 +224,7 @@ static void cancels_arrived(worker_t *w, const struct drv_claim_answer *ans)
 	for (size_t i = 0; ans->cancels && ans->cancels[i]; i++) {
 		struct run *r;
 
-		for (r = w->runs; r; r = r->next)
+		for (r = w->p.table->head; r; r = r->next)
 			if (cancellable(r) && streq(r->id, ans->cancels[i]))
 				break;
 		if (!r)
@@ -193,22 +235,22 @@ static void cancels_arrived(worker_t *w, const struct drv_claim_answer *ans)
 	w->in_arrival = false;
 }
 
-static void claim_runs_arrived(worker_t *w, struct drv_claim_answer *ans, usec_t sent_at);
+static void claim_runs_arrived(struct claimer *w, struct drv_claim_answer *ans, usec_t sent_at);
 
 static void on_claim_ok(struct claim_lane *l, struct drv_claim_answer *ans)
 {
-	worker_t *w = l->w;
+	struct claimer *w = l->cl;
 
 	w->claim_failures = 0;
 	claim_answered(w);
 	w->queue_depth = ans->queue_depth;
-	metric_set(w->m_queue_depth, ans->queue_depth < 0 ? 0 : (double)ans->queue_depth);
-	metric_add(w->m_claims, 1, ans->n_runs ? "runs" : "empty");
-	if (drv_has(w->drv, DRV_CAP_SERVER_CANCEL))
+	metric_set(w->p.m_queue_depth, ans->queue_depth < 0 ? 0 : (double)ans->queue_depth);
+	metric_add(w->p.m_claims, 1, ans->n_runs ? "runs" : "empty");
+	if (drv_has(w->p.runs->drv, DRV_CAP_SERVER_CANCEL))
 		cancels_arrived(w, ans);
 	claim_runs_arrived(w, ans, l->sent_at);
 	if (ans->n_runs == 0 && !(ans->cancels && ans->cancels[0]))
-		after_empty(w, ev_now(w->ev) - l->sent_at);
+		after_empty(w, ev_now(w->p.runs->ev) - l->sent_at);
 	else {
 		w->idle_polls = 0;
 		claim_later(w, 0);
@@ -218,11 +260,11 @@ static void on_claim_ok(struct claim_lane *l, struct drv_claim_answer *ans)
 /* A claim for cancels only failed: no claim to repeat, and a short pause, so
  * that a slot coming free is claimed soon (the timer holds claim_kick back).
  * A server that refuses one outright has no cancel events after all. */
-static void on_claim_for_cancels_failed(worker_t *w, const struct drv_answer *a)
+static void on_claim_for_cancels_failed(struct claimer *w, const struct drv_answer *a)
 {
-	const struct conf *c = worker_cur_conf(w);
+	const struct conf *c = claimer_conf(w);
 
-	metric_add(w->m_claims, 1, "error");
+	metric_add(w->p.m_claims, 1, "error");
 	if (a->verdict == DRV_REFUSED) { /* our request, not a passing fault */
 		w->cancels_known = false;
 		log_warning("the API refused a claim for cancel events only (%s); a cancel "
@@ -236,7 +278,7 @@ static void on_claim_for_cancels_failed(worker_t *w, const struct drv_answer *a)
 
 /* An answer we could not use at all, or one the API meant as a refusal: the
  * next claim is a new one. */
-static void on_claim_refused(worker_t *w, const struct drv_claim_answer *ans)
+static void on_claim_refused(struct claimer *w, const struct drv_claim_answer *ans)
 {
 	const struct drv_answer *a = &ans->a;
 
@@ -257,7 +299,7 @@ static void on_claim_refused(worker_t *w, const struct drv_claim_answer *ans)
 						   w->claim_failures++, 0));
 	} else if (a->verdict == DRV_DENIED) {
 		/* logged by the driver once per change of state; /readyz says it too */
-		metric_add(w->m_claims, 1, "denied");
+		metric_add(w->p.m_claims, 1, "denied");
 		claim_later(w, backoff_full_jitter(AUTH_RETRY_BASE, AUTH_RETRY_CAP,
 						   w->claim_failures++, AUTH_RETRY_BASE / 2));
 	} else {
@@ -271,7 +313,7 @@ static void on_claim_refused(worker_t *w, const struct drv_claim_answer *ans)
 static void on_claim(struct drv_claim_answer *ans, void *userdata)
 {
 	struct claim_lane *l = userdata;
-	worker_t *w = l->w;
+	struct claimer *w = l->cl;
 	bool held_only = l->held_only;
 	const struct drv_answer *a = &ans->a;
 
@@ -298,7 +340,7 @@ static void on_claim(struct drv_claim_answer *ans, void *userdata)
 
 /* ---- lanes ---- */
 
-static struct claim_lane *lane_get(worker_t *w, const char *workflow)
+static struct claim_lane *lane_get(struct claimer *w, const char *workflow)
 {
 	struct claim_lane **v, *l;
 
@@ -314,13 +356,13 @@ static struct claim_lane *lane_get(worker_t *w, const char *workflow)
 		free(l);
 		return NULL;
 	}
-	l->w = w;
+	l->cl = w;
 	w->lanes[w->n_lanes++] = l;
 	return l;
 }
 
 /* Slots promised to the claims in flight. */
-static unsigned lanes_reserved(const worker_t *w)
+static unsigned lanes_reserved(const struct claimer *w)
 {
 	unsigned n = 0;
 
@@ -330,11 +372,11 @@ static unsigned lanes_reserved(const worker_t *w)
 	return n;
 }
 
-static void claim_send_failed(worker_t *w, int q)
+static void claim_send_failed(struct claimer *w, int q)
 {
 	if (q == -EINVAL || q == -EPROTONOSUPPORT)
 		claim_failed(w, "error", LOG_ERR, "cannot send a claim to %s: not a usable URL (%s)",
-			     worker_cur_conf(w)->api.url, strerror(-q));
+			     claimer_conf(w)->api.url, strerror(-q));
 	else
 		claim_failed(w, "error", LOG_ERR, "cannot send a claim: %s", strerror(-q));
 	claim_later(w, backoff_full_jitter(CLAIM_RETRY_BASE, CLAIM_RETRY_CAP,
@@ -342,10 +384,10 @@ static void claim_send_failed(worker_t *w, int q)
 }
 
 /* One claim on lane l: max_runs of the workflows wfs (0 = cancels only). */
-static int claim_send(worker_t *w, struct claim_lane *l, char *const *wfs, unsigned max_runs)
+static int claim_send(struct claimer *w, struct claim_lane *l, char *const *wfs, unsigned max_runs)
 {
-	const struct conf *c = worker_cur_conf(w);
-	bool cancels = drv_has(w->drv, DRV_CAP_SERVER_CANCEL);
+	const struct conf *c = claimer_conf(w);
+	bool cancels = drv_has(w->p.runs->drv, DRV_CAP_SERVER_CANCEL);
 	_cleanup_free_ struct drv_held *held = NULL;
 	size_t n_held = 0;
 	struct drv_claim rq;
@@ -366,8 +408,8 @@ static int claim_send(worker_t *w, struct claim_lane *l, char *const *wfs, unsig
 		.held = held,
 		.n_held = n_held,
 	};
-	l->sent_at = ev_now(w->ev);
-	q = drv_ops(w->drv)->claim(w->drv, &rq, on_claim, l, &l->req);
+	l->sent_at = ev_now(w->p.runs->ev);
+	q = drv_ops(w->p.runs->drv)->claim(w->p.runs->drv, &rq, on_claim, l, &l->req);
 	if (q < 0) {
 		l->req = NULL;
 		return q;
@@ -382,9 +424,9 @@ static int claim_send(worker_t *w, struct claim_lane *l, char *const *wfs, unsig
 /* Every slot busy (or every workflow at its limit): keep a claim for no runs
  * open, so a cancel of a held run still comes at once.  Only to an API that
  * said it has cancel events, and only with a long poll. */
-static void claim_for_cancels(worker_t *w, struct claim_lane *l)
+static void claim_for_cancels(struct claimer *w, struct claim_lane *l)
 {
-	const struct conf *c = worker_cur_conf(w);
+	const struct conf *c = claimer_conf(w);
 	char *none[] = {NULL};
 	size_t n = 0;
 	_cleanup_free_ struct drv_held *held = NULL;
@@ -408,7 +450,7 @@ static void claim_for_cancels_stop(struct claim_lane *l)
 }
 
 /* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW). */
-static void claim_kick_one(worker_t *w)
+static void claim_kick_one(struct claimer *w)
 {
 	struct claim_lane *l = lane_get(w, NULL);
 	char **wfs = NULL;
@@ -441,9 +483,9 @@ static void claim_kick_one(worker_t *w)
 /* A claim per workflow (drivers without DRV_CAP_MULTI_WORKFLOW): the free
  * slots not yet promised to a claim in flight are shared among the claimable
  * workflows without one, rounded up from the first, and the first rotates. */
-static void claim_kick_lanes(worker_t *w)
+static void claim_kick_lanes(struct claimer *w)
 {
-	const struct conf *c = worker_cur_conf(w);
+	const struct conf *c = claimer_conf(w);
 	unsigned slots = free_slots(w), reserved = lanes_reserved(w), avail, n = 0;
 	_cleanup_free_ const struct conf_workflow **cand = NULL;
 
@@ -452,10 +494,10 @@ static void claim_kick_lanes(worker_t *w)
 		return;
 	for (size_t i = 0; i < c->n_workflows; i++) {
 		const struct conf_workflow *wf = &c->workflows[i];
-		struct wfstate *s = worker_wfstate(w, wf->name);
+		struct breaker *b = claimer_breaker(w, wf->name);
 		struct claim_lane *l = lane_get(w, wf->name);
 
-		if (s && l && !l->req && breaker_allows(&s->breaker) && wf_free_slots(w, wf) > 0)
+		if (b && l && !l->req && breaker_allows(b) && wf_free_slots(w, wf) > 0)
 			cand[n++] = wf;
 	}
 	for (unsigned k = 0, first = n ? w->lane_rr++ % n : 0; k < n && avail > 0; k++) {
@@ -475,11 +517,11 @@ static void claim_kick_lanes(worker_t *w)
 	}
 }
 
-void claim_kick(worker_t *w)
+void claim_kick(struct claimer *w)
 {
-	if (w->phase != WORKER_RUNNING || ev_timer_armed(w->claim_timer) || w->in_arrival)
+	if (!w->p.ops->running(w->p.host) || ev_timer_armed(w->timer) || w->in_arrival)
 		return;
-	if (drv_has(w->drv, DRV_CAP_MULTI_WORKFLOW))
+	if (drv_has(w->p.runs->drv, DRV_CAP_MULTI_WORKFLOW))
 		claim_kick_one(w);
 	else
 		claim_kick_lanes(w);
@@ -487,21 +529,21 @@ void claim_kick(worker_t *w)
 
 static void on_claim_cancel(const struct drv_answer *a, void *userdata)
 {
-	worker_t *w = userdata;
+	struct claimer *w = userdata;
 
 	w->claim_cancels--;
 	if (a->verdict != DRV_OK)
 		log_warning("claim cancel not confirmed (%s); any run it held returns to the "
 			    "queue when its lease expires",
 			    a->detail);
-	worker_maybe_exit(w);
+	w->p.ops->idle(w->p.host);
 }
 
-void claim_stop(worker_t *w)
+void claim_stop(struct claimer *w)
 {
 	bool open = false;
 
-	ev_timer_disarm(w->claim_timer);
+	ev_timer_disarm(w->timer);
 	for (size_t i = 0; i < w->n_lanes; i++) {
 		struct claim_lane *l = w->lanes[i];
 
@@ -514,32 +556,20 @@ void claim_stop(worker_t *w)
 		l->max_runs = 0;
 	}
 	/* the server may have granted runs to the claim whose answer we dropped */
-	if (!open || !drv_has(w->drv, DRV_CAP_CLAIM_CANCEL) ||
-	    drv_ops(w->drv)->claim_cancel(w->drv, on_claim_cancel, w, NULL) < 0)
+	if (!open || !drv_has(w->p.runs->drv, DRV_CAP_CLAIM_CANCEL) ||
+	    drv_ops(w->p.runs->drv)->claim_cancel(w->p.runs->drv, on_claim_cancel, w, NULL) < 0)
 		return;
 	w->claim_cancels++;
 }
 
-void claim_free(worker_t *w)
-{
-	for (size_t i = 0; i < w->n_lanes; i++) {
-		drv_cancel(w->lanes[i]->req);
-		free(w->lanes[i]->workflow);
-		free(w->lanes[i]);
-	}
-	free(w->lanes);
-	w->lanes = NULL;
-	w->n_lanes = 0;
-}
-
 /* What to do with one run the API handed us. */
-static enum run_event triage(worker_t *w, struct run *r)
+static enum run_event triage(struct claimer *w, struct run *r)
 {
-	struct wfstate *s;
+	struct breaker *b;
 
 	if (r->reject_reason)
 		return RE_REJECT;
-	if (w->phase != WORKER_RUNNING) {
+	if (!w->p.ops->running(w->p.host)) {
 		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;
 	}
@@ -547,8 +577,8 @@ static enum run_event triage(worker_t *w, struct run *r)
 		r->release_reason = DRV_RELEASE_UNSUPPORTED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	s = worker_wfstate(w, r->workflow);
-	if (!s || !breaker_allows(&s->breaker)) {
+	b = claimer_breaker(w, r->workflow);
+	if (!b || !breaker_allows(b)) {
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
@@ -558,7 +588,7 @@ static enum run_event triage(worker_t *w, struct run *r)
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	if (w->n_runs > worker_cur_conf(w)->worker.concurrency) {
+	if (w->p.table->n > claimer_conf(w)->worker.concurrency) {
 		/* more than we asked for: not ours to run */
 		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;
@@ -575,9 +605,9 @@ static struct log_fields run_fields(const struct run *r)
 
 /* An execution of this run id whose process group may still be alive: its
  * exit callback (process reaped, group SIGKILLed, output at EOF) has not run. */
-static struct run *find_busy(worker_t *w, const struct run *r)
+static struct run *find_busy(struct claimer *w, const struct run *r)
 {
-	for (struct run *o = w->runs; o; o = o->next)
+	for (struct run *o = w->p.table->head; o; o = o->next)
 		if (o != r && streq_ptr(o->id, r->id) &&
 		    (o->state == RUN_RUNNING || o->state == RUN_KILLING))
 			return o;
@@ -585,18 +615,18 @@ static struct run *find_busy(worker_t *w, const struct run *r)
 }
 
 /* Another lease of this run id that we still think is ours. */
-static struct run *find_older(worker_t *w, const struct run *r)
+static struct run *find_older(struct claimer *w, const struct run *r)
 {
-	for (struct run *o = w->runs; o; o = o->next)
+	for (struct run *o = w->p.table->head; o; o = o->next)
 		if (o != r && !o->lost && o->state != RUN_DONE && streq_ptr(o->id, r->id))
 			return o;
 	return NULL;
 }
 
 /* The same lease delivered twice (a confused API): the copy we hold is it. */
-static bool lease_held(worker_t *w, const struct drv_grant *g)
+static bool lease_held(struct claimer *w, const struct drv_grant *g)
 {
-	for (struct run *o = w->runs; o; o = o->next)
+	for (struct run *o = w->p.table->head; o; o = o->next)
 		if (g->id && g->lease_key && streq_ptr(o->id, g->id) &&
 		    streq_ptr(o->lease_key, g->lease_key))
 			return true;
@@ -605,24 +635,24 @@ static bool lease_held(worker_t *w, const struct drv_grant *g)
 
 /* The API granted r's run again: every older lease of it is over (the server
  * holds one lease per run), so its execution stops as on any lease loss. */
-static void supersede_older(worker_t *w, struct run *r)
+static void supersede_older(struct claimer *w, struct run *r)
 {
 	struct run *o;
 
-	for (unsigned n = w->n_runs; n > 0 && (o = find_older(w, r)); n--) {
+	for (unsigned n = w->p.table->n; n > 0 && (o = find_older(w, r)); n--) {
 		struct log_fields f = run_fields(o);
 
 		log_emit(LOG_WARNING, &f,
 			 "lease lost (the API granted the run again, attempt %u): stopping the "
 			 "older execution, nothing more is written",
 			 r->attempt);
-		metric_add(w->m_leases_lost, 1);
+		metric_add(w->p.runs->m.leases_lost, 1);
 		run_dispatch(o, RE_LEASE_LOST);
 	}
 }
 
 /* Start r now, or make it wait for the older execution of its id. */
-static enum run_event start_or_wait(worker_t *w, struct run *r)
+static enum run_event start_or_wait(struct claimer *w, struct run *r)
 {
 	struct run *busy = find_busy(w, r);
 	struct log_fields f = run_fields(r);
@@ -638,13 +668,13 @@ static enum run_event start_or_wait(worker_t *w, struct run *r)
 	return RE_WAIT;
 }
 
-void claim_run_unblocked(worker_t *w, const char *id)
+void claim_run_unblocked(struct claimer *w, const char *id)
 {
 	struct run *r;
 
-	if (w->exited || w->phase == WORKER_STOPPING) /* hard stop released the waiters */
+	if (!w->p.ops->may_start(w->p.host)) /* hard stop released the waiters */
 		return;
-	for (r = w->runs; r; r = r->next)
+	for (r = w->p.table->head; r; r = r->next)
 		if (r->state == RUN_WAITING && streq_ptr(r->id, id))
 			break;
 	if (!r || find_busy(w, r))
@@ -653,7 +683,7 @@ void claim_run_unblocked(worker_t *w, const char *id)
 	run_dispatch(r, triage(w, r));
 }
 
-static void claim_runs_arrived(worker_t *w, struct drv_claim_answer *resp, usec_t sent_at)
+static void claim_runs_arrived(struct claimer *w, struct drv_claim_answer *resp, usec_t sent_at)
 {
 	w->in_arrival = true;
 	for (size_t i = 0; i < resp->n_runs; i++) {
@@ -673,17 +703,70 @@ static void claim_runs_arrived(worker_t *w, struct drv_claim_answer *resp, usec_
 				    pr->id);
 			continue;
 		}
-		r = run_new(w, pr, sent_at);
+		r = run_new(w->p.runs, w->p.ops->conf(w->p.host), pr, sent_at);
 		if (!r) {
 			log_error("out of memory taking run %s; it returns to the queue when its "
 				  "lease expires",
 				  pr->id ? pr->id : "?");
 			continue;
 		}
-		worker_run_add(w, r);
+		w->p.ops->add(w->p.host, r);
 		supersede_older(w, r);
 		ev = triage(w, r);
 		run_dispatch(r, ev == RE_START ? start_or_wait(w, r) : ev);
 	}
 	w->in_arrival = false;
+}
+
+static void on_timer(ev_timer_t *t, void *userdata)
+{
+	claim_kick(userdata);
+}
+
+int claimer_new(const struct claimer_params *p, struct claimer **ret)
+{
+	struct claimer *cl = calloc(1, sizeof(*cl));
+	int q;
+
+	if (!cl)
+		return -ENOMEM;
+	cl->p = *p;
+	cl->queue_depth = -1;
+	q = ev_timer_add(p->runs->ev, USEC_INFINITY, on_timer, cl, &cl->timer);
+	if (q < 0) {
+		free(cl);
+		return q;
+	}
+	*ret = cl;
+	return 0;
+}
+
+struct claimer *claimer_free(struct claimer *cl)
+{
+	if (!cl)
+		return NULL;
+	for (size_t i = 0; i < cl->n_lanes; i++) {
+		drv_cancel(cl->lanes[i]->req);
+		free(cl->lanes[i]->workflow);
+		free(cl->lanes[i]);
+	}
+	free(cl->lanes);
+	ev_timer_del(cl->timer);
+	free(cl);
+	return NULL;
+}
+
+bool claimer_busy(const struct claimer *cl)
+{
+	return cl->claim_cancels > 0;
+}
+
+const char *claimer_error(const struct claimer *cl)
+{
+	return cl->claim_error[0] ? cl->claim_error : NULL;
+}
+
+long claimer_queue_depth(const struct claimer *cl)
+{
+	return cl->queue_depth;
 }

@@ -12,6 +12,13 @@
  *                    +--lease lost--> DONE;  +--release / hard stop--> RELEASING
  *                    +--cancel--> REPORTING (cancelled, never started)
  *
+ * Every change of state goes through run_dispatch and the table; the timers
+ * are events of it too (RE_TIMER: the run's timeout, the flush bound, a
+ * retry's backoff; RE_RENEW: a renewal is due; RE_DEADLINE: the local lease
+ * deadline), and so is the worker giving up on a run (RE_ABANDON).  The run
+ * knows its owner only as a run_host (run.h) and the API only as a driver
+ * (proto/driver.h).
+ *
  * WAITING: the API granted a run whose id an older lease of ours still
  * executes (RUNNING or KILLING); the new one starts only once that process
  * group is gone (claim.c), so one run id never has two live executions here.
@@ -33,14 +40,45 @@
 #include "log/log.h"
 #include "util/fileio.h"
 #include "util/macro.h"
+#include "util/random.h"
 #include "util/strutil.h"
-#include "worker/worker-int.h"
+#include "worker/run.h"
 
 #define RETRY_BASE (500 * USEC_PER_MSEC)
 #define REPORT_RETRY_CAP (30 * USEC_PER_SEC)
 #define LOG_FLUSH_TIMEOUT (60 * USEC_PER_SEC)
 
 typedef enum run_state (*run_action)(struct run *r);
+
+/* ---------------------------------------------------------------- conf refs */
+
+struct conf_ref *conf_ref_new(struct conf *c)
+{
+	struct conf_ref *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		conf_free(c);
+		return NULL;
+	}
+	r->conf = c;
+	r->refs = 1;
+	return r;
+}
+
+struct conf_ref *conf_ref_get(struct conf_ref *r)
+{
+	r->refs++;
+	return r;
+}
+
+struct conf_ref *conf_ref_put(struct conf_ref *r)
+{
+	if (r && --r->refs == 0) {
+		conf_free(r->conf);
+		free(r);
+	}
+	return NULL;
+}
 
 static const char *const state_names[_RUN_STATE_MAX] = {
 	[RUN_CLAIMED] = "claimed",     [RUN_WAITING] = "waiting",
@@ -52,14 +90,21 @@ static const char *const state_names[_RUN_STATE_MAX] = {
 
 static const char *const event_names[_RE_MAX] = {
 	[RE_START] = "start",           [RE_REJECT] = "reject",       [RE_RELEASE] = "release",
-	[RE_EXITED] = "exited",         [RE_TIMEOUT] = "timeout",     [RE_CANCEL] = "cancel",
+	[RE_EXITED] = "exited",         [RE_CANCEL] = "cancel",
 	[RE_LEASE_LOST] = "lease-lost", [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
 	[RE_REPORTED] = "reported",     [RE_RELEASED] = "released",   [RE_WAIT] = "wait",
+	[RE_TIMER] = "timer",           [RE_RENEW] = "renew",         [RE_DEADLINE] = "deadline",
+	[RE_ABANDON] = "abandon",
 };
 
 const char *run_state_name(enum run_state s)
 {
 	return state_names[s];
+}
+
+const char *run_event_name(enum run_event ev)
+{
+	return event_names[ev];
 }
 
 static const struct conf *run_conf(const struct run *r)
@@ -81,7 +126,7 @@ static struct log_fields run_fields(const struct run *r, const char *outcome)
 
 static const struct drv_ops *run_drv(const struct run *r)
 {
-	return drv_ops(r->w->drv);
+	return drv_ops(r->h->drv);
 }
 
 /* ---------------------------------------------------------------- lease */
@@ -113,7 +158,7 @@ static usec_t lease_local(unsigned ttl_s)
 
 static usec_t lease_left(const struct run *r)
 {
-	usec_t now = ev_now(r->w->ev);
+	usec_t now = ev_now(r->h->ev);
 
 	return r->lease_deadline > now ? r->lease_deadline - now : 0;
 }
@@ -138,7 +183,7 @@ static void lease_granted(struct run *r, usec_t from, unsigned ttl_s)
  * deadline.  So a claimed run never arrives already lost. */
 static void lease_claimed(struct run *r, usec_t sent, unsigned ttl_s)
 {
-	usec_t now = ev_now(r->w->ev);
+	usec_t now = ev_now(r->h->ev);
 	char d[TIME_DURATION_MAX];
 
 	if (now - sent <= lease_local(ttl_s) / 2) {
@@ -155,7 +200,7 @@ static void lease_claimed(struct run *r, usec_t sent, unsigned ttl_s)
 static void lease_lost(struct run *r, const char *why)
 {
 	run_log(r, LOG_WARNING, "lease lost (%s): stopping the run, nothing more is written", why);
-	metric_add(r->w->m_leases_lost, 1);
+	metric_add(r->h->m.leases_lost, 1);
 	run_dispatch(r, RE_LEASE_LOST);
 }
 
@@ -207,7 +252,7 @@ static void on_lease(const struct drv_answer *a, void *userdata)
 
 	r->lease_req = NULL;
 	if (a->verdict == DRV_OK) {
-		metric_add(r->w->m_renewals, 1, "ok");
+		metric_add(r->h->m.renewals, 1, "ok");
 		recovered = r->lease_retries > 0;
 		r->lease_retries = 0;
 		r->lease_fresh = false;
@@ -219,13 +264,13 @@ static void on_lease(const struct drv_answer *a, void *userdata)
 		return;
 	}
 	if (a->verdict == DRV_LOST) {
-		metric_add(r->w->m_renewals, 1, "lost");
+		metric_add(r->h->m.renewals, 1, "lost");
 		snprintf(why, sizeof(why), "renewal answered %s", a->detail);
 		lease_lost(r, why);
 		return;
 	}
 	/* transient (or a garbled answer): try again soon; the deadline timer decides loss */
-	metric_add(r->w->m_renewals, 1, "error");
+	metric_add(r->h->m.renewals, 1, "error");
 	run_log(r, LOG_WARNING, "lease renewal failed (%s), retrying", a->detail);
 	r->lease_fresh = a->error != 0;
 	ev_timer_arm(r->renew_timer, renew_retry_delay(r, a));
@@ -236,8 +281,8 @@ static void lease_renew(struct run *r)
 {
 	if (r->lease_req || !r->priv)
 		return;
-	r->lease_sent_at = ev_now(r->w->ev);
-	if (run_drv(r)->renew(r->w->drv, r->priv, lease_ttl_asked(r), renew_timeout(r),
+	r->lease_sent_at = ev_now(r->h->ev);
+	if (run_drv(r)->renew(r->h->drv, r->priv, lease_ttl_asked(r), renew_timeout(r),
 			      r->lease_fresh, on_lease, r, &r->lease_req) < 0) {
 		r->lease_req = NULL;
 		ev_timer_arm(r->renew_timer, MIN(RENEW_RETRY_CAP, MAX(lease_left(r) / 2, 1)));
@@ -246,7 +291,7 @@ static void lease_renew(struct run *r)
 
 static void on_renew_timer(ev_timer_t *t, void *userdata)
 {
-	lease_renew(userdata);
+	run_dispatch(userdata, RE_RENEW);
 }
 
 /* The child has exited: nothing runs on a lease that may be someone else's, and
@@ -258,9 +303,13 @@ static usec_t result_offer_bound(const struct run *r)
 	return MAX(RESULT_OFFER_TTLS * r->lease_ttl_s * USEC_PER_SEC, RESULT_OFFER_MIN);
 }
 
-static void result_offer(struct run *r)
+static enum run_state act_spool(struct run *r);
+
+/* RE_DEADLINE once the child is gone (FLUSHING, REPORTING): the result is
+ * offered until the bound, then spooled. */
+static enum run_state act_offer(struct run *r)
 {
-	usec_t now = ev_now(r->w->ev);
+	usec_t now = ev_now(r->h->ev);
 	char d[TIME_DURATION_MAX];
 
 	if (!r->offer_until) {
@@ -272,23 +321,18 @@ static void result_offer(struct run *r)
 	}
 	if (now < r->offer_until) {
 		ev_timer_arm_at(r->deadline_timer, r->offer_until);
-		return;
+		return r->state;
 	}
 	run_log(r, LOG_ERR,
 		"result not delivered within %s of the local lease deadline: spooling it",
 		time_format_duration(d, sizeof(d), result_offer_bound(r)));
 	snprintf(r->note, sizeof(r->note), "undelivered past the lease deadline, spooled");
-	run_dispatch(r, RE_HARD_STOP);
+	return act_spool(r);
 }
 
 static void on_deadline(ev_timer_t *t, void *userdata)
 {
-	struct run *r = userdata;
-
-	if (r->state == RUN_FLUSHING || r->state == RUN_REPORTING)
-		result_offer(r);
-	else
-		lease_lost(r, "local lease deadline passed without a renewal");
+	run_dispatch(userdata, RE_DEADLINE);
 }
 
 static void lease_stop(struct run *r)
@@ -457,8 +501,8 @@ static int start_logship(struct run *r)
 {
 	const struct conf *c = run_conf(r);
 	struct logship_params p = {
-		.ev = r->w->ev,
-		.drv = r->w->drv,
+		.ev = r->h->ev,
+		.drv = r->h->drv,
 		.run = r->priv,
 		.lease_key = r->lease_key,
 		.max_log_bytes = r->wf->max_log_bytes,
@@ -477,9 +521,9 @@ static const char *run_cgroup(struct run *r)
 {
 	int q;
 
-	if (!r->w->cgroups)
+	if (!r->h->cgroups)
 		return NULL;
-	q = cgroup_run_new(r->w->cgroups, r->id, &r->cg);
+	q = cgroup_run_new(r->h->cgroups, r->id, &r->cg);
 	if (q < 0)
 		run_log(r, LOG_WARNING, "cannot create the run's cgroup: %s; it is stopped "
 			"through its process group only", strerror(-q));
@@ -499,7 +543,7 @@ static int spawn(struct run *r, const char **step)
 		.set_ids = r->wf->user != NULL,
 		.uid = r->wf->uid,
 		.gid = r->wf->gid,
-		.offload = r->w->offload,
+		.offload = r->h->offload,
 	};
 	int q;
 
@@ -520,7 +564,7 @@ static int spawn(struct run *r, const char **step)
 	spec.cwd = r->wf->working_directory ? r->wf->working_directory : r->dir;
 	spec.cgroup = run_cgroup(r);
 	*step = NULL;
-	q = exec_spawn(r->w->ev, &spec, on_output, on_exit_cb, r, &r->proc, step);
+	q = exec_spawn(r->h->ev, &spec, on_output, on_exit_cb, r, &r->proc, step);
 	strv_free(env);
 	if (q >= 0 && timeout != USEC_INFINITY) {
 		log_timeout_cap(r);
@@ -617,7 +661,7 @@ static void collect_start(struct run *r)
 	j->run = r;
 	j->cap = run_conf(r)->worker.max_output_bytes;
 	j->owner = r->wf->user ? r->wf->uid : geteuid();
-	if (offload_submit(r->w->offload, r->wf->user ? &cr : NULL, result_job_work,
+	if (offload_submit(r->h->offload, r->wf->user ? &cr : NULL, result_job_work,
 			   on_result_read, j, &r->collect_job) < 0) {
 		result_job_free(j);
 		result_bad(r, "not read: no helper thread");
@@ -763,7 +807,7 @@ static int build_body(struct run *r)
 	r->outcome.output = r->output;
 	if (!r->priv)
 		return -EINVAL;
-	return run_drv(r)->complete_body(r->w->drv, r->priv, &r->outcome, &r->body);
+	return run_drv(r)->complete_body(r->h->drv, r->priv, &r->outcome, &r->body);
 }
 
 /* ---------------------------------------------------------------- report */
@@ -800,7 +844,7 @@ static void on_complete(const struct drv_answer *a, void *userdata)
 
 static void send_complete(struct run *r)
 {
-	if (run_drv(r)->complete(r->w->drv, r->priv, r->body, on_complete, r, &r->req) < 0) {
+	if (run_drv(r)->complete(r->h->drv, r->priv, r->body, on_complete, r, &r->req) < 0) {
 		r->req = NULL;
 		ev_timer_arm(r->timer, USEC_PER_SEC);
 	}
@@ -811,7 +855,7 @@ static void on_release(const struct drv_answer *a, void *userdata)
 	struct run *r = userdata;
 
 	r->req = NULL;
-	if (a->verdict == DRV_OK || a->verdict == DRV_LOST || r->w->phase == WORKER_STOPPING ||
+	if (a->verdict == DRV_OK || a->verdict == DRV_LOST || r->h->stopping ||
 	    r->req_attempts >= 5) {
 		if (a->verdict != DRV_OK)
 			run_log(r, LOG_WARNING, "release not confirmed (%s); the lease will expire",
@@ -826,56 +870,44 @@ static void on_release(const struct drv_answer *a, void *userdata)
  * timeout puts it back in the queue. */
 static bool can_release(const struct run *r)
 {
-	return r->priv && drv_has(r->w->drv, DRV_CAP_RELEASE);
+	return r->priv && drv_has(r->h->drv, DRV_CAP_RELEASE);
 }
 
-static void send_release(struct run *r)
+/* RE_TIMER while RELEASING: the release goes out (again). */
+static enum run_state act_release_send(struct run *r)
 {
 	if (!can_release(r)) {
 		run_log(r, LOG_NOTICE,
 			"the API cannot take the run back: dropped here, it returns to the queue "
 			"when the API's own timeout expires");
-		run_dispatch(r, RE_RELEASED);
-		return;
+		return RUN_DONE;
 	}
-	if (run_drv(r)->release(r->w->drv, r->priv, r->release_reason, 0, on_release, r,
-				&r->req) < 0) {
-		r->req = NULL;
-		if (r->req_attempts >= 5 || r->w->phase == WORKER_STOPPING) {
-			run_log(r, LOG_WARNING, "release not sent; the lease will expire");
-			run_dispatch(r, RE_RELEASED);
-			return;
-		}
-		ev_timer_arm(r->timer, drv_retry_delay(NULL, r->req_attempts++, RETRY_BASE,
-						       REPORT_RETRY_CAP));
+	if (r->req) /* one in flight already */
+		return RUN_RELEASING;
+	if (run_drv(r)->release(r->h->drv, r->priv, r->release_reason, 0, on_release, r,
+				&r->req) >= 0)
+		return RUN_RELEASING;
+	r->req = NULL;
+	if (r->req_attempts >= 5 || r->h->stopping) {
+		run_log(r, LOG_WARNING, "release not sent; the lease will expire");
+		return RUN_DONE;
 	}
+	ev_timer_arm(r->timer, drv_retry_delay(NULL, r->req_attempts++, RETRY_BASE,
+					       REPORT_RETRY_CAP));
+	return RUN_RELEASING;
+}
+
+/* RE_TIMER while REPORTING: the completion's backoff is over. */
+static enum run_state act_resend(struct run *r)
+{
+	if (!r->req)
+		send_complete(r);
+	return RUN_REPORTING;
 }
 
 static void on_timer(ev_timer_t *t, void *userdata)
 {
-	struct run *r = userdata;
-
-	switch (r->state) {
-	case RUN_RUNNING:
-		run_dispatch(r, RE_TIMEOUT);
-		break;
-	case RUN_FLUSHING:
-		if (r->collecting)
-			collect_abandon(r);
-		else
-			run_log(r, LOG_WARNING, "log not fully shipped after %llus, reporting anyway",
-				(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
-		run_dispatch(r, RE_LOG_FLUSHED);
-		break;
-	case RUN_REPORTING:
-		send_complete(r);
-		break;
-	case RUN_RELEASING:
-		send_release(r);
-		break;
-	default:
-		break;
-	}
+	run_dispatch(userdata, RE_TIMER);
 }
 
 /* ---------------------------------------------------------------- actions */
@@ -886,7 +918,7 @@ static enum run_state enter_reporting(struct run *r)
 {
 	if (collect_defer(r, RE_LOG_FLUSHED))
 		return RUN_FLUSHING;
-	if (r->w->phase == WORKER_STOPPING)
+	if (r->h->stopping)
 		return act_spool(r);
 	if (build_body(r) < 0) {
 		run_log(r, LOG_ERR, "cannot build the completion (out of memory)");
@@ -900,15 +932,15 @@ static enum run_state enter_reporting(struct run *r)
 
 static enum run_state enter_flushing(struct run *r)
 {
-	if (!r->log || r->w->phase == WORKER_STOPPING)
+	if (!r->log || r->h->stopping)
 		return enter_reporting(r);
 	logship_finish(r->log);
 	ev_timer_arm(r->timer, LOG_FLUSH_TIMEOUT);
 	return RUN_FLUSHING;
 }
 
-/* The release goes out from the timer, once the run is RELEASING: its answer
- * (or its absence, for an API without release) is an event of that state. */
+/* The release goes out on the timer's event, once the run is RELEASING
+ * (act_release_send). */
 static enum run_state enter_releasing(struct run *r)
 {
 	r->req_attempts = 0;
@@ -918,13 +950,16 @@ static enum run_state enter_releasing(struct run *r)
 
 static enum run_state act_start(struct run *r)
 {
+	struct breaker *b;
 	const char *step = NULL;
 	int q;
 
-	r->started_at = ev_now(r->w->ev);
-	breaker_run_started(&worker_wfstate(r->w, r->workflow)->breaker);
-	r->breaker_started = true;
-	metric_add(r->w->m_started, 1, r->workflow);
+	r->started_at = ev_now(r->h->ev);
+	b = r->h->ops->breaker(r->h->host, r->workflow);
+	if (b)
+		breaker_run_started(b);
+	r->breaker_started = b != NULL;
+	metric_add(r->h->m.started, 1, r->workflow);
 	q = start_logship(r);
 	if (q >= 0)
 		q = spawn(r, &step);
@@ -990,7 +1025,7 @@ static enum run_state kill_for(struct run *r, enum kill_reason why)
 	const struct conf *c = run_conf(r);
 
 	/* a lost lease is someone else's now: the whole group dies at once */
-	bool now = r->w->kill_now || why == KILL_LEASE_LOST;
+	bool now = r->h->kill_now || why == KILL_LEASE_LOST;
 
 	r->kill_reason = why;
 	exec_kill(r->proc, now ? 0 : c->worker.kill_grace);
@@ -1048,7 +1083,7 @@ static enum run_state act_stop_running(struct run *r)
 
 static enum run_state act_stop_killing(struct run *r)
 {
-	if (r->w->kill_now)
+	if (r->h->kill_now)
 		exec_kill(r->proc, 0);
 	return RUN_KILLING;
 }
@@ -1080,7 +1115,7 @@ static enum run_state act_spool(struct run *r)
 	r->req = NULL;
 	r->spool_log = !r->body && r->log; /* a hard stop before the log was shipped */
 	if (build_body(r) >= 0)
-		worker_spool(r->w, r);
+		r->h->ops->spool(r->h->host, r);
 	return RUN_DONE;
 }
 
@@ -1094,6 +1129,62 @@ static enum run_state act_ignore(struct run *r)
 	return r->state;
 }
 
+static enum run_state act_renew(struct run *r)
+{
+	lease_renew(r);
+	return r->state;
+}
+
+static const run_action table[_RUN_STATE_MAX][_RE_MAX];
+
+/* RE_DEADLINE while the lease matters (the child may run, or the run is
+ * unstarted or being given back): the lease is lost, as on DRV_LOST. */
+static enum run_state act_deadline_lost(struct run *r)
+{
+	run_log(r, LOG_WARNING,
+		"lease lost (local lease deadline passed without a renewal): stopping the run, "
+		"nothing more is written");
+	metric_add(r->h->m.leases_lost, 1);
+	return table[r->state][RE_LEASE_LOST](r);
+}
+
+/* RE_TIMER while RUNNING: the run's own timeout. */
+static enum run_state act_timer_running(struct run *r)
+{
+	snprintf(r->note, sizeof(r->note), "the run's timeout");
+	return act_timeout(r);
+}
+
+/* RE_TIMER while FLUSHING: the bound on the log's flush (or on reading the
+ * result file) is over: report with what we have. */
+static enum run_state act_flush_bound(struct run *r)
+{
+	if (r->collecting)
+		collect_abandon(r);
+	else
+		run_log(r, LOG_WARNING, "log not fully shipped after %llus, reporting anyway",
+			(unsigned long long)(LOG_FLUSH_TIMEOUT / USEC_PER_SEC));
+	return enter_reporting(r);
+}
+
+/* The worker gives up on the run: at teardown with nothing kept and nothing
+ * counted; when a hard stop overran, a result already made is spooled first. */
+static enum run_state act_abandon(struct run *r)
+{
+	if (r->h->tearing_down) {
+		r->breaker_started = false;
+		free(r->reject_reason);
+		r->reject_reason = NULL;
+	} else if (r->body && (r->state == RUN_REPORTING || r->state == RUN_FLUSHING)) {
+		drv_cancel(r->req);
+		r->req = NULL;
+		r->h->ops->spool(r->h->host, r);
+	}
+	return RUN_DONE;
+}
+
+/* Every cell that is not NULL; check_worker steps each one.  RE_RENEW,
+ * RE_DEADLINE and RE_ABANDON reach every live state. */
 static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
 	[RUN_CLAIMED] = {
 		[RE_START] = act_start,
@@ -1101,6 +1192,9 @@ static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
 		[RE_RELEASE] = act_release,
 		[RE_LEASE_LOST] = act_lost,
 		[RE_WAIT] = act_wait,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
 	},
 	[RUN_WAITING] = {
 		[RE_START] = act_start,
@@ -1108,40 +1202,65 @@ static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
 		[RE_CANCEL] = act_cancel_waiting,
 		[RE_LEASE_LOST] = act_lost,
 		[RE_HARD_STOP] = act_stop_waiting,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
 	},
 	[RUN_RUNNING] = {
 		[RE_EXITED] = act_exited,
-		[RE_TIMEOUT] = act_timeout,
+		[RE_TIMER] = act_timer_running,
 		[RE_CANCEL] = act_cancel,
 		[RE_LEASE_LOST] = act_lost_running,
 		[RE_HARD_STOP] = act_stop_running,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
 	},
 	[RUN_KILLING] = {
 		[RE_EXITED] = act_killed,
-		[RE_TIMEOUT] = act_ignore,
 		[RE_CANCEL] = act_ignore,
 		[RE_LEASE_LOST] = act_lost_killing,
 		[RE_HARD_STOP] = act_stop_killing,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
 	},
 	[RUN_FLUSHING] = {
 		[RE_LOG_FLUSHED] = act_flushed,
 		[RE_CANCEL] = act_ignore,
 		[RE_LEASE_LOST] = act_lost,
 		[RE_HARD_STOP] = act_spool,
+		[RE_TIMER] = act_flush_bound,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_offer,
+		[RE_ABANDON] = act_abandon,
 	},
 	[RUN_REPORTING] = {
 		[RE_REPORTED] = act_done,
 		[RE_CANCEL] = act_ignore,
 		[RE_LEASE_LOST] = act_lost,
 		[RE_HARD_STOP] = act_spool,
+		[RE_TIMER] = act_resend,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_offer,
+		[RE_ABANDON] = act_abandon,
 	},
 	[RUN_RELEASING] = {
 		[RE_RELEASED] = act_done,
 		[RE_CANCEL] = act_ignore,
 		[RE_LEASE_LOST] = act_lost,
 		[RE_HARD_STOP] = act_ignore,
+		[RE_TIMER] = act_release_send,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
 	},
 };
+
+bool run_cell(enum run_state s, enum run_event ev)
+{
+	return table[s][ev] != NULL;
+}
 
 /* ---------------------------------------------------------------- life */
 
@@ -1159,30 +1278,29 @@ static const char *no_verdict_label(const struct run *r)
 
 static void run_record_outcome(struct run *r)
 {
-	struct wfstate *s;
+	struct breaker *b = r->h->ops->breaker(r->h->host, r->workflow);
 	const char *label;
 
-	if (!r->breaker_started) {
+	if (!r->breaker_started || !b) {
 		/* a hostile API must not mint label values: only configured names */
 		if (r->reject_reason)
-			metric_add(r->w->m_finished, 1, r->wf ? r->workflow : "unknown", "rejected");
+			metric_add(r->h->m.finished, 1, r->wf ? r->workflow : "unknown", "rejected");
 		return;
 	}
-	s = worker_wfstate(r->w, r->workflow);
 	label = no_verdict_label(r);
 	if (label) {
-		breaker_run_abandoned(&s->breaker);
-		metric_add(r->w->m_finished, 1, r->workflow, label);
+		breaker_run_abandoned(b);
+		metric_add(r->h->m.finished, 1, r->workflow, label);
 		return;
 	}
 	label = run_outcome_label(r);
-	metric_add(r->w->m_finished, 1, r->workflow, label);
-	metric_observe(r->w->m_duration, (double)(ev_now(r->w->ev) - r->started_at) / USEC_PER_SEC,
+	metric_add(r->h->m.finished, 1, r->workflow, label);
+	metric_observe(r->h->m.duration, (double)(ev_now(r->h->ev) - r->started_at) / USEC_PER_SEC,
 		       r->workflow);
 	if (outcome_is_retry(r))
-		breaker_run_abandoned(&s->breaker);
-	else if (breaker_record(&s->breaker, outcome_is_failure(r), ev_now(r->w->ev)))
-		worker_breaker_changed(r->w, s);
+		breaker_run_abandoned(b);
+	else if (breaker_record(b, outcome_is_failure(r), ev_now(r->h->ev)))
+		r->h->ops->breaker_changed(r->h->host, r->workflow);
 }
 
 static void run_free(struct run *r)
@@ -1198,14 +1316,14 @@ static void run_free(struct run *r)
 		struct logship_stats st;
 
 		logship_get_stats(r->log, &st);
-		metric_add(r->w->m_log_bytes, (double)st.acked);
-		metric_add(r->w->m_log_dropped, (double)st.dropped, "buffer_full");
-		metric_add(r->w->m_log_dropped, (double)st.truncated, "max_log_bytes");
+		metric_add(r->h->m.log_bytes, (double)st.acked);
+		metric_add(r->h->m.log_dropped, (double)st.dropped, "buffer_full");
+		metric_add(r->h->m.log_dropped, (double)st.truncated, "max_log_bytes");
 		logship_free(r->log);
 	}
 	offload_cancel(r->collect_job);
 	if (r->dir)
-		runfiles_remove(r->w, r->dir);
+		runfiles_remove(r->h->offload, r->dir);
 	conf_ref_put(r->cref);
 	if (r->priv)
 		run_drv(r)->run_free(r->priv);
@@ -1225,13 +1343,13 @@ static void run_free(struct run *r)
 }
 
 /* What the end line calls the run's fate. */
-static const char *end_label(const struct run *r, enum run_state before)
+static const char *end_label(const struct run *r, enum run_state before, enum run_event ev)
 {
 	const char *label = no_verdict_label(r);
 
 	if (label)
 		return label;
-	if (before == RUN_RELEASING)
+	if (before == RUN_RELEASING || ev == RE_ABANDON)
 		return "released";
 	return run_outcome_label(r);
 }
@@ -1240,10 +1358,10 @@ static const char *end_label(const struct run *r, enum run_state before)
 static void log_end(struct run *r, enum run_state before, enum run_event ev)
 {
 	struct logship_stats st = {0};
-	usec_t now = ev_now(r->w->ev), d = 0;
+	usec_t now = ev_now(r->h->ev), d = 0;
 	char dur[TIME_DURATION_MAX], how[48] = "";
 	struct log_run_end end;
-	struct log_fields f = run_fields(r, end_label(r, before));
+	struct log_fields f = run_fields(r, end_label(r, before, ev));
 
 	if (r->log)
 		logship_get_stats(r->log, &st);
@@ -1300,18 +1418,19 @@ void run_dispatch(struct run *r, enum run_event ev)
 	}
 	log_end(r, before, ev);
 	run_record_outcome(r);
-	worker_run_done(r->w, r);
+	r->h->ops->done(r->h->host, r);
 	run_free(r);
 }
 
-struct run *run_new(worker_t *w, struct drv_grant *g, usec_t claim_sent_at)
+struct run *run_new(struct run_host *h, struct conf_ref *conf, struct drv_grant *g,
+		    usec_t claim_sent_at)
 {
 	struct run *r = calloc(1, sizeof(*r));
 
 	if (!r)
 		return NULL;
-	r->w = w;
-	r->cref = conf_ref_get(w->cref);
+	r->h = h;
+	r->cref = conf_ref_get(conf);
 	r->id = TAKE_PTR(g->id);
 	r->workflow = g->workflow ? TAKE_PTR(g->workflow) : strdup("?");
 	r->lease_key = TAKE_PTR(g->lease_key);
@@ -1322,13 +1441,13 @@ struct run *run_new(worker_t *w, struct drv_grant *g, usec_t claim_sent_at)
 	r->input = TAKE_PTR(g->input);
 	r->input_len = g->input_len;
 	r->reject_reason = TAKE_PTR(g->invalid);
-	r->claimed_at = ev_now(w->ev);
+	r->claimed_at = ev_now(h->ev);
 	r->collect_then = -1;
 	r->wf = conf_find_workflow(r->cref->conf, r->workflow);
-	if (!r->workflow || ev_timer_add(w->ev, USEC_INFINITY, on_renew_timer, r,
+	if (!r->workflow || ev_timer_add(h->ev, USEC_INFINITY, on_renew_timer, r,
 					 &r->renew_timer) < 0 ||
-	    ev_timer_add(w->ev, USEC_INFINITY, on_deadline, r, &r->deadline_timer) < 0 ||
-	    ev_timer_add(w->ev, USEC_INFINITY, on_timer, r, &r->timer) < 0) {
+	    ev_timer_add(h->ev, USEC_INFINITY, on_deadline, r, &r->deadline_timer) < 0 ||
+	    ev_timer_add(h->ev, USEC_INFINITY, on_timer, r, &r->timer) < 0) {
 		run_free(r);
 		return NULL;
 	}

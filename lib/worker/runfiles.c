@@ -16,7 +16,7 @@
 #include "log/log.h"
 #include "util/fileio.h"
 #include "util/macro.h"
-#include "worker/worker-int.h"
+#include "worker/run.h"
 
 #define RESULT_NAME "result.json"
 
@@ -135,7 +135,7 @@ static void remove_done(void *arg, int r)
 
 /* Renamed aside first, on the loop (one cheap syscall): the name is free at
  * once for a new run, and the helper thread can only ever remove this tree. */
-void runfiles_remove(worker_t *w, const char *dir)
+void runfiles_remove(offload_t *o, const char *dir)
 {
 	static unsigned seq;
 	char *trash = NULL;
@@ -150,7 +150,7 @@ void runfiles_remove(worker_t *w, const char *dir)
 		free(trash);
 		return;
 	}
-	if (offload_submit(w->offload, NULL, remove_work, remove_done, trash, NULL) < 0) {
+	if (offload_submit(o, NULL, remove_work, remove_done, trash, NULL) < 0) {
 		(void)rm_rf(trash);
 		free(trash);
 	}

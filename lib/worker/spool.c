@@ -19,7 +19,8 @@
 #include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-#include "worker/worker-int.h"
+#include "worker/spool.h"
+#include "proto/driver.h"
 
 #define SPOOL_SUFFIX ".complete"
 #define SPOOL_LOG_SUFFIX ".log"

@@ -15,8 +15,6 @@
 #include "util/strutil.h"
 #include "worker/worker-int.h"
 
-#define SPOOL_RETRY_BASE (2 * USEC_PER_SEC)
-#define SPOOL_RETRY_CAP (5 * USEC_PER_MINUTE)
 #define STOP_SLACK (15 * USEC_PER_SEC)
 /* At exit: how long to wait for spool writes, run directories still being
  * removed and children still being reaped off the loop (a D-state child or a
@@ -24,35 +22,7 @@
 #define OFFLOAD_EXIT_BOUND (10 * USEC_PER_SEC)
 #define OFFLOAD_THREADS 4
 
-/* ---------------------------------------------------------------- conf refs */
-
-struct conf_ref *conf_ref_new(struct conf *c)
-{
-	struct conf_ref *r = calloc(1, sizeof(*r));
-
-	if (!r) {
-		conf_free(c);
-		return NULL;
-	}
-	r->conf = c;
-	r->refs = 1;
-	return r;
-}
-
-struct conf_ref *conf_ref_get(struct conf_ref *r)
-{
-	r->refs++;
-	return r;
-}
-
-struct conf_ref *conf_ref_put(struct conf_ref *r)
-{
-	if (r && --r->refs == 0) {
-		conf_free(r->conf);
-		free(r);
-	}
-	return NULL;
-}
+static void worker_maybe_exit(worker_t *w);
 
 const struct conf *worker_cur_conf(const worker_t *w)
 {
@@ -122,7 +92,7 @@ static void arm_breaker_timer(worker_t *w)
 		ev_timer_arm_at(w->breaker_timer, next);
 }
 
-void worker_breaker_changed(worker_t *w, struct wfstate *s)
+static void worker_breaker_changed(worker_t *w, struct wfstate *s)
 {
 	const struct breaker *b = &s->breaker;
 	char d[TIME_DURATION_MAX];
@@ -139,7 +109,7 @@ void worker_breaker_changed(worker_t *w, struct wfstate *s)
 			 s->name);
 	metric_set(w->m_blocked, b->state == BREAKER_OPEN ? 1 : 0, s->name);
 	arm_breaker_timer(w);
-	claim_kick(w);
+	claim_kick(w->claimer);
 }
 
 static void on_breaker_timer(ev_timer_t *t, void *userdata)
@@ -156,421 +126,119 @@ static void on_breaker_timer(ev_timer_t *t, void *userdata)
 
 void worker_run_add(worker_t *w, struct run *r)
 {
-	r->next = w->runs;
-	if (w->runs)
-		w->runs->prev = r;
-	w->runs = r;
-	w->n_runs++;
-	metric_set(w->m_in_flight, w->n_runs);
+	r->next = w->table.head;
+	if (w->table.head)
+		w->table.head->prev = r;
+	w->table.head = r;
+	w->table.n++;
+	metric_set(w->m_in_flight, w->table.n);
 }
 
-void worker_run_done(worker_t *w, struct run *r)
+static void worker_run_done(worker_t *w, struct run *r)
 {
 	if (r->prev)
 		r->prev->next = r->next;
 	else
-		w->runs = r->next;
+		w->table.head = r->next;
 	if (r->next)
 		r->next->prev = r->prev;
-	w->n_runs--;
+	w->table.n--;
 	w->runs_done++;
-	metric_set(w->m_in_flight, w->n_runs);
-	claim_run_unblocked(w, r->id);
-	claim_kick(w);
+	metric_set(w->m_in_flight, w->table.n);
+	claim_run_unblocked(w->claimer, r->id);
+	claim_kick(w->claimer);
 	worker_maybe_exit(w);
 }
 
-/* ---------------------------------------------------------------- spool */
+/* ---------------------------------------------------------------- hosts */
 
-struct spool_item {
-	worker_t *w;
-	struct spool_entry e;
-	drv_req_t *req;
-	drv_run_t *priv; /* the driver's run, restored from the body */
-	logship_t *log; /* shipping e.tail, before the completion */
-	bool log_done;
-	struct spool_item *next;
+static struct breaker *host_breaker(void *host, const char *workflow)
+{
+	struct wfstate *s = worker_wfstate(host, workflow);
+
+	return s ? &s->breaker : NULL;
+}
+
+static void host_breaker_changed(void *host, const char *workflow)
+{
+	struct wfstate *s = worker_wfstate(host, workflow);
+
+	if (s)
+		worker_breaker_changed(host, s);
+}
+
+static void host_spool(void *host, struct run *r)
+{
+	worker_t *w = host;
+
+	spooler_write(w->spooler, r);
+}
+
+static void host_run_done(void *host, struct run *r)
+{
+	worker_run_done(host, r);
+}
+
+static const struct run_host_ops run_host_ops = {
+	.breaker = host_breaker,
+	.breaker_changed = host_breaker_changed,
+	.spool = host_spool,
+	.done = host_run_done,
 };
 
-static void spool_gauge(worker_t *w)
+static struct conf_ref *host_conf(void *host)
 {
-	metric_set(w->m_spool, w->spool_pending);
+	worker_t *w = host;
+
+	return w->cref;
 }
 
-static void spool_dropped(worker_t *w, const char *reason)
+static bool host_running(void *host)
 {
-	metric_add(w->m_spool_dropped, 1, reason);
+	worker_t *w = host;
+
+	return w->phase == WORKER_RUNNING;
 }
 
-/* A result going to the spool: the write (two files, each fsync'd with its
- * directory) runs on a helper thread, since a child can make that fsync slow
- * (gigabytes of dirty page cache on the same file system) and a spool on a hung
- * file system would stall every other run.  The job copies what the write and
- * its report need: the run is gone by the time it is done. */
-struct spool_job {
-	worker_t *w;
-	struct spool_job *next, **pprev; /* w->spool_jobs, on the loop */
-	char *dir, *body, *tail_data, *run_id, *workflow;
-	char name[SPOOL_NAME_MAX];
-	size_t max_body;
-	struct spool_tail tail;
-	int err; /* set by the helper thread */
-	bool ran;
+static bool host_may_start(void *host)
+{
+	worker_t *w = host;
+
+	return !w->exited && w->phase != WORKER_STOPPING;
+}
+
+static void host_add(void *host, struct run *r)
+{
+	worker_run_add(host, r);
+}
+
+static void host_idle(void *host)
+{
+	worker_maybe_exit(host);
+}
+
+static const struct claimer_host_ops claimer_host_ops = {
+	.conf = host_conf,
+	.breaker = host_breaker,
+	.running = host_running,
+	.may_start = host_may_start,
+	.add = host_add,
+	.idle = host_idle,
 };
 
-static void spool_report(worker_t *w, const struct log_fields *f, const char *dir, const char *name,
-                         size_t tail_len, int err)
+static const struct conf *host_cur_conf(void *host)
 {
-	if (err < 0) {
-		spool_dropped(w, err == -EFBIG       ? "too_large"
-		                 : err == -ECANCELED ? "write_unfinished"
-		                                     : "write_failed");
-		log_emit(LOG_ERR, f,
-		         "cannot spool the result to %s: %s; the run returns to the "
-		         "queue when its lease expires",
-		         dir,
-		         err == -ECANCELED ? "the daemon exited before it was written"
-		                           : strerror(-err));
-		return;
-	}
-	w->spool_pending++;
-	spool_gauge(w);
-	log_emit(LOG_NOTICE, f,
-	         "result spooled to %s as %s (with %zu log bytes still to ship), to be delivered "
-	         "at next start",
-	         dir, name, tail_len);
-}
-
-static struct spool_job *spool_job_free(struct spool_job *j)
-{
-	if (j) {
-		free(j->dir);
-		free(j->body);
-		free(j->tail_data);
-		free(j->run_id);
-		free(j->workflow);
-		free(j);
-	}
-	return NULL;
-}
-
-static struct spool_job *spool_job_new(worker_t *w, const struct run *r, const char *name,
-                                       const struct spool_tail *tail)
-{
-	struct spool_job *j = calloc(1, sizeof(*j));
-
-	if (!j)
-		return NULL;
-	j->w = w;
-	j->dir = strdup(worker_cur_conf(w)->worker.spool_dir);
-	j->body = strdup(r->body);
-	j->run_id = strdup(r->id);
-	j->workflow = strdup(r->workflow ? r->workflow : "");
-	j->tail = *tail;
-	j->tail_data = malloc(MAX(tail->len, 1));
-	if (!j->dir || !j->body || !j->run_id || !j->workflow || !j->tail_data)
-		return spool_job_free(j);
-	memcpy(j->tail_data, tail->data ? tail->data : "", tail->len);
-	j->tail.data = j->tail_data;
-	snprintf(j->name, sizeof(j->name), "%s", name);
-	j->max_body = spool_max_body(r->cref->conf->worker.max_output_bytes);
-	return j;
-}
-
-static void spool_job_work(void *arg)
-{
-	struct spool_job *j = arg;
-
-	j->err = spool_write(j->dir, j->name, j->body, j->max_body, &j->tail);
-	j->ran = true;
-}
-
-static void spool_job_done(void *arg, int q)
-{
-	struct spool_job *j = arg;
-	worker_t *w = j->w;
-	struct log_fields f = {
-	    .run_id = j->run_id, .workflow = j->workflow, .attempt = j->tail.attempt};
-
-	*j->pprev = j->next;
-	if (j->next)
-		j->next->pprev = j->pprev;
-	spool_report(w, &f, j->dir, j->name, j->tail.len, j->ran ? j->err : q < 0 ? q : -ECANCELED);
-	spool_job_free(j);
-	worker_maybe_exit(w);
-}
-
-void worker_spool(worker_t *w, struct run *r)
-{
-	const char *dir = worker_cur_conf(w)->worker.spool_dir;
-	struct log_fields f = {.run_id = r->id, .workflow = r->workflow, .attempt = r->attempt};
-	struct spool_tail tail = {.attempt = r->attempt};
-	char name[SPOOL_NAME_MAX];
-	struct spool_job *j = NULL;
-	int q = r->body ? spool_entry_name(r->id, r->lease_key ? r->lease_key : r->id, name,
-					   sizeof(name))
-			: -ENOMEM;
-
-	if (q >= 0 && r->log && r->spool_log)
-		logship_unshipped(r->log, &tail.data, &tail.len, &tail.where);
-	if (q >= 0)
-		j = spool_job_new(w, r, name, &tail);
-	if (j && offload_submit(w->offload, NULL, spool_job_work, spool_job_done, j, NULL) >= 0) {
-		j->next = w->spool_jobs;
-		if (j->next)
-			j->next->pprev = &j->next;
-		j->pprev = &w->spool_jobs;
-		w->spool_jobs = j;
-		return;
-	}
-	spool_job_free(j);
-	if (q >= 0) /* no helper thread, or no memory for the copy: here, as before */
-		q = spool_write(dir, name, r->body,
-		                spool_max_body(r->cref->conf->worker.max_output_bytes), &tail);
-	spool_report(w, &f, dir, name, tail.len, q);
-}
-
-/* Teardown, after offload_free: spool writes still inside a helper thread (a
- * hung file system) past the exit bound.  The threads still use them: left,
- * not freed. */
-static void spool_jobs_abandon(worker_t *w)
-{
-	for (struct spool_job *j = w->spool_jobs; j; j = j->next) {
-		struct log_fields f = {
-		    .run_id = j->run_id, .workflow = j->workflow, .attempt = j->tail.attempt};
-
-		log_emit(LOG_ERR, &f,
-		         "spooling the result to %s did not finish; exiting without it: it may "
-		         "be lost, and the run returns to the queue when its lease expires",
-		         j->dir);
-		spool_dropped(w, "write_unfinished");
-	}
-	w->spool_jobs = NULL;
-}
-
-static void spool_item_free(struct spool_item *it)
-{
-	drv_cancel(it->req);
-	logship_free(it->log);
-	if (it->priv)
-		drv_ops(it->w->drv)->run_free(it->priv);
-	spool_entry_done(&it->e);
-	free(it);
-}
-
-static void spool_item_drop(struct spool_item *it)
-{
-	worker_t *w = it->w;
-	struct spool_item **pp;
-
-	spool_remove(worker_cur_conf(w)->worker.spool_dir, it->e.name);
-	w->spool_pending--;
-	spool_gauge(w);
-	for (pp = &w->spool_items; *pp != it; pp = &(*pp)->next)
-		;
-	*pp = it->next;
-	spool_item_free(it);
-}
-
-static void spool_deliver_all(worker_t *w);
-
-/* The driver's one classification of a completion's answer, as for a live
- * completion: delivered; refused for good or the lease is gone (dropped);
- * anything else is tried again. */
-static void on_spool_complete(const struct drv_answer *a, void *userdata)
-{
-	struct spool_item *it = userdata;
-	worker_t *w = it->w;
-	struct log_fields f = {.run_id = it->e.run_id};
-
-	it->req = NULL;
-	w->spool_inflight--;
-	if (a->verdict == DRV_OK) {
-		log_emit(LOG_INFO, &f, "spooled result delivered (%s)", it->e.name);
-		metric_add(w->m_spool_delivered, 1);
-		spool_item_drop(it);
-	} else if (a->verdict == DRV_LOST || a->verdict == DRV_REFUSED) {
-		log_emit(LOG_WARNING, &f, "spooled result refused (%s), dropping it (%s)", a->detail,
-			 it->e.name);
-		spool_dropped(w, "refused");
-		spool_item_drop(it);
-	} else if (!ev_timer_armed(w->spool_timer)) {
-		log_emit(LOG_WARNING, &f, "spooled result %s not delivered (%s), retrying",
-			 it->e.name, a->detail);
-		ev_timer_arm(w->spool_timer, backoff_full_jitter(SPOOL_RETRY_BASE, SPOOL_RETRY_CAP,
-								 w->spool_attempt++, 0));
-	}
-	worker_maybe_exit(w);
-}
-
-/* The driver's run, rebuilt from the spooled body; an entry it cannot use is
- * dropped (false). */
-static bool spool_restore(struct spool_item *it)
-{
-	worker_t *w = it->w;
-	struct log_fields f = {.run_id = it->e.run_id};
-	int q;
-
-	if (it->priv)
-		return true;
-	q = drv_ops(w->drv)->restore(w->drv, it->e.run_id, it->e.body, &it->priv);
-	if (q >= 0)
-		return true;
-	it->priv = NULL;
-	log_emit(LOG_ERR, &f, "spooled result %s unusable (%s), dropping it", it->e.name,
-		 strerror(-q));
-	spool_dropped(w, "unreadable");
-	spool_item_drop(it);
-	return false;
-}
-
-static void spool_post(struct spool_item *it)
-{
-	worker_t *w = it->w;
-
-	if (drv_ops(w->drv)->complete(w->drv, it->priv, it->e.body, on_spool_complete, it,
-				      &it->req) >= 0)
-		w->spool_inflight++;
-	else
-		it->req = NULL;
-}
-
-/* The tail is shipped (or the server will not take it): the completion says
- * how long the log is now, where the driver's completion carries it. */
-static void on_spool_log(logship_t *ls, enum logship_event event, void *userdata)
-{
-	struct spool_item *it = userdata;
-	worker_t *w = it->w;
-	struct logship_stats st;
-	struct log_fields f = {.run_id = it->e.run_id};
-
-	logship_get_stats(ls, &st);
-	it->log_done = true;
-	w->spool_inflight--;
-	if (event == LOGSHIP_LEASE_LOST)
-		log_emit(LOG_WARNING, &f, "spooled log of %s refused (lease lost)", it->e.name);
-	else if (!drv_has(w->drv, DRV_CAP_LOG_LENGTH) ||
-		 drv_ops(w->drv)->body_set_log_length(&it->e.body, st.acked) >= 0)
-		log_emit(LOG_INFO, &f, "spooled log of %s shipped, the log holds %llu bytes",
-			 it->e.name, (unsigned long long)st.acked);
-	spool_post(it);
-	worker_maybe_exit(w);
-}
-
-static int spool_ship_log(struct spool_item *it)
-{
-	worker_t *w = it->w;
-	const struct drv_ops *ops = drv_ops(w->drv);
-	const char *key = ops->run_lease_key ? ops->run_lease_key(it->priv) : NULL;
-	struct logship_params p = {
-		.ev = w->ev,
-		.drv = w->drv,
-		.run = it->priv,
-		.lease_key = key ? key : it->e.run_id,
-		.buffer_cap = it->e.tail_len + 1,
-		.request_timeout = worker_cur_conf(w)->api.request_timeout,
-		.attempt = it->e.attempt,
-		.resume = &it->e.where,
-	};
-	int q = logship_new(&p, on_spool_log, it, &it->log);
-
-	if (q < 0)
-		return q;
-	w->spool_inflight++;
-	logship_write(it->log, it->e.tail, it->e.tail_len);
-	logship_finish(it->log);
-	return 0;
-}
-
-static void spool_deliver_all(worker_t *w)
-{
-	struct spool_item *it, *next;
-
-	for (it = w->spool_items; it; it = next) {
-		next = it->next;
-		if (it->req || (it->log && !it->log_done) || !spool_restore(it))
-			continue;
-		if (it->e.tail_len > 0 && !it->log && spool_ship_log(it) >= 0)
-			continue;
-		spool_post(it);
-	}
-}
-
-/* Drain or stop: a tail still shipping stays in the spool for the next start. */
-static void spool_stop_logs(worker_t *w)
-{
-	for (struct spool_item *it = w->spool_items; it; it = it->next)
-		if (it->log && !it->log_done) {
-			logship_abandon(it->log);
-			it->log_done = true;
-			w->spool_inflight--;
-		}
-}
-
-static void on_spool_timer(ev_timer_t *t, void *userdata)
-{
-	worker_t *w = userdata;
-
-	if (w->phase == WORKER_RUNNING)
-		spool_deliver_all(w);
-}
-
-static int spool_load_one(struct spool_entry *e, void *userdata)
-{
-	worker_t *w = userdata;
-	struct spool_item *it;
-
-	if (e->error < 0) {
-		struct log_fields f = {.run_id = e->run_id};
-
-		log_emit(LOG_ERR, &f, "cannot read the spooled result %s: %s; left in place",
-			 e->name, strerror(-e->error));
-		spool_dropped(w, e->error == -EFBIG ? "too_large" : "unreadable");
-		spool_entry_done(e);
-		return 0;
-	}
-	it = calloc(1, sizeof(*it));
-	if (!it) {
-		spool_entry_done(e);
-		return -ENOMEM;
-	}
-	it->w = w;
-	it->e = *e;
-	it->next = w->spool_items;
-	w->spool_items = it;
-	w->spool_pending++;
-	return 0;
-}
-
-static void on_spool_cleaned(const char *name, void *userdata)
-{
-	log_info("removed %s/%s, left in the spool by a crash", (const char *)userdata, name);
-}
-
-static void spool_load(worker_t *w)
-{
-	const struct conf *c = worker_cur_conf(w);
-	int q;
-
-	spool_clean(c->worker.spool_dir, on_spool_cleaned, c->worker.spool_dir);
-	q = spool_foreach(c->worker.spool_dir, spool_max_body(c->worker.max_output_bytes),
-			  spool_load_one, w);
-	if (q < 0)
-		log_warning("cannot read the spool %s: %s, ignoring", c->worker.spool_dir,
-			    strerror(-q));
-	if (w->spool_pending)
-		log_notice("delivering %u spooled results from a previous run", w->spool_pending);
-	spool_gauge(w);
+	return worker_cur_conf(host);
 }
 
 /* ---------------------------------------------------------------- life */
 
-void worker_maybe_exit(worker_t *w)
+static void worker_maybe_exit(worker_t *w)
 {
 	if (w->exited || (w->phase != WORKER_DRAINING && w->phase != WORKER_STOPPING))
 		return;
-	if (w->n_runs > 0 || w->claim_cancels > 0 || w->spool_inflight > 0 ||
-	    (w->spool_jobs && !w->exit_forced))
+	if (w->table.n > 0 ||
+	    (!w->exit_forced && (claimer_busy(w->claimer) || spooler_busy(w->spooler))))
 		return;
 	w->exited = true;
 	ev_timer_disarm(w->drain_timer);
@@ -584,7 +252,7 @@ static void on_drain_timeout(ev_timer_t *t, void *userdata)
 {
 	worker_t *w = userdata;
 
-	log_warning("drain_timeout reached with %u runs in flight: hard stop", w->n_runs);
+	log_warning("drain_timeout reached with %u runs in flight: hard stop", w->table.n);
 	worker_hard_stop(w, false);
 }
 
@@ -593,18 +261,10 @@ static void on_exit_timeout(ev_timer_t *t, void *userdata)
 {
 	worker_t *w = userdata;
 
-	log_error("hard stop overran: %u runs still busy, giving up on them", w->n_runs);
-	w->kill_now = true;
-	while (w->runs) {
-		struct run *r = w->runs;
-
-		if (r->body && (r->state == RUN_REPORTING || r->state == RUN_FLUSHING))
-			worker_spool(w, r);
-		r->state = RUN_RELEASING;
-		run_dispatch(r, RE_RELEASED);
-	}
-	w->claim_cancels = 0;
-	w->spool_inflight = 0;
+	log_error("hard stop overran: %u runs still busy, giving up on them", w->table.n);
+	w->host.kill_now = true;
+	while (w->table.head)
+		run_dispatch(w->table.head, RE_ABANDON); /* a result made is spooled */
 	w->exit_forced = true; /* spool writes still busy get OFFLOAD_EXIT_BOUND at teardown */
 	worker_maybe_exit(w);
 }
@@ -614,7 +274,7 @@ static void release_waiting(worker_t *w, enum drv_release_reason why)
 {
 	struct run *r, *next;
 
-	for (r = w->runs; r; r = next) {
+	for (r = w->table.head; r; r = next) {
 		next = r->next;
 		if (r->state != RUN_WAITING)
 			continue;
@@ -634,11 +294,10 @@ void worker_drain(worker_t *w)
 	}
 	w->phase = WORKER_DRAINING;
 	metric_set(w->m_draining, 1);
-	log_notice("draining: no new claims; waiting for %u runs (drain_timeout %s)", w->n_runs,
+	log_notice("draining: no new claims; waiting for %u runs (drain_timeout %s)", w->table.n,
 		   time_format_duration(d, sizeof(d), c->worker.drain_timeout));
-	claim_stop(w);
-	ev_timer_disarm(w->spool_timer);
-	spool_stop_logs(w);
+	claim_stop(w->claimer);
+	spooler_stop(w->spooler);
 	release_waiting(w, DRV_RELEASE_DRAINING);
 	if (c->worker.drain_timeout != USEC_INFINITY)
 		ev_timer_arm(w->drain_timer, c->worker.drain_timeout);
@@ -650,30 +309,25 @@ void worker_hard_stop(worker_t *w, bool now)
 	const struct conf *c = worker_cur_conf(w);
 	struct run *r, *next;
 
-	if (w->phase == WORKER_STOPPING && (!now || w->kill_now))
+	if (w->phase == WORKER_STOPPING && (!now || w->host.kill_now))
 		return;
-	w->kill_now = w->kill_now || now;
+	w->host.kill_now = w->host.kill_now || now;
 	if (w->phase != WORKER_STOPPING) {
 		log_notice("hard stop: %s %u runs, releasing them", now ? "killing" : "stopping",
-			   w->n_runs);
+			   w->table.n);
 		w->phase = WORKER_STOPPING;
+		w->host.stopping = true;
 		metric_set(w->m_draining, 1);
-		claim_stop(w);
+		claim_stop(w->claimer);
 		ev_timer_disarm(w->drain_timer);
-		ev_timer_disarm(w->spool_timer);
-		spool_stop_logs(w);
-		ev_timer_arm(w->exit_timer, (w->kill_now ? 0 : c->worker.kill_grace) + STOP_SLACK);
+		spooler_stop(w->spooler);
+		ev_timer_arm(w->exit_timer, (w->host.kill_now ? 0 : c->worker.kill_grace) + STOP_SLACK);
 	}
-	for (r = w->runs; r; r = next) {
+	for (r = w->table.head; r; r = next) {
 		next = r->next;
 		run_dispatch(r, RE_HARD_STOP);
 	}
 	worker_maybe_exit(w);
-}
-
-static void on_claim_timer(ev_timer_t *t, void *userdata)
-{
-	claim_kick(userdata);
 }
 
 /* Remove what a killed predecessor left under run_dir (lessee-<pid> of a dead pid). */
@@ -785,6 +439,46 @@ static int worker_metrics_init(worker_t *w)
 	return 0;
 }
 
+/* The runs' host, the claimer and the spooler, on the driver and the helper threads. */
+static int worker_parts_new(worker_t *w)
+{
+	int q;
+
+	w->host = (struct run_host){
+		.ops = &run_host_ops,
+		.host = w,
+		.ev = w->ev,
+		.drv = w->drv,
+		.offload = w->offload,
+		.m = {.started = w->m_started,
+		      .finished = w->m_finished,
+		      .leases_lost = w->m_leases_lost,
+		      .renewals = w->m_renewals,
+		      .duration = w->m_duration,
+		      .log_bytes = w->m_log_bytes,
+		      .log_dropped = w->m_log_dropped},
+	};
+	q = spooler_new(&(struct spooler_params){.ev = w->ev,
+						 .drv = w->drv,
+						 .offload = w->offload,
+						 .m_pending = w->m_spool,
+						 .m_delivered = w->m_spool_delivered,
+						 .m_dropped = w->m_spool_dropped,
+						 .conf = host_cur_conf,
+						 .idle = host_idle,
+						 .ud = w},
+			&w->spooler);
+	if (q < 0)
+		return q;
+	return claimer_new(&(struct claimer_params){.ops = &claimer_host_ops,
+						    .host = w,
+						    .runs = &w->host,
+						    .table = &w->table,
+						    .m_claims = w->m_claims,
+						    .m_queue_depth = w->m_queue_depth},
+			   &w->claimer);
+}
+
 int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdata,
 	       worker_t **ret)
 {
@@ -798,7 +492,6 @@ int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdat
 	w->ev = e;
 	w->on_exit = on_exit;
 	w->userdata = userdata;
-	w->queue_depth = -1;
 	w->cref = conf_ref_new(conf);
 	w->metrics = metrics_new();
 	if (!w->cref || !w->metrics || (q = worker_metrics_init(w)) < 0) {
@@ -809,15 +502,13 @@ int worker_new(ev_t *e, struct conf *conf, worker_exit_cb on_exit, void *userdat
 	if (q >= 0)
 		q = offload_new(e, OFFLOAD_THREADS, &w->offload);
 	if (q >= 0)
-		q = ev_timer_add(e, USEC_INFINITY, on_claim_timer, w, &w->claim_timer);
+		q = worker_parts_new(w);
 	if (q >= 0)
 		q = ev_timer_add(e, USEC_INFINITY, on_drain_timeout, w, &w->drain_timer);
 	if (q >= 0)
 		q = ev_timer_add(e, USEC_INFINITY, on_exit_timeout, w, &w->exit_timer);
 	if (q >= 0)
 		q = ev_timer_add(e, USEC_INFINITY, on_breaker_timer, w, &w->breaker_timer);
-	if (q >= 0)
-		q = ev_timer_add(e, USEC_INFINITY, on_spool_timer, w, &w->spool_timer);
 	for (size_t i = 0; q >= 0 && i < conf->n_workflows; i++)
 		if (!worker_wfstate(w, conf->workflows[i].name))
 			q = -ENOMEM;
@@ -836,6 +527,7 @@ static void setup_kill_mode(worker_t *w)
 	bool cg = cgroup_tree_open(w->ev, NULL, &w->cgroups, w->kill_mode_why,
 				   sizeof(w->kill_mode_why)) > 0;
 
+	w->host.cgroups = w->cgroups;
 	if (cg)
 		log_info("kill mode: cgroup: each run in its own cgroup under %s/runs/%d, "
 			 "stopped with cgroup.kill",
@@ -859,10 +551,10 @@ int worker_start(worker_t *w)
 
 	setup_kill_mode(w);
 	clean_stale_run_dirs(c->worker.run_dir);
-	spool_load(w);
+	spooler_load(w->spooler);
 	w->phase = WORKER_RUNNING;
-	spool_deliver_all(w);
-	claim_kick(w);
+	spooler_deliver(w->spooler);
+	claim_kick(w->claimer);
 	return 0;
 }
 
@@ -904,7 +596,7 @@ int worker_reload(worker_t *w, struct conf *next)
 	}
 	for (size_t i = 0; i < next->n_workflows; i++)
 		worker_wfstate(w, next->workflows[i].name);
-	claim_kick(w);
+	claim_kick(w->claimer);
 	return 0;
 }
 
@@ -925,34 +617,20 @@ static void offload_finish(offload_t *o)
 
 worker_t *worker_free(worker_t *w)
 {
-	struct spool_item *it, *nit;
-
 	if (!w)
 		return NULL;
 	w->exited = true; /* teardown: no exit callback, no run starts */
-	while (w->runs) {
-		struct run *r = w->runs;
-
-		/* teardown: no more API traffic, no accounting */
-		r->state = RUN_RELEASING;
-		r->breaker_started = false;
-		free(r->reject_reason);
-		r->reject_reason = NULL;
-		run_dispatch(r, RE_RELEASED);
-	}
-	for (it = w->spool_items; it; it = nit) {
-		nit = it->next;
-		spool_item_free(it);
-	}
+	/* teardown: no more API traffic, no accounting */
+	w->host.tearing_down = true;
+	while (w->table.head)
+		run_dispatch(w->table.head, RE_ABANDON);
+	w->claimer = claimer_free(w->claimer);
 	offload_finish(w->offload);
 	w->offload = offload_free(w->offload); /* cancels the jobs not started */
-	spool_jobs_abandon(w);
-	claim_free(w);
-	ev_timer_del(w->claim_timer);
+	w->spooler = spooler_free(w->spooler); /* after the threads that may still write */
 	ev_timer_del(w->drain_timer);
 	ev_timer_del(w->exit_timer);
 	ev_timer_del(w->breaker_timer);
-	ev_timer_del(w->spool_timer);
 	cgroup_tree_free(w->cgroups);
 	w->drv = drv_free(w->drv);
 	for (size_t i = 0; i < w->n_wfs; i++)
@@ -977,14 +655,14 @@ void worker_get_info(const worker_t *w, struct worker_info *ret)
 {
 	*ret = (struct worker_info){
 		.phase = w->phase,
-		.runs_in_flight = w->n_runs,
+		.runs_in_flight = w->table.n,
 		.slots = worker_cur_conf(w)->worker.concurrency,
 		.runs_done = w->runs_done,
 		.api_ready = w->phase == WORKER_RUNNING && w->drv && drv_ready(w->drv, ev_now(w->ev)),
 		.api_last_ok = w->drv ? drv_last_ok(w->drv) : 0,
 		.io_backend = ev_backend(w->ev),
-		.queue_depth = w->queue_depth,
-		.spool_pending = w->spool_pending,
+		.queue_depth = claimer_queue_depth(w->claimer),
+		.spool_pending = spooler_pending(w->spooler),
 	};
 }
 
@@ -1004,8 +682,8 @@ const char *worker_not_ready_reason(const worker_t *w)
 		return NULL;
 	if (drv_denied(w->drv))
 		return "the API refuses our credentials";
-	if (w->claim_error[0]) /* the why, not only the what */
-		return w->claim_error;
+	if (claimer_error(w->claimer)) /* the why, not only the what */
+		return claimer_error(w->claimer);
 	return drv_last_ok(w->drv) ? "API not reached recently" : "API not reached yet";
 }
 
@@ -1013,7 +691,7 @@ static cJSON *status_runs(const worker_t *w)
 {
 	cJSON *a = cJSON_CreateArray();
 
-	for (const struct run *r = w->runs; a && r; r = r->next) {
+	for (const struct run *r = w->table.head; a && r; r = r->next) {
 		cJSON *o = cJSON_CreateObject();
 
 		if (!o || !cJSON_AddItemToArray(a, o))

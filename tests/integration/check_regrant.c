@@ -347,7 +347,7 @@ static struct run *older_execution(const char *id)
 	    .input = strdup("null"),
 	    .input_len = 4,
 	};
-	struct run *r = run_new(W, &pr, ev_now(E));
+	struct run *r = run_new(&W->host, W->cref, &pr, ev_now(E));
 
 	ck_assert_ptr_nonnull(r);
 	worker_run_add(W, r);
@@ -361,14 +361,13 @@ static struct run *older_execution(const char *id)
 /* Its process group is dead: it leaves the run table. */
 static void older_execution_ends(struct run *r)
 {
-	r->state = RUN_RELEASING;
-	run_dispatch(r, RE_RELEASED);
+	run_dispatch(r, RE_ABANDON);
 }
 
 /* The run of this id in the table other than `not`, or NULL. */
 static struct run *find_run(const char *id, const struct run * not )
 {
-	for (struct run *r = W->runs; r; r = r->next)
+	for (struct run *r = W->table.head; r; r = r->next)
 		if (r != not &&streq(r->id, id))
 			return r;
 	return NULL;
@@ -526,8 +525,8 @@ START_TEST(test_waiting_lease_lost)
 	ck_assert_int_ge(asprintf(&path, "/v1/runs/%s/requeue", id), 0);
 	ck_assert_int_eq(tu_lessor_json(L, "POST", path, NULL, &status, NULL), 0);
 	ck_assert_int_eq(status, 200);
-	ck_assert(
-	    STEP_UNTIL(!find_run(id, old) || !streq(find_run(id, old)->lease_key, token), 10 * SEC));
+	ck_assert(STEP_UNTIL(!find_run(id, old) || !streq(find_run(id, old)->lease_key, token),
+	                     10 * SEC));
 	ck_assert(!marked());
 	reason = lease_field(id, 0, "end_reason");
 	ck_assert_str_eq(reason, "revoked");

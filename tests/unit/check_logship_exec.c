@@ -20,7 +20,7 @@ struct env {
 	struct tu_lessor *l;
 	ev_t *e;
 	metrics_t *m;
-	drv_t *d;       /* the native driver with a lossy log_append */
+	drv_t *d; /* the native driver with a lossy log_append */
 	drv_run_t *run;
 	char *id, *token, *url;
 	logship_t *ls;
@@ -39,7 +39,8 @@ static void on_lossy(const struct drv_answer *a, void *userdata)
 	struct env *t = userdata;
 
 	if (t->sent == t->lose_at) {
-		t->cb(&(struct drv_answer){.verdict = DRV_RETRY, .error = -ETIMEDOUT}, t->cb_userdata);
+		t->cb(&(struct drv_answer){.verdict = DRV_RETRY, .error = -ETIMEDOUT},
+		      t->cb_userdata);
 	} else
 		t->cb(a, t->cb_userdata);
 }

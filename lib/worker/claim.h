@@ -1,0 +1,58 @@
+/* The claimer (claim.c): asks the driver for runs into the free slots, turns
+ * each grant into a run (run.h) and hands it to its owner's table, routes
+ * cancel events to the runs they name.  It reads the owner's run table and
+ * knows the owner only through struct claimer_host. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "conf/conf.h"
+#include "obs/metrics.h"
+#include "proto/driver.h"
+#include "worker/breaker.h"
+#include "worker/run.h"
+
+typedef struct claimer claimer_t;
+
+/* The runs the owner holds (its table: r->next order). */
+struct run_table {
+	struct run *head;
+	unsigned n;
+};
+
+struct claimer_host_ops {
+	/* The configuration new runs start under. */
+	struct conf_ref *(*conf)(void *host);
+	/* The workflow's failure breaker; NULL when it has none. */
+	struct breaker *(*breaker)(void *host, const char *workflow);
+	/* Claiming (not draining or stopping). */
+	bool (*running)(void *host);
+	/* Runs may still start (not stopping, not gone). */
+	bool (*may_start)(void *host);
+	/* A new run joins the table. */
+	void (*add)(void *host, struct run *r);
+	/* Something in flight ended: the owner may be done. */
+	void (*idle)(void *host);
+};
+
+struct claimer_params {
+	const struct claimer_host_ops *ops;
+	void *host;
+	struct run_host *runs; /* what new runs get as their host */
+	const struct run_table *table;
+	metric_t *m_claims, *m_queue_depth;
+};
+
+int claimer_new(const struct claimer_params *p, claimer_t **ret);
+claimer_t *claimer_free(claimer_t *cl);
+/* Claim now if there is room. */
+void claim_kick(claimer_t *cl);
+/* Drain or stop: abort the open claims, cancel them on the server (DRV_CAP_CLAIM_CANCEL). */
+void claim_stop(claimer_t *cl);
+/* A run left the table: start the run of the same id waiting for it, if any. */
+void claim_run_unblocked(claimer_t *cl, const char *id);
+/* Claim cancels still in flight (the owner waits for them before it exits). */
+bool claimer_busy(const claimer_t *cl);
+/* Why the last claim failed ("last claim failed: ..."), NULL after a good one. */
+const char *claimer_error(const claimer_t *cl);
+long claimer_queue_depth(const claimer_t *cl); /* -1 = not known */

@@ -1,0 +1,172 @@
+/* One run's life as a state x event table (run.c), and the run's files off
+ * the loop (runfiles.c).  A run knows its owner only through struct
+ * run_host: the shared services (loop, driver, helper threads, cgroups,
+ * metrics) and four calls back.  The worker is the host in the daemon; a test
+ * can be one (tests/unit/check_worker.c). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "conf/conf.h"
+#include "exec/cgroup.h"
+#include "exec/exec.h"
+#include "logship/logship.h"
+#include "obs/metrics.h"
+#include "offload/offload.h"
+#include "proto/driver.h"
+#include "worker/breaker.h"
+
+/* A configuration shared by the runs that started under it (SIGHUP swaps the
+ * worker's, runs keep theirs). */
+struct conf_ref {
+	struct conf *conf;
+	unsigned refs;
+};
+struct conf_ref *conf_ref_new(struct conf *c); /* takes c, also on failure */
+struct conf_ref *conf_ref_get(struct conf_ref *r);
+struct conf_ref *conf_ref_put(struct conf_ref *r);
+
+enum run_state {
+	RUN_CLAIMED,
+	RUN_WAITING, /* an older lease's execution of the same run id is still alive */
+	RUN_RUNNING,
+	RUN_KILLING,
+	RUN_FLUSHING,
+	RUN_REPORTING,
+	RUN_RELEASING,
+	RUN_DONE,
+	_RUN_STATE_MAX,
+};
+
+enum run_event {
+	RE_START,      /* start the process */
+	RE_REJECT,     /* the API sent something unusable: complete as rejected */
+	RE_RELEASE,    /* give it back without running it */
+	RE_EXITED,     /* process gone, output read */
+	RE_CANCEL,     /* the API asks to cancel */
+	RE_LEASE_LOST, /* the driver says DRV_LOST, or the API granted the run again */
+	RE_HARD_STOP,
+	RE_LOG_FLUSHED,
+	RE_REPORTED, /* complete accepted (or refused for good) */
+	RE_RELEASED,
+	RE_WAIT, /* an older execution of this run id is alive: start after it */
+	/* the timers: each fires as an event of the table */
+	RE_TIMER,    /* the run's timer: a timeout, a bound, a retry's backoff */
+	RE_RENEW,    /* the lease renewal is due */
+	RE_DEADLINE, /* the local lease deadline (or the result's offer) passed */
+	RE_ABANDON,  /* the worker gives up on it (teardown, a stop that overran) */
+	_RE_MAX,
+};
+
+enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_CANCEL, KILL_LEASE_LOST, KILL_SHUTDOWN };
+
+struct run;
+
+struct run_host_ops {
+	/* The workflow's failure breaker; NULL when it has none. */
+	struct breaker *(*breaker)(void *host, const char *workflow);
+	/* The breaker of this workflow changed state. */
+	void (*breaker_changed)(void *host, const char *workflow);
+	/* A result to deliver at the next start (r is freed right after). */
+	void (*spool)(void *host, struct run *r);
+	/* r reached DONE: it leaves the host's table (and is freed right after). */
+	void (*done)(void *host, struct run *r);
+};
+
+struct run_metrics {
+	metric_t *started, *finished, *leases_lost, *renewals, *duration, *log_bytes, *log_dropped;
+};
+
+struct run_host {
+	const struct run_host_ops *ops;
+	void *host;
+	ev_t *ev;
+	drv_t *drv;
+	offload_t *offload;
+	cgroup_tree_t *cgroups; /* NULL: runs are stopped through their process group */
+	bool kill_now;          /* stop children with SIGKILL at once, no grace */
+	bool stopping;          /* hard stop: no request is waited for, results are spooled */
+	bool tearing_down;      /* the host is going away: abandoned runs keep nothing */
+	struct run_metrics m;
+};
+
+struct run {
+	struct run_host *h;
+	struct run *prev, *next; /* the host's table */
+	struct conf_ref *cref;
+	const struct conf_workflow *wf; /* NULL for runs released or rejected unstarted */
+	char *id, *workflow;
+	char *lease_key; /* the driver's name of this lease (drv_grant.lease_key) */
+	drv_run_t *priv; /* the driver's per-run data; NULL for unusable runs */
+	char **env;      /* the driver's extra variables for the run, or NULL */
+	unsigned attempt;
+	unsigned timeout_s; /* the run's own, 0 = none */
+	char *input;
+	size_t input_len;
+	char *reject_reason;
+	enum drv_release_reason release_reason;
+
+	enum run_state state; /* written by run_dispatch only */
+	enum kill_reason kill_reason;
+	bool breaker_started; /* counted by breaker_run_started */
+	bool lost;            /* the lease is gone: nothing more is written */
+	bool spool_log;       /* the spooled result carries the unshipped log */
+
+	usec_t claimed_at, started_at;
+	usec_t lease_deadline; /* monotonic, local */
+	usec_t lease_sent_at;  /* send time of the renewal in flight */
+	unsigned lease_retries;
+	unsigned lease_ttl_s; /* of the last grant or renewal */
+	bool lease_fresh;     /* the last renewal failed in transport: new connection */
+	usec_t offer_until;   /* child gone, local deadline passed: the result is
+	                       * offered until then (0 = not yet) */
+	ev_timer_t *renew_timer, *deadline_timer, *timer;
+	drv_req_t *lease_req, *req;
+	unsigned req_attempts;
+
+	char *dir;
+	cgroup_run_t *cg; /* the run's own cgroup in cgroup kill mode */
+	exec_proc_t *proc;
+	logship_t *log;
+	struct exec_result result;
+
+	offload_job_t *collect_job; /* reading the result file (runfiles.c) */
+	bool collecting;
+	int collect_then; /* event deferred until the result file is read, -1 = none */
+
+	struct drv_outcome outcome;
+	char *error, *output, *body;
+	char signame[24];
+	char note[96]; /* detail for the next state-change log line */
+};
+
+/* Takes what it keeps of g (TAKE_PTR); conf is the configuration it runs under. */
+struct run *run_new(struct run_host *h, struct conf_ref *conf, struct drv_grant *g,
+                    usec_t claim_sent_at);
+/* Every change of state: table[state][ev].  An empty cell is ignored (and
+ * logged at debug).  On DONE the run leaves the host (ops->done) and is freed. */
+void run_dispatch(struct run *r, enum run_event ev);
+const char *run_state_name(enum run_state s);
+const char *run_event_name(enum run_event ev);
+const char *run_outcome_label(const struct run *r);
+/* The table's cell, NULL when empty (tests walk it). */
+bool run_cell(enum run_state s, enum run_event ev);
+
+/* ---- runfiles.c: a run's files, off the loop (lib/offload) ---- */
+struct result_job {
+	struct run *run; /* loop only; the job is cancelled when the run is freed */
+	char *dir;
+	size_t cap;  /* max_output_bytes */
+	uid_t owner; /* the run's uid: a result file of anyone else is refused */
+	/* written by the helper thread */
+	int err;       /* 0, or -errno with why */
+	char why[160]; /* "is a FIFO, not a regular file" */
+	char *data;    /* NULL: no result file */
+	size_t len;
+	bool valid_json;
+};
+void result_job_work(void *arg); /* on a helper thread, as the run's user */
+struct result_job *result_job_free(struct result_job *j);
+/* Rename the directory aside and remove it on a helper thread. */
+void runfiles_remove(offload_t *o, const char *dir);
