@@ -287,12 +287,14 @@ static void task_enqueue(struct task *t, long long delay_s)
 	pthread_cond_broadcast(&E.cv);
 }
 
-/* Queue names: "domain:taskType" or "taskType" (core/.../utils/QueueUtils.java). */
+/* Queue names: "domain:taskType", or "taskType" when the domain is null
+ * (core/.../utils/QueueUtils.java).  A poll's `domain=` (empty) is bound as
+ * "", not null: the queue ":taskType", which no task is scheduled into. */
 static bool task_in_queue(const struct task *t, const char *type, const char *domain)
 {
 	if (strcmp(t->type, type) != 0)
 		return false;
-	if (!domain || !*domain)
+	if (!domain)
 		return !t->domain;
 	return t->domain && strcmp(t->domain, domain) == 0;
 }
@@ -622,7 +624,7 @@ static int query_int(struct MHD_Connection *c, const char *key, int def, int *re
 	char *end;
 	long n;
 
-	if (!v) {
+	if (!v || !*v) { /* Spring: an empty value takes the defaultValue too */
 		*ret = def;
 		return 0;
 	}

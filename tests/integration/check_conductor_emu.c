@@ -207,6 +207,34 @@ START_TEST(test_poll_returns_tasks_up_to_count)
 }
 END_TEST
 
+/* A task in a domain is in the queue "domain:type" (QueueUtils). */
+START_TEST(test_domains)
+{
+	char *plain = tu_conductor_create(C, "{\"taskType\":\"build\"}");
+	char *in_d1 = tu_conductor_create(C, "{\"taskType\":\"build\",\"domain\":\"d1\"}");
+	long st;
+	cJSON *a;
+
+	a = tu_conductor_json(C, "GET",
+	                      "/api/tasks/poll/batch/build?count=5&timeout=0&domain=", NULL, &st);
+	ck_assert_int_eq(st, 200);
+	ck_assert_int_eq(cJSON_GetArraySize(a), 0); /* "" is not "no domain" */
+	cJSON_Delete(a);
+	a = tu_conductor_json(C, "GET", "/api/tasks/poll/batch/build?count=5&timeout=0&domain=d1",
+	                      NULL, &st);
+	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
+	ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "taskId"), in_d1);
+	ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "domain"), "d1");
+	cJSON_Delete(a);
+	a = poll_ok("build", "w1", 5, 0);
+	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
+	ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "taskId"), plain);
+	cJSON_Delete(a);
+	free(plain);
+	free(in_d1);
+}
+END_TEST
+
 /* Empty: 200 [] (not 204) after the long poll's timeout (TaskResource,
  * SqliteQueueDAO.pollMessages); above 5000 ms: 400. */
 START_TEST(test_long_poll_empty)
@@ -886,6 +914,7 @@ int main(void)
 	tcase_add_checked_fixture(t, start, teardown);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_poll_returns_tasks_up_to_count);
+	tcase_add_test(t, test_domains);
 	tcase_add_test(t, test_long_poll_empty);
 	tcase_add_test(t, test_long_poll_waits_for_count);
 	tcase_add_test(t, test_long_poll_wakes_on_new_task);
