@@ -197,6 +197,18 @@ static void wait_dead(pid_t pid, usec_t within)
 	}
 }
 
+/* The poll after the one that brought the first task has reached the
+ * server: with long_poll = 5s it is open there for 5 s from now. */
+static void wait_open_poll(void)
+{
+	usec_t end = time_mono() + tu_timeout(20 * SEC);
+
+	while (tu_conductor_stat(E, "poll") < 2) {
+		ck_assert_msg(time_mono() < end, "no second poll");
+		tu_sleep(10 * USEC_PER_MSEC);
+	}
+}
+
 #define SLEEPER(extra) "[workflow.sleep]\ncommand = %1$s/sleep.sh\nenv = MARK_DIR=%1$s " extra "\n"
 
 /* ---- outcomes ---- */
@@ -347,10 +359,10 @@ START_TEST(test_drain_poll_in_flight_loses_nothing)
 	_cleanup_free_ char *id = create("{\"taskType\":\"sleep\"}");
 	_cleanup_free_ char *later = NULL;
 
-	start_lessee(SLEEPER("SLEEP=2"), scripts);
+	start_lessee("[worker]\nlong_poll = 5s\n" SLEEPER("SLEEP=2"), scripts);
 	wait_pid_file(id);
+	wait_open_poll();
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
 	later = create("{\"taskType\":\"sleep\"}");
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
 	expect_status(id, "COMPLETED");
@@ -364,8 +376,9 @@ START_TEST(test_hard_stop_gives_tasks_back)
 	pid_t pid;
 	int got = 0;
 
-	start_lessee(SLEEPER(""), scripts);
+	start_lessee("[worker]\nlong_poll = 5s\n" SLEEPER(""), scripts);
 	pid = wait_pid_file(id);
+	wait_open_poll(); /* it would take the task given back at once */
 	ck_assert_int_eq(tu_lessee_quit(D), 0);
 	ck_assert(!tu_pid_alive(pid));
 	/* given back (IN_PROGRESS + callbackAfterSeconds): due again in seconds,
