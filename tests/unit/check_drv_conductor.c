@@ -834,6 +834,12 @@ START_TEST(test_auth_token_and_401)
 	ck_assert_int_eq(g.ans.a.verdict, DRV_OK);
 	ck_assert_int_eq(emu_stat("token"), 2);
 	got_claim_done(&g);
+	/* a 403 that names no token problem is a refusal: no new token */
+	emu_post("/emu/faults", "{\"path\":\"/api/tasks/poll\",\"count\":1,\"status\":403}");
+	claim(1, 0, &g);
+	ck_assert_int_eq(g.ans.a.verdict, DRV_DENIED);
+	ck_assert_int_eq(emu_stat("token"), 2);
+	got_claim_done(&g);
 	emu_post("/emu/faults", "{\"path\":\"/api/tasks/poll\",\"count\":2,\"status\":401}");
 	claim(1, 0, &g);
 	ck_assert_int_eq(g.ans.a.verdict, DRV_DENIED);
