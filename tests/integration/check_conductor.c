@@ -286,6 +286,29 @@ START_TEST(test_timeout_and_crash)
 }
 END_TEST
 
+/* A task lessee cannot take (its input is over max_input_bytes) is not run:
+ * it is failed at once, by name, and Conductor's retry policy decides. */
+START_TEST(test_refused_input_fails_the_task)
+{
+	char big[3000];
+	_cleanup_free_ char *body = NULL, *id = NULL, *logs = NULL;
+	cJSON *t;
+
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	body = fmt("{\"taskType\":\"ok\",\"retryCount\":0,\"inputData\":{\"big\":\"%s\"}}", big);
+	id = create(body);
+	start_lessee("[worker]\nmax_input_bytes = 1K\n[workflow.ok]\ncommand = %s/ok.sh\n",
+	             scripts);
+	t = wait_task(id, "FAILED");
+	ck_assert_msg(strstr(jstr(t, "reasonForIncompletion"), "max_input_bytes"), "%s",
+	              jstr(t, "reasonForIncompletion"));
+	logs = task_logs(t);
+	ck_assert_ptr_null(strstr(logs, "hello from")); /* never ran */
+	cJSON_Delete(t);
+}
+END_TEST
+
 /* ---- the lease ---- */
 
 START_TEST(test_keep_alive_past_response_timeout)
@@ -521,6 +544,7 @@ int main(void)
 	ADD(s, failure_retried_by_conductor);
 	ADD(s, terminal_exit_code);
 	ADD(s, timeout_and_crash);
+	ADD(s, refused_input_fails_the_task);
 	ADD(s, keep_alive_past_response_timeout);
 	ADD(s, cancel_on_server_kills_at_once);
 	ADD(s, drain_finishes_runs_and_stops_polling);
