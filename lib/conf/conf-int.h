@@ -17,21 +17,27 @@ static inline void *mfree(void *p)
 }
 
 enum conf_type {
-	CONF_PATH,     /* absolute path; empty = unset */
-	CONF_URL,      /* http(s) URL; empty = unset */
-	CONF_ID,       /* worker id (v1_valid_worker_id); empty = unset (generated) */
-	CONF_LISTEN,   /* addr:port of the status endpoint; empty = off */
-	CONF_DURATION, /* usec_t */
-	CONF_UINT,     /* unsigned */
-	CONF_SIZE,     /* uint64_t bytes: 512, 512K, 64M, 1G, 1GiB */
-	CONF_TAGS,     /* char **, sorted and unique */
-	CONF_LEVEL,    /* int syslog priority */
-	CONF_FORMAT,   /* enum log_format */
-	CONF_COMMAND,  /* char ** argv, ExecStart-style words */
-	CONF_ENV,      /* char ** NAME=value, assignments accumulate, empty clears */
-	CONF_USER,     /* char * user name, resolving uid/gid of the conf_workflow */
-	CONF_BOOL,     /* bool: yes/no true/false on/off 1/0 */
+	CONF_PATH,       /* absolute path; empty = unset */
+	CONF_URL,        /* http(s) URL; empty = unset */
+	CONF_ID,         /* worker id (v1_valid_worker_id); empty = unset (generated) */
+	CONF_LISTEN,     /* addr:port of the status endpoint; empty = off */
+	CONF_DURATION,   /* usec_t */
+	CONF_UINT,       /* unsigned */
+	CONF_SIZE,       /* uint64_t bytes: 512, 512K, 64M, 1G, 1GiB */
+	CONF_TAGS,       /* char **, sorted and unique */
+	CONF_LEVEL,      /* int syslog priority */
+	CONF_FORMAT,     /* enum log_format */
+	CONF_COMMAND,    /* char ** argv, ExecStart-style words */
+	CONF_ENV,        /* char ** NAME=value, assignments accumulate, empty clears */
+	CONF_USER,       /* char * user name, resolving uid/gid of the conf_workflow */
+	CONF_BOOL,       /* bool: yes/no true/false on/off 1/0 */
+	CONF_PROTOCOL,   /* char *, one of conf_protocols */
+	CONF_NAME,       /* char *, 1..255 bytes of [A-Za-z0-9._:-]: safe in a URL path */
+	CONF_EXIT_CODES, /* workflow only: terminal_exit_codes, sorted unique 1..255 */
 };
+
+/* The drivers lib/proto has (drv_find() knows each name), NULL-terminated. */
+extern const char *const conf_protocols[];
 
 enum {
 	KEY_LIVE = 1 << 0,          /* a change applies without a restart */

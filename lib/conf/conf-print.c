@@ -26,6 +26,13 @@ static void print_token(FILE *f, const struct conf *c)
 		fputs("# token: not set, requests carry no Authorization header\n", f);
 }
 
+static void print_key_secret(FILE *f, const struct conf *c)
+{
+	if (c->api.key_secret)
+		fprintf(f, "# key secret: set, %zu bytes, read from %s\n",
+		        strlen(c->api.key_secret), c->api.key_secret_file);
+}
+
 int conf_print(const struct conf *c, FILE *f)
 {
 	const char *section = NULL;
@@ -42,6 +49,8 @@ int conf_print(const struct conf *c, FILE *f)
 		print_key(f, k, c);
 		if (k->offset == offsetof(struct conf, api.token_file))
 			print_token(f, c);
+		if (k->offset == offsetof(struct conf, api.key_secret_file))
+			print_key_secret(f, c);
 	}
 	for (size_t w = 0; w < c->n_workflows; w++) {
 		fprintf(f, "\n[workflow.%s]\n", c->workflows[w].name);
@@ -148,6 +157,16 @@ static int diff_token(struct changes *ch, const struct conf *a, const struct con
 	                                  : "changed");
 }
 
+static int diff_key_secret(struct changes *ch, const struct conf *a, const struct conf *b)
+{
+	if (streq_ptr(a->api.key_secret, b->api.key_secret))
+		return 0;
+	return add_change(ch, false, "api.key_secret: %s",
+	                  !a->api.key_secret   ? "set"
+	                  : !b->api.key_secret ? "removed"
+	                                       : "changed");
+}
+
 int conf_diff(const struct conf *old, const struct conf *new, struct conf_change **ret,
               size_t *ret_n)
 {
@@ -158,6 +177,8 @@ int conf_diff(const struct conf *old, const struct conf *new, struct conf_change
 		r = diff_key(&ch, conf_keys[i].section, &conf_keys[i], old, new);
 		if (r >= 0 && conf_keys[i].offset == offsetof(struct conf, api.token_file))
 			r = diff_token(&ch, old, new);
+		if (r >= 0 && conf_keys[i].offset == offsetof(struct conf, api.key_secret_file))
+			r = diff_key_secret(&ch, old, new);
 	}
 	if (r >= 0)
 		r = diff_workflows(&ch, old, new);
@@ -199,6 +220,19 @@ static int retain_token(struct conf *next, const struct conf *cur)
 	return 0;
 }
 
+static int retain_key_secret(struct conf *next, const struct conf *cur)
+{
+	char *t = cur->api.key_secret ? strdup(cur->api.key_secret) : NULL;
+
+	if (cur->api.key_secret && !t)
+		return -ENOMEM;
+	if (next->api.key_secret)
+		explicit_bzero(next->api.key_secret, strlen(next->api.key_secret));
+	free(next->api.key_secret);
+	next->api.key_secret = t;
+	return 0;
+}
+
 int conf_retain_restart_fields(struct conf *next, const struct conf *cur)
 {
 	char problem[CONF_PROBLEM_MAX];
@@ -214,5 +248,7 @@ int conf_retain_restart_fields(struct conf *next, const struct conf *cur)
 		v = conf_value_format(k, cur, false);
 		r = v ? conf_value_parse(k, next, v, problem) : -ENOMEM;
 	}
-	return r < 0 ? r : retain_token(next, cur);
+	if (r >= 0)
+		r = retain_token(next, cur);
+	return r < 0 ? r : retain_key_secret(next, cur);
 }

@@ -668,6 +668,55 @@ static int parse_env(const char *v, char ***field, char *p)
 	return r;
 }
 
+/* ---- exit codes ---- */
+
+static int int_cmp(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/* "3 4" or "3, 4": what terminal_exit_codes lists.  0 is success and 75 asks
+ * for a retry: neither can fail a run for good. */
+static int parse_exit_codes(struct conf_workflow *wf, const char *v, char *p)
+{
+	_cleanup_(strv_freep) char **words = NULL;
+	_cleanup_free_ int *codes = NULL;
+	size_t n = 0;
+	int r = strv_split(v, " ,\t", &words);
+
+	if (r < 0)
+		return r;
+	if (!(codes = calloc(strv_length(words) + 1, sizeof(int))))
+		return -ENOMEM;
+	for (size_t i = 0; words[i]; i++) {
+		const char *s = words[i];
+		uint64_t c;
+
+		if (parse_u64(&s, &c) < 0 || *s)
+			return problem(p, "'%.80s' is not an exit code (1..255)", words[i]);
+		if (c < 1 || c > 255)
+			return problem(p, "%.80s is out of range: exit codes are 1..255", words[i]);
+		if (c == 75)
+			return problem(p,
+			               "75 asks for a retry (EX_TEMPFAIL), it cannot be terminal");
+		codes[n++] = (int)c;
+	}
+	qsort(codes, n, sizeof(int), int_cmp);
+	wf->n_terminal_exit_codes = 0;
+	for (size_t i = 0; i < n; i++)
+		if (i == 0 || codes[i] != codes[i - 1])
+			codes[wf->n_terminal_exit_codes++] = codes[i];
+	free(wf->terminal_exit_codes);
+	wf->terminal_exit_codes = wf->n_terminal_exit_codes ? TAKE_PTR(codes) : NULL;
+	return 0;
+}
+
+static void write_exit_codes(FILE *f, const struct conf_workflow *wf)
+{
+	for (size_t i = 0; i < wf->n_terminal_exit_codes; i++)
+		fprintf(f, "%s%d", i ? " " : "", wf->terminal_exit_codes[i]);
+}
+
 /* ---- booleans ---- */
 
 static int parse_bool(const char *v, bool *ret, char *p)
@@ -710,6 +759,17 @@ static int parse_text(const struct conf_key *k, void *base, const char *v, char 
 			r = problem(p, "'%.80s' is not 1..%d bytes of " V1_WORKER_ID_CHARSET, v,
 			            V1_WORKER_ID_MAX);
 		break;
+	case CONF_NAME:
+		if (!str_in_charset(v, 1, 255, "._:-"))
+			r = problem(p, "'%.80s' is not 1..255 bytes of [A-Za-z0-9._:-]", v);
+		break;
+	case CONF_PROTOCOL:
+		r = -EINVAL;
+		for (size_t i = 0; conf_protocols[i] && r < 0; i++)
+			r = streq(v, conf_protocols[i]) ? 0 : -EINVAL;
+		if (r < 0)
+			r = problem(p, "'%.80s' is not a protocol: native or conductor", v);
+		break;
 	case CONF_LISTEN:
 		return parse_listen(base, v, p);
 	case CONF_USER:
@@ -748,6 +808,9 @@ int conf_value_parse(const struct conf_key *k, void *base, const char *v, char p
 		return parse_env(v, FIELD(base, k, char **), p);
 	case CONF_BOOL:
 		return parse_bool(v, FIELD(base, k, bool), p);
+	case CONF_EXIT_CODES:
+		assert(k->offset == offsetof(struct conf_workflow, terminal_exit_codes));
+		return parse_exit_codes(base, v, p);
 	case CONF_LEVEL:
 		if (log_parse_level(v, &level) < 0)
 			return problem(p,
@@ -788,6 +851,9 @@ void conf_value_write(FILE *f, const struct conf_key *k, const void *base, bool 
 	case CONF_BOOL:
 		fputs(*CFIELD(base, k, bool) ? "yes" : "no", f);
 		break;
+	case CONF_EXIT_CODES:
+		write_exit_codes(f, base);
+		break;
 	case CONF_LEVEL:
 		fputs(log_level_name(*CFIELD(base, k, int)), f);
 		break;
@@ -826,7 +892,14 @@ void conf_value_free(const struct conf_key *k, void *base)
 	case CONF_ID:
 	case CONF_LISTEN:
 	case CONF_USER:
+	case CONF_NAME:
+	case CONF_PROTOCOL:
 		*FIELD(base, k, char *) = mfree(*FIELD(base, k, char *));
+		break;
+	case CONF_EXIT_CODES:
+		((struct conf_workflow *)base)->terminal_exit_codes =
+		    mfree(((struct conf_workflow *)base)->terminal_exit_codes);
+		((struct conf_workflow *)base)->n_terminal_exit_codes = 0;
 		break;
 	default:
 		break;

@@ -51,12 +51,16 @@
 /* Print order, diff order, and the reference in docs/configuration.md. */
 const struct conf_key conf_keys[] = {
     {"api", "url", CONF_URL, C(api.url), 0, 0, 0, NULL},
+    {"api", "protocol", CONF_PROTOCOL, C(api.protocol), 0, 0, KEY_REQUIRED, "native"},
     {"api", "token_file", CONF_PATH, C(api.token_file), 0, 0, 0, NULL},
     {"api", "ca_file", CONF_PATH, C(api.ca_file), 0, 0, 0, NULL},
     {"api", "client_cert", CONF_PATH, C(api.client_cert), 0, 0, 0, NULL},
     {"api", "client_key", CONF_PATH, C(api.client_key), 0, 0, 0, NULL},
     {"api", "allow_insecure_http", CONF_BOOL, C(api.allow_insecure_http), 0, 0, 0, "no"},
     {"api", "request_timeout", CONF_DURATION, C(api.request_timeout), SEC, HOUR, LIVE, "30s"},
+    {"api", "key_id", CONF_NAME, C(api.key_id), 0, 0, 0, NULL},
+    {"api", "key_secret_file", CONF_PATH, C(api.key_secret_file), 0, 0, 0, NULL},
+    {"api", "domain", CONF_NAME, C(api.domain), 0, 0, 0, NULL},
     {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
     {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
     {"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
@@ -103,16 +107,22 @@ const struct conf_key conf_wf_keys[] = {
     {"workflow", "max_log_bytes", CONF_SIZE, W(max_log_bytes), KIB, TIB, LIVE, NULL},
     {"workflow", "max_timeout", CONF_DURATION, W(max_timeout), SEC, 30 * DAY, LIVE | INF, NULL},
     {"workflow", "concurrency", CONF_UINT, W(concurrency), 0, 4096, LIVE, "0"},
+    /* the poll loop is made at start: a new task type needs a restart */
+    {"workflow", "task_type", CONF_NAME, W(task_type), 0, 0, 0, NULL},
+    {"workflow", "terminal_exit_codes", CONF_EXIT_CODES, W(terminal_exit_codes), 0, 0, LIVE, NULL},
 };
 const size_t conf_n_wf_keys = ELEMENTSOF(conf_wf_keys);
 
 static const char *const sections[] = {"api", "worker", "status", "log"};
 
+const char *const conf_protocols[] = {"native", "conductor", NULL};
+
 struct wf_state {
 	struct conf_workflow wf;
-	char *where;   /* where its section first appeared */
-	char **origin; /* per conf_wf_keys entry: where it was last set, NULL = never */
-	bool *bad;     /* per conf_wf_keys entry: a value was refused (already reported) */
+	char *where;            /* where its section first appeared */
+	char **origin;          /* per conf_wf_keys entry: where it was last set, NULL = never */
+	bool *bad;              /* per conf_wf_keys entry: a value was refused (already reported) */
+	const char *moved_name; /* wf.name once wf moved to conf.workflows */
 };
 
 struct loader {
@@ -1073,6 +1083,7 @@ static int finalize_workflows(struct loader *L)
 		return -ENOMEM;
 	for (size_t i = 0; i < L->n_wfs; i++) {
 		c->workflows[i] = L->wfs[i].wf;
+		L->wfs[i].moved_name = c->workflows[i].name;
 		L->wfs[i].wf = (struct conf_workflow){0};
 	}
 	c->n_workflows = L->n_wfs;
@@ -1082,7 +1093,10 @@ static int finalize_workflows(struct loader *L)
 
 /* ---- the token ---- */
 
-static int token_take(struct loader *L, int fd, const char *path, const char *origin)
+/* A secret file's contents, trimmed: one word of printable ASCII (it goes
+ * into an HTTP header or a JSON string: `use`).  The raw bytes are wiped. */
+static int secret_take(struct loader *L, int fd, const char *path, const char *origin,
+                       const char *key, const char *use, char **ret)
 {
 	_cleanup_free_ char *raw = NULL;
 	size_t len = 0;
@@ -1091,20 +1105,29 @@ static int token_take(struct loader *L, int fd, const char *path, const char *or
 
 	if (r < 0)
 		return r == -ENOMEM ? r
-		                    : fail(L, origin, "api.token_file: %s: %s", path,
+		                    : fail(L, origin, "api.%s: %s: %s", key, path,
 		                           io_problem(r, TOKEN_FILE_MAX));
 	t = str_trim(raw);
 	if (!*t)
-		r = fail(L, origin, "api.token_file: %s is empty", path);
+		r = fail(L, origin, "api.%s: %s is empty", key, path);
 	for (const char *c = t; r >= 0 && *c; c++)
 		if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f)
 			r = fail(L, origin,
-			         "api.token_file: %s holds whitespace, control or non-ASCII bytes "
-			         "(it goes into an HTTP header)",
-			         path);
-	if (r >= 0 && (!(L->c->api.token = strdup(t)) || !(L->c->api.token_path = strdup(path))))
+			         "api.%s: %s holds whitespace, control or non-ASCII bytes "
+			         "(it goes into %s)",
+			         key, path, use);
+	if (r >= 0 && !(*ret = strdup(t)))
 		r = -ENOMEM;
 	explicit_bzero(raw, len);
+	return r;
+}
+
+static int token_take(struct loader *L, int fd, const char *path, const char *origin)
+{
+	int r = secret_take(L, fd, path, origin, "token_file", "an HTTP header", &L->c->api.token);
+
+	if (r >= 0 && !(L->c->api.token_path = strdup(path)))
+		r = -ENOMEM;
 	return r;
 }
 
@@ -1117,6 +1140,8 @@ static int load_token(struct loader *L)
 	_cleanup_close_ int fd = -1;
 	struct stat st;
 
+	if (streq(L->c->api.protocol, "conductor"))
+		return 0; /* it authenticates with key_id (check_protocol refuses token_file) */
 	if (!path) {
 		dir = env_get(L->src->env, "CREDENTIALS_DIRECTORY");
 		if (!dir || dir[0] != '/')
@@ -1136,6 +1161,154 @@ static int load_token(struct loader *L)
 		            "chmod o-rwx it",
 		            path, (unsigned)(st.st_mode & 07777));
 	return token_take(L, fd, path, origin);
+}
+
+/* Conductor's key secret, read now like the token: a missing or open file is a
+ * configuration error, not a failure at the first request. */
+static int load_key_secret(struct loader *L)
+{
+	const char *path = L->c->api.key_secret_file;
+	const char *origin = origin_of(L, "api", "key_secret_file");
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+
+	if (!path || !streq(L->c->api.protocol, "conductor"))
+		return 0;
+	fd = open_regular(path, &st);
+	if (fd < 0)
+		return fail(L, origin, "api.key_secret_file: %s: %s", path, io_problem(fd, 0));
+	if (st.st_mode & (S_IROTH | S_IWOTH))
+		return fail(L, origin,
+		            "api.key_secret_file: %s is accessible by others (mode %04o): "
+		            "chmod o-rwx it",
+		            path, (unsigned)(st.st_mode & 07777));
+	return secret_take(L, fd, path, origin, "key_secret_file", "a JSON request",
+	                   &L->c->api.key_secret);
+}
+
+/* ---- the protocol's own keys ---- */
+
+#define WF_TASK_TYPE 8
+
+/* Where a workflow's key was set (its section when it was not); the workflow
+ * may have moved to c->workflows already. */
+static const char *wf_origin(const struct loader *L, const char *name, size_t key)
+{
+	for (size_t i = 0; i < L->n_wfs; i++) {
+		const struct wf_state *s = &L->wfs[i];
+
+		if (streq_ptr(s->wf.name ? s->wf.name : s->moved_name, name))
+			return s->origin[key] ? s->origin[key] : s->where;
+	}
+	return L->path;
+}
+
+/* The keys that mean something to one driver only, and what Conductor needs:
+ * both halves of its key, a task type per workflow that names one workflow. */
+static int check_native_keys(struct loader *L)
+{
+	static const char *const only[] = {"key_id", "key_secret_file", "domain"};
+	const struct conf *c = L->c;
+	int r = 0;
+
+	for (size_t i = 0; i < ELEMENTSOF(only); i++) {
+		_cleanup_free_ char *v =
+		    conf_value_format(&conf_keys[key_index("api", only[i])], c, false);
+
+		if (!v)
+			return -ENOMEM;
+		if (*v &&
+		    (r = fail(L, origin_of(L, "api", only[i]),
+		              "api.%s: only with api.protocol = conductor", only[i])) == -ENOMEM)
+			return r;
+	}
+	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++)
+		if (c->workflows[i].task_type &&
+		    warn(
+		        L,
+		        "workflow.%s.task_type is ignored with api.protocol = native (it names the "
+		        "Conductor task type to poll)",
+		        c->workflows[i].name) < 0)
+			return -ENOMEM;
+	return r;
+}
+
+static int check_conductor_keys(struct loader *L)
+{
+	const struct conf_api *a = &L->c->api;
+	int r = 0;
+
+	if (a->key_id && !a->key_secret_file)
+		r = fail(L, origin_of(L, "api", "key_id"),
+		         "api.key_id is set but api.key_secret_file is not");
+	else if (!a->key_id && a->key_secret_file)
+		r = fail(L, origin_of(L, "api", "key_secret_file"),
+		         "api.key_secret_file is set but api.key_id is not");
+	if (r != -ENOMEM && a->token_file)
+		r = fail(L, origin_of(L, "api", "token_file"),
+		         "api.token_file: Conductor authenticates with api.key_id and "
+		         "api.key_secret_file (POST /api/token), not with a bearer token");
+	return r;
+}
+
+static int check_task_types(struct loader *L)
+{
+	struct conf *c = L->c;
+	int r = 0;
+
+	for (size_t i = 0; i < c->n_workflows; i++)
+		if (!c->workflows[i].task_type &&
+		    !(c->workflows[i].task_type = strdup(c->workflows[i].name)))
+			return -ENOMEM;
+	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++)
+		for (size_t j = 0; j < i && r != -ENOMEM; j++)
+			if (streq(c->workflows[i].task_type, c->workflows[j].task_type)) {
+				r = fail(L, wf_origin(L, c->workflows[i].name, WF_TASK_TYPE),
+				         "workflow.%s.task_type '%s' is also the task type of "
+				         "workflow.%s: a task could not be told apart",
+				         c->workflows[i].name, c->workflows[i].task_type,
+				         c->workflows[j].name);
+				break;
+			}
+	return r;
+}
+
+/* lease_refresh is the keep-alive: a task whose responseTimeoutSeconds is not
+ * above it times out on the server between two of them.  Each task type is
+ * checked again when its first task arrives (lib/proto/drv_conductor.c). */
+#define CONDUCTOR_REFRESH_MAX (10 * SEC)
+
+static int check_conductor_refresh(struct loader *L)
+{
+	const struct conf_worker *w = &L->c->worker;
+	char a[TIME_DURATION_MAX], b[TIME_DURATION_MAX];
+
+	if (w->lease_refresh <= CONDUCTOR_REFRESH_MAX)
+		return 0;
+	return warn(L,
+	            "worker.lease_refresh (%s) must be below every task type's "
+	            "responseTimeoutSeconds, or Conductor times a task out between two "
+	            "keep-alives: with api.protocol = conductor keep it at %s or less (each task "
+	            "type is checked again when its first task arrives)",
+	            time_format_duration(a, sizeof(a), w->lease_refresh),
+	            time_format_duration(b, sizeof(b), CONDUCTOR_REFRESH_MAX));
+}
+
+static int check_protocol(struct loader *L)
+{
+	int r;
+
+	assert(streq(conf_wf_keys[WF_TASK_TYPE].name, "task_type"));
+	if (key_bad(L, "api", "protocol"))
+		return 0;
+	if (!streq(L->c->api.protocol, "conductor"))
+		return check_native_keys(L);
+	r = check_conductor_keys(L);
+	if (r != -ENOMEM && L->c->workflows)
+		r = check_task_types(L) == -ENOMEM ? -ENOMEM : r;
+	if (r != -ENOMEM && check_conductor_refresh(L) < 0)
+		r = -ENOMEM;
+	return r;
 }
 
 /* ---- transport: plain http, client certificates ---- */
@@ -1342,9 +1515,10 @@ static void loader_done(struct loader *L)
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
 {
 	static int (*const steps[])(struct loader *) = {
-	    loader_init,     load_defaults,   load_main,   load_dropins,     load_env,
-	    load_overrides,  check_url_given, finalize_id, check_files,      finalize_workflows,
-	    check_relations, check_transport, load_token,  collect_warnings,
+	    loader_init,     load_defaults,      load_main,       load_dropins,
+	    load_env,        load_overrides,     check_url_given, finalize_id,
+	    check_files,     finalize_workflows, check_relations, check_protocol,
+	    check_transport, load_token,         load_key_secret, collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};
@@ -1377,6 +1551,9 @@ struct conf *conf_free(struct conf *c)
 		explicit_bzero(c->api.token, strlen(c->api.token));
 	free(c->api.token);
 	free(c->api.token_path);
+	if (c->api.key_secret)
+		explicit_bzero(c->api.key_secret, strlen(c->api.key_secret));
+	free(c->api.key_secret);
 	strv_free(c->sources);
 	strv_free(c->warnings);
 	free(c);

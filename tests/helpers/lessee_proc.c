@@ -23,6 +23,7 @@
 
 struct tu_lessee {
 	const struct tu_lessor *lessor;
+	char *url;
 	char *dir;
 	char *notify_path;
 	int notify_fd; /* our NOTIFY_SOCKET: start waits for READY=1 */
@@ -38,7 +39,7 @@ struct tu_lessee {
 static int write_conf(struct tu_lessee *d, const char *extra)
 {
 	_cleanup_free_ char *text = NULL, *token_path = NULL;
-	const char *token = tu_lessor_token(d->lessor);
+	const char *token = d->lessor ? tu_lessor_token(d->lessor) : NULL;
 	int n;
 
 	if (asprintf(&token_path, "%s/token", d->dir) < 0)
@@ -54,7 +55,7 @@ static int write_conf(struct tu_lessee *d, const char *extra)
 		     "spool_dir = %s/spool\nrun_dir = %s/run\n"
 		     "[status]\nlisten =\n"
 		     "[log]\nlevel = debug\nformat = logfmt\n%s\n",
-		     tu_lessor_url(d->lessor), token ? "token_file = " : "",
+		     d->lessor ? tu_lessor_url(d->lessor) : d->url, token ? "token_file = " : "",
 		     token ? token_path : "", token ? "\n" : "", d->dir, d->dir,
 		     extra ? extra : "");
 	if (n < 0)
@@ -243,6 +244,10 @@ int tu_lessee_start(const struct tu_lessee_opts *o, struct tu_lessee **ret)
 		return -ENOMEM;
 	}
 	d->lessor = o->lessor;
+	if (!o->lessor && (!o->url || !(d->url = strdup(o->url)))) {
+		tu_lessee_free(d);
+		return -EINVAL;
+	}
 	r = write_conf(d, o->conf);
 	if (r >= 0)
 		r = build_argv(d, o);
@@ -326,6 +331,7 @@ struct tu_lessee *tu_lessee_free(struct tu_lessee *d)
 		rm_rf(d->dir);
 	free(d->dir);
 	free(d->conf_path);
+	free(d->url);
 	free(d->log_path);
 	strv_free(d->argv);
 	strv_free(d->env);

@@ -25,6 +25,9 @@ struct tu_lessee;
 
 struct tu_lessee_opts {
 	const struct tu_lessor *lessor;
+	/* Instead of lessor: the API's URL, no token (the caller's conf says the
+	 * protocol and any credentials: "[api]\nprotocol = conductor\n..."). */
+	const char *url;
 	const char *conf;      /* appended to the generated configuration */
 	char *const *args;     /* extra command-line arguments, NULL-terminated */
 	char *const *env;      /* extra environment "NAME=value", NULL-terminated */
