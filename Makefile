@@ -68,7 +68,6 @@ OPT       ?= -O2
 CFLAGS    ?= $(OPT) -g
 ALL_CFLAGS = -std=gnu11 $(WARN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-D_GNU_SOURCE -DLESSEE_VERSION='"$(VERSION)"' -Ilib -Itests/helpers \
-	$(if $(wildcard lib/proto/drv_conductor.c),-DLESSEE_HAVE_CONDUCTOR) \
 	$(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all) \
 	$(if $(COVERAGE),--coverage) $(if $(FUZZ),$(FUZZ_CFLAGS)) \
 	-MMD -MP $(PKG_CFLAGS) $(CFLAGS) $(CPPFLAGS)

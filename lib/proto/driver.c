@@ -16,15 +16,10 @@
 #include "util/random.h"
 #include "util/strutil.h"
 
-/* Every driver this build has.  A driver in its own file is listed here once
- * its file is part of the build (the Makefile defines LESSEE_HAVE_<NAME> when
- * lib/proto/drv_<name>.c exists): no weak symbol, since a weak reference does
- * not pull an object out of a static library. */
+/* Every driver this build has (conf_protocols names the same). */
 static const struct drv_ops *const drivers[] = {
     &drv_native_ops,
-#ifdef LESSEE_HAVE_CONDUCTOR
     &drv_conductor_ops,
-#endif
 };
 
 const struct drv_ops *drv_find(const char *name)

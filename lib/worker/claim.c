@@ -38,6 +38,7 @@ struct claim_lane {
 	unsigned max_runs; /* of the claim in flight */
 	bool repeat;       /* sent without a definitive answer: the next asks again */
 	bool held_only;    /* the claim in flight asks for no runs, only for cancels */
+	bool finishing;    /* stopped, but left to end: what it brings is released */
 };
 
 struct claimer {
@@ -310,7 +311,7 @@ static void on_claim_refused(struct claimer *w, const struct drv_claim_answer *a
 	}
 }
 
-static void on_claim(struct drv_claim_answer *ans, void *userdata)
+static void on_claim_answer(struct drv_claim_answer *ans, void *userdata)
 {
 	struct claim_lane *l = userdata;
 	struct claimer *w = l->cl;
@@ -336,6 +337,17 @@ static void on_claim(struct drv_claim_answer *ans, void *userdata)
 	}
 	claim_failed(w, "error", LOG_WARNING, "%s, retrying with backoff", a->detail);
 	claim_later(w, drv_retry_delay(a, w->claim_failures++, CLAIM_RETRY_BASE, CLAIM_RETRY_CAP));
+}
+
+static void on_claim(struct drv_claim_answer *ans, void *userdata)
+{
+	struct claim_lane *l = userdata;
+	bool finishing = l->finishing;
+
+	l->finishing = false;
+	on_claim_answer(ans, userdata);
+	if (finishing) /* its runs, if any, are being released: the owner may be done */
+		l->cl->p.ops->idle(l->cl->p.host);
 }
 
 /* ---- lanes ---- */
@@ -539,14 +551,33 @@ static void on_claim_cancel(const struct drv_answer *a, void *userdata)
 	w->p.ops->idle(w->p.host);
 }
 
+/* An API that cannot cancel a claim but takes runs back: a claim in flight is
+ * left to end (the driver bounds its long poll), and what it brings arrives
+ * while we are not running, so it is released at once.  Dropping it instead
+ * would leave the runs the server hands to it stranded until the API's own
+ * timeout gives them to someone else. */
+static bool claim_finish_instead(struct claimer *w, const struct claim_lane *l)
+{
+	drv_t *d = w->p.runs->drv;
+
+	return l->req && !l->held_only && !drv_has(d, DRV_CAP_CLAIM_CANCEL) &&
+	       drv_has(d, DRV_CAP_RELEASE);
+}
+
 void claim_stop(struct claimer *w)
 {
 	bool open = false;
+	unsigned finishing = 0;
 
 	ev_timer_disarm(w->timer);
 	for (size_t i = 0; i < w->n_lanes; i++) {
 		struct claim_lane *l = w->lanes[i];
 
+		if (l->finishing || claim_finish_instead(w, l)) {
+			finishing += !l->finishing;
+			l->finishing = true;
+			continue;
+		}
 		/* a claim for cancels only is granted nothing: no cancel on the server */
 		open = open || (l->req && !l->held_only) || l->repeat;
 		drv_cancel(l->req);
@@ -555,6 +586,10 @@ void claim_stop(struct claimer *w)
 		l->repeat = false;
 		l->max_runs = 0;
 	}
+	if (finishing)
+		log_info("%u claim%s in flight left to end (the API cannot cancel a claim); "
+			 "what %s brings is given back at once",
+			 finishing, finishing == 1 ? "" : "s", finishing == 1 ? "it" : "they");
 	/* the server may have granted runs to the claim whose answer we dropped */
 	if (!open || !drv_has(w->p.runs->drv, DRV_CAP_CLAIM_CANCEL) ||
 	    drv_ops(w->p.runs->drv)->claim_cancel(w->p.runs->drv, on_claim_cancel, w, NULL) < 0)
@@ -758,6 +793,9 @@ struct claimer *claimer_free(struct claimer *cl)
 
 bool claimer_busy(const struct claimer *cl)
 {
+	for (size_t i = 0; i < cl->n_lanes; i++)
+		if (cl->lanes[i]->finishing)
+			return true;
 	return cl->claim_cancels > 0;
 }
 

@@ -47,11 +47,14 @@ int claimer_new(const struct claimer_params *p, claimer_t **ret);
 claimer_t *claimer_free(claimer_t *cl);
 /* Claim now if there is room. */
 void claim_kick(claimer_t *cl);
-/* Drain or stop: abort the open claims, cancel them on the server (DRV_CAP_CLAIM_CANCEL). */
+/* Drain or stop: abort the open claims, cancel them on the server
+ * (DRV_CAP_CLAIM_CANCEL); without that but with DRV_CAP_RELEASE, let them end
+ * and release what they bring. */
 void claim_stop(claimer_t *cl);
 /* A run left the table: start the run of the same id waiting for it, if any. */
 void claim_run_unblocked(claimer_t *cl, const char *id);
-/* Claim cancels still in flight (the owner waits for them before it exits). */
+/* Claim cancels, or claims left to end at a stop, still in flight (the owner
+ * waits for them before it exits). */
 bool claimer_busy(const claimer_t *cl);
 /* Why the last claim failed ("last claim failed: ..."), NULL after a good one. */
 const char *claimer_error(const claimer_t *cl);
