@@ -47,6 +47,9 @@ static usec_t cpu_self(void)
 	       (usec_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
+#define N_CONFIGS 5
+static struct sample samples[MAX_N][N_CONFIGS][MAX_REPS];
+
 struct procs {
 	exec_proc_t **p;
 	int n, exited;
@@ -133,15 +136,32 @@ static int raise_nofile(int n)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: spawn_scale [--reps R] [N...]\n"
-	           "  Starts N sleeping children (default 1000 4096 10000) R times (default 3)\n"
-	           "  per configuration; prints median microseconds per start and per stop.\n");
+	fprintf(
+	    f,
+	    "usage: spawn_scale [--reps R] [--only NAME,...] [N...]\n"
+	    "  Starts N sleeping children (default 1000 4096 10000) R times (default 3)\n"
+	    "  per configuration (--only: posix_spawn, io_uring, epoll, io_uring/old, epoll/old);\n"
+	    "  prints median microseconds per start and per stop.\n");
+}
+
+/* --only posix_spawn,io_uring,...: the configurations measured (default all). */
+static const char *only;
+
+static bool wanted(const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = only; p && *p; p += strcspn(p, ","), p += *p == ',')
+		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return !only;
 }
 
 static int parse_args(int argc, char **argv, int *reps, int *ns, int *n_ns)
 {
 	static const struct option opts[] = {
 	    {"reps", required_argument, NULL, 'r'},
+	    {"only", required_argument, NULL, 'o'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -150,6 +170,8 @@ static int parse_args(int argc, char **argv, int *reps, int *ns, int *n_ns)
 	while ((c = getopt_long(argc, argv, "r:h", opts, NULL)) >= 0) {
 		if (c == 'r')
 			*reps = atoi(optarg);
+		else if (c == 'o')
+			only = optarg;
 		else {
 			usage(c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : -EINVAL;
@@ -169,38 +191,50 @@ static int parse_args(int argc, char **argv, int *reps, int *ns, int *n_ns)
 	return 1;
 }
 
-static const char *const configs[] = {NULL, "io_uring", "epoll"};
+struct config {
+	const char *name;
+	const char *backend; /* NULL: the posix_spawn floor */
+	bool legacy;         /* the child as it was: whole fd table, 62 sigactions */
+};
 
-int main(int argc, char **argv)
+static const struct config configs[N_CONFIGS] = {
+    {"posix_spawn", NULL, false},       {"io_uring", "io_uring", false}, {"epoll", "epoll", false},
+    {"io_uring/old", "io_uring", true}, {"epoll/old", "epoll", true},
+};
+
+static int measure(const struct config *c, int n, struct sample *s)
+{
+	int r = raise_nofile(n);
+
+	if (r < 0)
+		return r;
+	if (!c->backend)
+		return floor_run(n, s);
+	exec_set_legacy_child(c->legacy);
+	r = exec_run(c->backend, n, s);
+	exec_set_legacy_child(false);
+	return r;
+}
+
+static double sample_field(const struct sample *s, int what)
+{
+	return what == 0 ? s->start_us : what == 1 ? s->start_cpu : s->stop_us;
+}
+
+static void print_table(int n_ns, const int *ns, int reps)
 {
 	enum { N_CONF = ELEMENTSOF(configs) };
-	static struct sample samples[MAX_N][N_CONF][MAX_REPS];
-	int ns[MAX_N] = {1000, 4096, 10000}, n_ns = 3, reps = 3;
-	int r = parse_args(argc, argv, &reps, ns, &n_ns);
+	static const char *const whats[] = {"start", "cpu", "stop"};
 
-	if (r <= 0)
-		return r < 0 ? 2 : 0;
-	for (int rep = 0; rep < reps; rep++)
-		for (int i = 0; i < n_ns; i++)
-			for (int c = 0; c < N_CONF; c++) {
-				r = raise_nofile(ns[i]);
-				if (r >= 0)
-					r = configs[c]
-					        ? exec_run(configs[c], ns[i], &samples[i][c][rep])
-					        : floor_run(ns[i], &samples[i][c][rep]);
-				if (r < 0) {
-					fprintf(stderr, "spawn_scale: %s, %d children: %s\n",
-					        configs[c] ? configs[c] : "posix_spawn", ns[i],
-					        strerror(-r));
-					return 1;
-				}
-			}
-	printf(
-	    "%s started N times, all alive at once, then killed and reaped; %d repetitions,\n"
-	    "median microseconds per child (ratio to the posix_spawn floor): start = wall clock\n"
-	    "to start all, cpu = this process's CPU to start all, stop = kill and reap all\n",
-	    sleep_argv[0], reps);
-	printf("%-7s %-6s %12s %20s %20s\n", "N", "what", "posix_spawn", "io_uring", "epoll");
+	printf("%s started N times, all alive at once, then killed and reaped; %d repetitions,\n"
+	       "median microseconds per child (ratio to the posix_spawn floor): start = wall\n"
+	       "clock to start all, cpu = this process's CPU to start all, stop = kill and reap\n"
+	       "all; /old = the child as it was before (whole fd table copied, 62 sigactions)\n",
+	       sleep_argv[0], reps);
+	printf("%-6s %-5s", "N", "");
+	for (int c = 0; c < N_CONF; c++)
+		printf(" %20s", configs[c].name);
+	printf("\n");
 	for (int i = 0; i < n_ns; i++)
 		for (int what = 0; what < 3; what++) {
 			double m[N_CONF];
@@ -209,15 +243,41 @@ int main(int argc, char **argv)
 				double v[MAX_REPS];
 
 				for (int k = 0; k < reps; k++)
-					v[k] = what ? samples[i][c][k].stop_us
-					            : samples[i][c][k].start_us;
+					v[k] = sample_field(&samples[i][c][k], what);
 				m[c] = tu_median(v, (size_t)reps);
 			}
-			printf("%-7d %-6s %12.1f %12.1f (%.2fx) %12.1f (%.2fx)\n", ns[i],
-			       what == 0   ? "start"
-			       : what == 1 ? "cpu"
-			                   : "stop",
-			       m[0], m[1], m[1] / m[0], m[2], m[2] / m[0]);
+			printf("%-6d %-5s %20.1f", ns[i], whats[what], m[0]);
+			for (int c = 1; c < N_CONF; c++)
+				if (m[c] > 0)
+					printf(" %12.1f (%5.2fx)", m[c], m[c] / m[0]);
+				else
+					printf(" %20s", "-");
+			printf("\n");
 		}
+}
+
+int main(int argc, char **argv)
+{
+	int ns[MAX_N] = {1000, 4096, 10000}, n_ns = 3, reps = 3;
+	int r = parse_args(argc, argv, &reps, ns, &n_ns);
+
+	if (r <= 0)
+		return r < 0 ? 2 : 0;
+	/* Repetitions outermost, so drift spreads over every configuration alike. */
+	for (int rep = 0; rep < reps; rep++)
+		for (int i = 0; i < n_ns; i++)
+			for (size_t c = 0; c < ELEMENTSOF(configs); c++) {
+				if (!wanted(configs[c].name)) {
+					samples[i][c][rep] = (struct sample){0};
+					continue;
+				}
+				r = measure(&configs[c], ns[i], &samples[i][c][rep]);
+				if (r < 0) {
+					fprintf(stderr, "spawn_scale: %s, %d children: %s\n",
+					        configs[c].name, ns[i], strerror(-r));
+					return 1;
+				}
+			}
+	print_table(n_ns, ns, reps);
 	return 0;
 }

@@ -57,8 +57,8 @@ struct ev_child {
 	bool fallback; /* no pidfd: reaped when SIGCHLD arrives */
 	bool exited;   /* the callback ran (or is running): inert now */
 	bool dead;
-	bool hashed;   /* in the pid table: waiting, neither exited nor removed */
-	ev_io_t *io;   /* the pidfd watch while waiting */
+	bool hashed; /* in the pid table: waiting, neither exited nor removed */
+	ev_io_t *io; /* the pidfd watch while waiting */
 	ev_child_cb cb;
 	void *userdata;
 	LIST_ENTRY(ev_child) link;

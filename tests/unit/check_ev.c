@@ -1349,7 +1349,8 @@ START_TEST(test_child_many_lookup)
 	for (int i = 0; i < N; i++) {
 		fds[i] = fcntl(sfd, F_DUPFD_CLOEXEC, 3);
 		ck_assert_int_ge(fds[i], 0);
-		ck_assert_int_eq(ev_child_add(e, FAKE_PID0 + i, fds[i], child_cb, &quiet, &cs[i]), 0);
+		ck_assert_int_eq(ev_child_add(e, FAKE_PID0 + i, fds[i], child_cb, &quiet, &cs[i]),
+		                 0);
 	}
 	ck_assert_int_eq(ev_child_add(e, target, tfd, child_cb, &rec, NULL), 0);
 	ck_assert_int_eq(ev_child_add(e, target, tfd, child_cb, &rec, NULL), -EEXIST);
