@@ -415,40 +415,45 @@ static bool shares_memory(void)
 	return clone_mode == EXEC_CLONE_VFORK && !RUNNING_ON_VALGRIND;
 }
 
-/* Put the child's fds in the slots (the caller holds spawn.lock): the same
- * file, CLOEXEC, at a low number.  Returns how many slots were filled. */
-static int slots_fill(struct exec_child_args *a)
+/* fd into slot i (the caller holds spawn.lock): the same file, CLOEXEC, at a
+ * low number.  *used gets bit i. */
+static int slot_put(int *fd, int i, unsigned *used)
 {
-	int used = 0;
+	if (dup3(*fd, spawn.slots[i], O_CLOEXEC) < 0)
+		return -errno;
+	*fd = spawn.slots[i];
+	*used |= 1u << i;
+	return 0;
+}
 
-	for (int i = 0; i < 3; i++) {
-		if (a->fds[i] < 0) {
-			a->fds[i] = spawn.null_fd;
-			continue;
-		}
-		if (i == 2 && a->fds[2] == a->fds[1]) {
-			a->fds[2] = spawn.slots[1];
-			continue;
-		}
-		if (dup3(a->fds[i], spawn.slots[i], O_CLOEXEC) < 0)
-			return -errno;
-		a->fds[i] = spawn.slots[i];
-		used = i + 1;
-	}
-	if (a->cgroup_procs_fd >= 0) {
-		if (dup3(a->cgroup_procs_fd, spawn.slots[3], O_CLOEXEC) < 0)
-			return -errno;
-		a->cgroup_procs_fd = spawn.slots[3];
-		used = 4;
-	}
-	return used;
+/* The child's fds into the slots; stderr merged with stdout shares its slot,
+ * no stdin means /dev/null itself.  Returns the slots used (bits), or -errno. */
+static int slots_fill(struct exec_child_args *a, unsigned *used)
+{
+	bool merged = a->fds[2] == a->fds[1];
+	int r = 0;
+
+	if (a->fds[0] < 0)
+		a->fds[0] = spawn.null_fd;
+	else
+		r = slot_put(&a->fds[0], 0, used);
+	if (r >= 0)
+		r = slot_put(&a->fds[1], 1, used);
+	if (r >= 0 && merged)
+		a->fds[2] = a->fds[1];
+	else if (r >= 0)
+		r = slot_put(&a->fds[2], 2, used);
+	if (r >= 0 && a->cgroup_procs_fd >= 0)
+		r = slot_put(&a->cgroup_procs_fd, 3, used);
+	return r;
 }
 
 /* Back to /dev/null, so the child's pipe ends are not kept open by us. */
-static void slots_clear(int used)
+static void slots_clear(unsigned used)
 {
-	for (int i = 0; i < used; i++)
-		(void)dup3(spawn.null_fd, spawn.slots[i], O_CLOEXEC);
+	for (int i = 0; i < N_SLOTS; i++)
+		if (used & (1u << i))
+			(void)dup3(spawn.null_fd, spawn.slots[i], O_CLOEXEC);
 }
 
 /* Without shared memory the report comes through a CLOEXEC pipe: EOF once the
@@ -507,16 +512,17 @@ static pid_t start_piped(struct exec_child_args *a, int *pidfd)
  * table: the child's fds go into the slots for the clone. */
 static pid_t start_shared(struct exec_child_args *a, int *pidfd)
 {
-	int used = 0;
+	unsigned used = 0;
 	pid_t pid;
 
 	if (!legacy_child && spawn.slots_end > 0) {
-		used = slots_fill(a);
-		if (used < 0) {
+		int r = slots_fill(a, &used);
+
+		if (r < 0) {
 			/* A bad fd given for the child: what the child's dup would say. */
-			slots_clear(N_SLOTS);
-			a->report = (struct exec_child_report){.err = -used, .step = EXEC_STEP_DUP};
-			return used;
+			slots_clear(used);
+			a->report = (struct exec_child_report){.err = -r, .step = EXEC_STEP_DUP};
+			return r;
 		}
 		a->files_below = spawn.slots_end;
 	} else if (a->fds[0] < 0)

@@ -405,6 +405,9 @@ END_TEST
 START_TEST(test_signals_reset_set)
 {
 	struct sigaction sa = {.sa_handler = noop_handler}, old_int, old_pipe, old_usr2;
+	/* SIGKILL, SIGSTOP and glibc's own 32 and 33 are never looked at */
+	const uint64_t unreachable = UINT64_C(1) << (SIGKILL - 1) | UINT64_C(1) << (SIGSTOP - 1) |
+	                             UINT64_C(1) << 31 | UINT64_C(1) << 32;
 	uint64_t want = 0, got;
 
 	ck_assert_int_eq(sigaction(SIGINT, &sa, &old_int), 0);
@@ -414,17 +417,20 @@ START_TEST(test_signals_reset_set)
 	for (int sig = 1; sig <= 64; sig++) {
 		struct sigaction cur;
 
-		/* glibc's own signals (32, 33) are not reachable through sigaction() */
-		if (sig == SIGKILL || sig == SIGSTOP || syscall(SYS_rt_sigaction, sig, NULL, &cur, 8) < 0)
+		if (sig == SIGKILL || sig == SIGSTOP ||
+		    syscall(SYS_rt_sigaction, sig, NULL, &cur, 8) < 0)
 			continue;
 		if (cur.sa_handler != SIG_DFL)
 			want |= UINT64_C(1) << (sig - 1);
 	}
-	got = exec_child_signals_to_reset();
-	ck_assert_msg((got & ~(UINT64_C(1) << 31 | UINT64_C(1) << 32 | UINT64_C(1) << 8 |
-	                       UINT64_C(1) << 18)) == want,
-	              "resets %016llx, not at SIG_DFL: %016llx", (unsigned long long)got,
-	              (unsigned long long)want);
+	want &= ~unreachable;
+	got = exec_child_signals_to_reset() & ~unreachable;
+	/* valgrind's own handlers are in /proc's SigCgt (not in what sigaction()
+	 * shows us): the child resets those too; only the superset is checked. */
+	if (RUNNING_ON_VALGRIND)
+		want = (got & want) == want ? got : want;
+	ck_assert_msg(got == want, "resets %016llx, not at SIG_DFL: %016llx",
+	              (unsigned long long)got, (unsigned long long)want);
 	ck_assert(got & (UINT64_C(1) << (SIGPIPE - 1)));
 	ck_assert(got & (UINT64_C(1) << (SIGINT - 1)));
 	sigaction(SIGINT, &old_int, NULL);
@@ -452,7 +458,8 @@ START_TEST(test_child_small_fd_table)
 	ev_t *e;
 
 	if (RUNNING_ON_VALGRIND) {
-		fprintf(stderr, "valgrind runs the vfork as a fork: the child copies the table, skipped\n");
+		fprintf(stderr,
+		        "valgrind runs the vfork as a fork: the child copies the table, skipped\n");
 		return;
 	}
 	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
