@@ -122,9 +122,10 @@ static int exec_run(const char *backend, int n, struct sample *s)
 	return r < 0 ? r : 0;
 }
 
+/* A pidfd and a pipe end per child, and the loop's own. */
 static int raise_nofile(int n)
 {
-	struct rlimit rl = {.rlim_cur = (rlim_t)n * 3 + 256, .rlim_max = (rlim_t)n * 3 + 256};
+	struct rlimit rl = {.rlim_cur = (rlim_t)n * 2 + 512, .rlim_max = (rlim_t)n * 2 + 512};
 	struct rlimit old;
 
 	if (getrlimit(RLIMIT_NOFILE, &old) == 0 && old.rlim_cur >= rl.rlim_cur)
