@@ -28,12 +28,17 @@ struct config {
 	const char *name;
 	const char *backend; /* NULL: the posix_spawn floor */
 	enum exec_clone_mode mode;
+	bool legacy; /* the child as it was before issue 15 (exec_set_legacy_child) */
 };
 
 static const struct config configs[] = {
-    {"posix_spawn", NULL, EXEC_CLONE_VFORK},  {"io_uring", "io_uring", EXEC_CLONE_VFORK},
-    {"epoll", "epoll", EXEC_CLONE_VFORK},     {"io_uring/fork", "io_uring", EXEC_CLONE_FORK},
-    {"epoll/fork", "epoll", EXEC_CLONE_FORK},
+    {"posix_spawn", NULL, EXEC_CLONE_VFORK, false},
+    {"io_uring", "io_uring", EXEC_CLONE_VFORK, false},
+    {"epoll", "epoll", EXEC_CLONE_VFORK, false},
+    {"io_uring/old", "io_uring", EXEC_CLONE_VFORK, true},
+    {"epoll/old", "epoll", EXEC_CLONE_VFORK, true},
+    {"io_uring/fork", "io_uring", EXEC_CLONE_FORK, false},
+    {"epoll/fork", "epoll", EXEC_CLONE_FORK, false},
 };
 
 static const int in_flight_levels[] = {1, 2, 64};
@@ -50,10 +55,12 @@ static double measure(const struct config *c, int runs, int width)
 		if (r < 0)
 			return r;
 		exec_set_clone_mode(c->mode);
+		exec_set_legacy_child(c->legacy);
 	}
 	v = tu_spawn_rate(e, prog_argv, runs, width);
 	ev_free(e);
 	exec_set_clone_mode(EXEC_CLONE_VFORK);
+	exec_set_legacy_child(false);
 	return v;
 }
 
@@ -128,16 +135,16 @@ int main(int argc, char **argv)
 	       prog, runs, reps);
 	printf("%-10s", "in flight");
 	for (int c = 0; c < N_CONF; c++)
-		printf(" %20s", configs[c].name);
+		printf(" %21s", configs[c].name);
 	printf("\n");
 	for (int w = 0; w < N_WIDTH; w++) {
 		double floor_v = tu_median(samples[w][0], reps);
 
-		printf("%-10d %20.0f", in_flight_levels[w], floor_v);
+		printf("%-10d %21.0f", in_flight_levels[w], floor_v);
 		for (int c = 1; c < N_CONF; c++) {
 			double v = tu_median(samples[w][c], reps);
 
-			printf(" %12.0f (%.2fx)", v, v / floor_v);
+			printf(" %13.0f (%.2fx)", v, v / floor_v);
 		}
 		printf("\n");
 	}

@@ -50,9 +50,13 @@ struct daemon {
 	heartbeat_t *heartbeat;
 	procmetrics_t *proc;
 	struct opts *opts;
-	ev_timer_t *status_timer;
+	ev_timer_t *status_timer; /* the next status refresh, when one is owed */
+	usec_t status_at;         /* the last refresh */
+	struct worker_info status_seen;
 	metric_t *m_orphans;
-	uint64_t orphans_seen; /* ev_orphans_reaped() when last looked at */
+	metric_t *m_wakeups;
+	uint64_t orphans_seen;    /* ev_orphans_reaped() when last looked at */
+	uint64_t iterations_seen; /* ev_iterations() when last looked at */
 	int exit_code;
 };
 
@@ -257,6 +261,7 @@ static void update_status(struct daemon *d)
 	struct worker_info i;
 
 	worker_get_info(d->worker, &i);
+	d->status_seen = i;
 	notify_status(d->notify, "%u/%u runs, %llu done%s%s%s", i.runs_in_flight, i.slots,
 		      (unsigned long long)i.runs_done,
 		      i.phase == WORKER_DRAINING ? ", draining"
@@ -280,11 +285,49 @@ static void sync_orphans(struct daemon *d)
 	d->orphans_seen = n;
 }
 
+/* The loop's wake-ups, for the metric (an idle daemon should have few). */
+static void sync_wakeups(struct daemon *d)
+{
+	uint64_t n = ev_iterations(d->ev);
+
+	metric_add(d->m_wakeups, (double)(n - d->iterations_seen));
+	d->iterations_seen = n;
+}
+
 static void on_status_timer(ev_timer_t *t, void *userdata)
 {
-	update_status(userdata);
-	sync_orphans(userdata);
-	ev_timer_arm(t, USEC_PER_SEC);
+	struct daemon *d = userdata;
+
+	d->status_at = ev_now(d->ev);
+	update_status(d);
+	sync_orphans(d);
+}
+
+/* What the status line shows, or the orphan count, changed since it was last
+ * refreshed. */
+static bool status_stale(struct daemon *d)
+{
+	struct worker_info i;
+	const struct worker_info *o = &d->status_seen;
+
+	worker_get_info(d->worker, &i);
+	return i.phase != o->phase || i.runs_in_flight != o->runs_in_flight ||
+	       i.slots != o->slots || i.runs_done != o->runs_done ||
+	       i.api_ready != o->api_ready || i.spool_pending != o->spool_pending ||
+	       ev_orphans_reaped(d->ev) != d->orphans_seen;
+}
+
+/* After every loop iteration that did something: refresh the status when it
+ * changed, at most once a second.  No periodic tick: an idle daemon's loop
+ * sleeps until a timer is due (a long poll's end, the watchdog) or an event
+ * arrives. */
+static void on_loop_post(ev_t *e, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	if (ev_timer_armed(d->status_timer) || !status_stale(d))
+		return;
+	ev_timer_arm_at(d->status_timer, MAX(d->status_at + USEC_PER_SEC, ev_now(e)));
 }
 
 static void on_term(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
@@ -354,6 +397,7 @@ static int obs_metrics(struct buf *out, void *userdata)
 	struct daemon *d = userdata;
 
 	sync_orphans(d);
+	sync_wakeups(d);
 	procmetrics_update(d->proc);
 	return metrics_render(worker_metrics(d->worker), out);
 }
@@ -459,6 +503,10 @@ static int setup_reaping(struct daemon *d)
 	if (!d->m_orphans)
 		return -ENOMEM;
 	metric_add(d->m_orphans, 0);
+	d->m_wakeups = metrics_counter(worker_metrics(d->worker), "lessee_loop_wakeups_total",
+				       "Times the event loop woke up (iterations)", NULL);
+	if (!d->m_wakeups)
+		return -ENOMEM;
 	if (!pid1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
 		log_warning("cannot become a child subreaper: %m; orphans of runs go to init, "
 			    "ignoring");
@@ -499,7 +547,9 @@ static int run_daemon(struct opts *o, struct conf *conf)
 	if (r >= 0)
 		r = add_signals(&d);
 	if (r >= 0)
-		r = ev_timer_add(d.ev, USEC_PER_SEC, on_status_timer, &d, &d.status_timer);
+		r = ev_timer_add(d.ev, USEC_INFINITY, on_status_timer, &d, &d.status_timer);
+	if (r >= 0)
+		r = ev_post_set(d.ev, on_loop_post, &d);
 	if (r >= 0)
 		r = worker_start(d.worker);
 	if (r >= 0)
@@ -508,6 +558,7 @@ static int run_daemon(struct opts *o, struct conf *conf)
 		r = ev_run(d.ev);
 	if (r < 0 && !logged)
 		log_error("fatal: %s", strerror(-r));
+	ev_post_set(d.ev, NULL, NULL);
 	ev_timer_del(d.status_timer);
 	heartbeat_free(d.heartbeat);
 	status_free(d.status); /* its callbacks use the worker */

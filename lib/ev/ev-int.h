@@ -54,3 +54,8 @@ extern const struct ev_backend ev_backend_uring;
 ev_io_t *ev_io_lookup(ev_t *e, int fd);
 /* Called by a backend from wait(): w is ready with revents (EV_*). */
 void ev_io_ready(ev_t *e, ev_io_t *w, uint32_t revents);
+
+/* For tests: how many entries the child lookups by pid have visited so far
+ * (adding a child, finding an exited one): constant per lookup, whatever the
+ * number of children. */
+uint64_t ev_pid_probes(const ev_t *e);

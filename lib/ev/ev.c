@@ -57,10 +57,13 @@ struct ev_child {
 	bool fallback; /* no pidfd: reaped when SIGCHLD arrives */
 	bool exited;   /* the callback ran (or is running): inert now */
 	bool dead;
+	bool hashed; /* in the pid table: waiting, neither exited nor removed */
 	ev_io_t *io; /* the pidfd watch while waiting */
 	ev_child_cb cb;
 	void *userdata;
 	LIST_ENTRY(ev_child) link;
+	LIST_ENTRY(ev_child) fallback_link; /* on the fallback list while waiting */
+	ev_child_t *next_hash;
 	ev_child_t *next_dead;
 };
 
@@ -101,11 +104,19 @@ struct ev {
 	sigset_t sig_ours;   /* blocked by us, unblocked again when unused */
 
 	LIST_HEAD(, ev_child) children;
+	LIST_HEAD(, ev_child) fallbacks; /* fallback children still waiting */
+	ev_child_t **pids;               /* waiting children by pid, chained */
+	size_t npids, pids_alloc;
+	uint64_t pid_probes; /* entries visited looking up pids (tests count work) */
 	ev_child_t *dead_children;
 	unsigned nfallback; /* fallback children still waiting */
 	bool reap_orphans;
 	bool child_scan; /* SIGCHLD seen, or a fallback child added */
 	uint64_t orphans;
+
+	ev_post_cb post_cb;
+	void *post_userdata;
+	uint64_t iterations;
 };
 
 static usec_t usec_add(usec_t a, usec_t b)
@@ -607,14 +618,101 @@ ev_signal_t *ev_signal_del(ev_signal_t *s)
 
 /* ---- children -------------------------------------------------------------- */
 
+/* Waiting children by pid: a chained hash table, grown to keep chains short, so
+ * adding a child and finding an exited one cost the same with 10 or 10,000
+ * children waiting. */
+static size_t pid_slot(const ev_t *e, pid_t pid)
+{
+	return ((size_t)(uint32_t)pid * UINT32_C(2654435761)) & (e->pids_alloc - 1);
+}
+
+static ev_child_t *pid_lookup(ev_t *e, pid_t pid)
+{
+	if (e->pids_alloc == 0)
+		return NULL;
+	for (ev_child_t *c = e->pids[pid_slot(e, pid)]; c; c = c->next_hash) {
+		e->pid_probes++;
+		if (c->pid == pid)
+			return c;
+	}
+	return NULL;
+}
+
+static int pid_table_grow(ev_t *e)
+{
+	size_t n = MAX(e->pids_alloc * 2, (size_t)64), old = e->pids_alloc;
+	ev_child_t **t = calloc(n, sizeof(*t)), **prev = e->pids;
+
+	if (!t)
+		return -ENOMEM;
+	e->pids = t;
+	e->pids_alloc = n;
+	for (size_t i = 0; i < old; i++)
+		while (prev[i]) {
+			ev_child_t *c = prev[i];
+			size_t k = pid_slot(e, c->pid);
+
+			prev[i] = c->next_hash;
+			c->next_hash = t[k];
+			t[k] = c;
+		}
+	free(prev);
+	return 0;
+}
+
+static int pid_insert(ev_t *e, ev_child_t *c)
+{
+	size_t k;
+	int r;
+
+	if (e->npids >= e->pids_alloc && (r = pid_table_grow(e)) < 0)
+		return r;
+	k = pid_slot(e, c->pid);
+	c->next_hash = e->pids[k];
+	e->pids[k] = c;
+	c->hashed = true;
+	e->npids++;
+	return 0;
+}
+
+static void pid_remove(ev_t *e, ev_child_t *c)
+{
+	ev_child_t **pp;
+
+	if (!c->hashed)
+		return;
+	for (pp = &e->pids[pid_slot(e, c->pid)]; *pp != c; pp = &(*pp)->next_hash)
+		e->pid_probes++;
+	*pp = c->next_hash;
+	c->hashed = false;
+	e->npids--;
+}
+
+uint64_t ev_pid_probes(const ev_t *e)
+{
+	return e->pid_probes;
+}
+
+/* No longer waiting: out of the pid table and the fallback list. */
+static void child_unwait(ev_child_t *c)
+{
+	ev_t *e = c->e;
+
+	pid_remove(e, c);
+	c->io = ev_io_del(c->io);
+	if (c->fallback && !c->exited && !c->dead) {
+		LIST_REMOVE(c, fallback_link);
+		if (--e->nfallback == 0)
+			(void)sig_sync(e);
+	}
+}
+
 static void child_exited(ev_child_t *c, const siginfo_t *si)
 {
 	ev_t *e = c->e;
 
+	child_unwait(c);
 	c->exited = true;
-	c->io = ev_io_del(c->io);
-	if (c->fallback && --e->nfallback == 0)
-		(void)sig_sync(e);
 	e->ndispatched++;
 	c->cb(c, si, c->userdata);
 }
@@ -640,14 +738,10 @@ static void child_pidfd_cb(ev_io_t *w, int fd, uint32_t revents, void *userdata)
 	(void)child_try_reap(userdata, (idtype_t)P_PIDFD, (id_t)fd);
 }
 
+/* The waiting (neither exited nor removed) child with this pid. */
 static ev_child_t *child_find(ev_t *e, pid_t pid)
 {
-	ev_child_t *c;
-
-	for (c = LIST_FIRST(&e->children); c; c = LIST_NEXT(c, link))
-		if (c->pid == pid && !c->dead && !c->exited)
-			return c;
-	return NULL;
+	return pid_lookup(e, pid);
 }
 
 static bool reap_pid(pid_t pid)
@@ -686,10 +780,12 @@ static void child_scan(ev_t *e)
 	e->child_scan = false;
 	/* With orphan reaping on, this already reaps watched children too. */
 	reap_orphans(e);
-	/* Children added by callbacks go to the head: they are not visited now
-	 * and have asked for a scan of their own. */
-	for (c = LIST_FIRST(&e->children); c; c = LIST_NEXT(c, link))
-		if (c->fallback && !c->exited && !c->dead)
+	/* The fallback children only, not every child.  Children added by
+	 * callbacks go to the head: they are not visited now and have asked for
+	 * a scan of their own.  One reaped or removed during the scan is off the
+	 * list but keeps its link and its memory until the iteration ends. */
+	for (c = LIST_FIRST(&e->fallbacks); c; c = LIST_NEXT(c, fallback_link))
+		if (!c->exited && !c->dead)
 			(void)child_try_reap(c, P_PID, (id_t)c->pid);
 }
 
@@ -707,17 +803,23 @@ int ev_child_add(ev_t *e, pid_t pid, int pidfd, ev_child_cb cb, void *userdata, 
 		return -ENOMEM;
 	*c =
 	    (ev_child_t){.e = e, .pid = pid, .fallback = pidfd < 0, .cb = cb, .userdata = userdata};
+	r = pid_insert(e, c);
+	if (r < 0)
+		return r;
 	if (pidfd >= 0)
 		r = io_new(e, pidfd, EV_READ, child_pidfd_cb, c, true, &c->io);
 	else if (++e->nfallback == 1 && (r = sig_sync(e)) < 0)
 		e->nfallback--;
 	else {
 		/* It may have exited before SIGCHLD was blocked: look once. */
+		LIST_INSERT_HEAD(&e->fallbacks, c, fallback_link);
 		e->child_scan = true;
 		r = 0;
 	}
-	if (r < 0)
+	if (r < 0) {
+		pid_remove(e, c);
 		return r;
+	}
 	LIST_INSERT_HEAD(&e->children, c, link);
 	if (ret)
 		*ret = c;
@@ -733,10 +835,8 @@ ev_child_t *ev_child_del(ev_child_t *c)
 		return NULL;
 	e = c->e;
 	assert(!c->dead);
+	child_unwait(c);
 	c->dead = true;
-	c->io = ev_io_del(c->io);
-	if (c->fallback && !c->exited && --e->nfallback == 0)
-		(void)sig_sync(e);
 	if (e->running) {
 		c->next_dead = e->dead_children;
 		e->dead_children = c;
@@ -802,6 +902,20 @@ static usec_t wait_timeout(ev_t *e, usec_t timeout)
 	return MIN(timeout, d > n ? d - n : 0);
 }
 
+int ev_post_set(ev_t *e, ev_post_cb cb, void *userdata)
+{
+	if (cb && e->post_cb)
+		return -EBUSY;
+	e->post_cb = cb;
+	e->post_userdata = userdata;
+	return 0;
+}
+
+uint64_t ev_iterations(const ev_t *e)
+{
+	return e->iterations;
+}
+
 int ev_run_once(ev_t *e, usec_t timeout)
 {
 	uint64_t before = e->ndispatched;
@@ -818,9 +932,12 @@ int ev_run_once(ev_t *e, usec_t timeout)
 		if (e->child_scan)
 			child_scan(e);
 		dispatch_timers(e);
+		if (e->post_cb && e->ndispatched != before)
+			e->post_cb(e, e->post_userdata);
 	} else
 		dispatch_io(e, false);
 	bury_dead(e);
+	e->iterations++;
 	e->running = false;
 	return r < 0 ? r : (int)MIN(e->ndispatched - before, (uint64_t)INT32_MAX);
 }
@@ -908,6 +1025,7 @@ int ev_new(ev_t **ret, const char *backend)
 	LIST_INIT(&e->timers);
 	TAILQ_INIT(&e->defers);
 	LIST_INIT(&e->children);
+	LIST_INIT(&e->fallbacks);
 	sigemptyset(&e->sig_active);
 	sigemptyset(&e->sig_ours);
 	e->now = time_mono();
@@ -964,6 +1082,7 @@ ev_t *ev_free(ev_t *e)
 	safe_close(e->sigfd);
 	free(e->fds);
 	free(e->heap);
+	free(e->pids);
 	free(e->reason);
 	free(e);
 	return NULL;

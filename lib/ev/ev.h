@@ -100,6 +100,15 @@ int ev_set_reap_orphans(ev_t *e, bool on);
 /* How many orphans were reaped so far. */
 uint64_t ev_orphans_reaped(const ev_t *e);
 
+/* After every iteration that ran at least one callback (not counting this one):
+ * work that follows activity, such as a status refresh, without a periodic
+ * timer that would wake an idle loop.  One per loop; NULL removes it; -EBUSY if
+ * another one is set.  (sd-event's post sources.) */
+typedef void (*ev_post_cb)(ev_t *e, void *userdata);
+int ev_post_set(ev_t *e, ev_post_cb cb, void *userdata);
+/* How many iterations ran so far (each ev_run_once(), each turn of ev_run()). */
+uint64_t ev_iterations(const ev_t *e);
+
 /* Run cb once at the start of the next iteration (FIFO).  Keep the userdata alive
  * until it runs, or cancel it: ev_defer_cancel drops every pending (cb, userdata). */
 typedef void (*ev_defer_cb)(void *userdata);

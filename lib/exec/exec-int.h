@@ -10,17 +10,26 @@
 
 /* What the child needs, prepared by the parent before the clone: nothing in the
  * child allocates, everything it touches is in here (see docs/exec.md). */
+/* What a child that could not get to its program reports. */
+struct exec_child_report {
+	int32_t err;  /* errno; 0 = the execve happened */
+	int32_t step; /* enum exec_step */
+};
+
 struct exec_child_args {
 	const char *path;
 	char *const *argv;
 	char *const *envp;
 	const char *cwd;
-	int fds[3];          /* become the child's 0, 1, 2 (fds[2] may equal fds[1]) */
-	int err_fd;          /* CLOEXEC write end of the error pipe */
-	int cgroup_fd;       /* the run's cgroup directory, for CLONE_INTO_CGROUP, or -1 */
+	int fds[3];    /* become the child's 0, 1, 2 (fds[2] may equal fds[1]); -1 = /dev/null */
+	int err_fd;    /* exec_child.c's: the error pipe when memory is not shared, or -1 */
+	int cgroup_fd; /* the run's cgroup directory, for CLONE_INTO_CGROUP, or -1 */
 	int cgroup_procs_fd; /* its cgroup.procs, where the child writes "0", or -1 */
 	pid_t parent;        /* getpid() before the clone: the PR_SET_PDEATHSIG race check */
 	int pdeathsig;
+	uint64_t sig_reset; /* exec_child.c's: signals (bit sig-1) the child sets to SIG_DFL */
+	int files_below;    /* exec_child.c's: the child keeps a copy of fds below this only */
+	struct exec_child_report report; /* exec_child.c's: written by a child sharing our memory */
 	bool set_ids;
 	uid_t uid;
 	gid_t gid;
@@ -29,12 +38,6 @@ struct exec_child_args {
 		int resource;
 		uint64_t cur, max; /* the kernel's struct rlimit64 */
 	} rlimits[RLIMIT_NLIMITS];
-};
-
-/* What a child that could not get to its program writes to err_fd. */
-struct exec_child_report {
-	int32_t err;  /* errno */
-	int32_t step; /* enum exec_step */
 };
 
 enum exec_step {
@@ -66,8 +69,23 @@ enum exec_clone_mode {
 /* Only bench/spawn.c calls this, to measure both ways in one run. */
 void exec_set_clone_mode(enum exec_clone_mode mode);
 
+/* The old child setup, for measuring against it in one run (bench/spawn,
+ * bench/spawn_scale): the child copies the whole fd table and resets all 62
+ * signal dispositions, and the error comes back through a pipe. */
+void exec_set_legacy_child(bool on);
+
+/* For tests: the signals (bit sig-1) a child spawned now would set to SIG_DFL. */
+uint64_t exec_child_signals_to_reset(void);
+
+/* No run process is left: close the fds the spawns keep between them (/dev/null,
+ * the slots, /proc/self/status).  The next spawn opens them again, as low in the
+ * fd table as it then is. */
+void exec_child_release(void);
+
 /* Start the child with every signal blocked in the calling thread and the parent's
  * mask restored afterwards.  Returns the pid and the pidfd, or -errno when no
- * child was created.  The caller reads err_fd's other end to learn whether the
- * execve happened. */
-pid_t exec_child_start(const struct exec_child_args *a, int *ret_pidfd);
+ * child was created; *ret_report says whether the execve happened (err 0) or
+ * which step failed (the child is then dead but not reaped; with no child, a
+ * step the parent did on the child's behalf, or err 0 for the clone itself). */
+pid_t exec_child_start(const struct exec_child_args *a, int *ret_pidfd,
+                       struct exec_child_report *ret_report);

@@ -179,10 +179,15 @@ static bool proc_reap_later(exec_proc_t *p)
 	return true;
 }
 
+/* Run processes in existence: while there is one, the spawn's fds stay open. */
+static unsigned live_procs;
+
 exec_proc_t *exec_free(exec_proc_t *p)
 {
 	if (!p)
 		return NULL;
+	if (__atomic_sub_fetch(&live_procs, 1, __ATOMIC_SEQ_CST) == 0)
+		exec_child_release();
 	if (p->state == PROC_RUNNING && !proc_reap_later(p))
 		proc_reap_now(p);
 	p->state = PROC_DONE;
@@ -411,27 +416,16 @@ int exec_kill(exec_proc_t *p, usec_t grace)
 
 /* Our copies of what the child gets, closed once it has them. */
 struct spawn_fds {
-	int null_fd;
 	int out_w;
 	int err_w;
-	int report_r;
-	int report_w;
 	int cg_procs; /* the run cgroup's cgroup.procs, for the child */
 };
 
-static void spawn_fds_close_child_ends(struct spawn_fds *f)
-{
-	f->null_fd = safe_close(f->null_fd);
-	f->out_w = safe_close(f->out_w);
-	f->err_w = safe_close(f->err_w);
-	f->report_w = safe_close(f->report_w);
-	f->cg_procs = safe_close(f->cg_procs);
-}
-
 static void spawn_fds_close(struct spawn_fds *f)
 {
-	spawn_fds_close_child_ends(f);
-	f->report_r = safe_close(f->report_r);
+	f->out_w = safe_close(f->out_w);
+	f->err_w = safe_close(f->err_w);
+	f->cg_procs = safe_close(f->cg_procs);
 }
 
 static uint64_t rlim_to_kernel(rlim_t v)
@@ -495,14 +489,9 @@ static int pipe_for_child(int *ret_ours, int *ret_child)
 static int spawn_fds_open(exec_proc_t *p, const struct exec_spec *s, struct exec_child_args *a,
                           struct spawn_fds *f)
 {
-	int report[2], r;
+	int r;
 
-	if (s->stdin_fd < 0) {
-		f->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
-		if (f->null_fd < 0)
-			return -errno;
-	}
-	a->fds[0] = s->stdin_fd >= 0 ? s->stdin_fd : f->null_fd;
+	a->fds[0] = s->stdin_fd >= 0 ? s->stdin_fd : -1; /* -1: /dev/null */
 	r = pipe_for_child(&p->pipes[0].fd, &f->out_w);
 	if (r < 0)
 		return r;
@@ -513,10 +502,6 @@ static int spawn_fds_open(exec_proc_t *p, const struct exec_spec *s, struct exec
 			return r;
 		a->fds[2] = f->err_w;
 	}
-	if (pipe2(report, O_CLOEXEC) < 0)
-		return -errno;
-	f->report_r = report[0];
-	a->err_fd = f->report_w = report[1];
 	return 0;
 }
 
@@ -538,40 +523,23 @@ static int spawn_cgroup_open(exec_proc_t *p, const struct exec_spec *s, struct e
 	return 0;
 }
 
-/* 0: the execve happened (the report pipe closed empty); 1: *rep says what failed. */
-static int read_report(int fd, struct exec_child_report *rep)
-{
-	ssize_t n;
-
-	do
-		n = read(fd, rep, sizeof(*rep));
-	while (n < 0 && errno == EINTR);
-	if (n == 0)
-		return 0;
-	if (n != (ssize_t)sizeof(*rep) || rep->err <= 0) {
-		rep->err = n < 0 ? errno : EIO;
-		rep->step = EXEC_STEP_EXECVE;
-	}
-	return 1;
-}
-
 static int spawn_child(exec_proc_t *p, const struct exec_child_args *a, struct spawn_fds *f,
                        const char **step)
 {
-	struct exec_child_report rep;
+	struct exec_child_report rep = {0};
 	pid_t pid;
 
 	p->start = time_mono();
-	pid = exec_child_start(a, &p->pidfd);
+	pid = exec_child_start(a, &p->pidfd, &rep);
 	if (pid < 0) {
-		*step = "clone";
+		*step = rep.err ? exec_step_name(rep.step) : "clone";
 		return pid;
 	}
 	p->pid = pid;
 	p->state = PROC_RUNNING;
-	/* With our copy of the write end gone, EOF on the report pipe = execve. */
-	spawn_fds_close_child_ends(f);
-	if (read_report(f->report_r, &rep) == 0)
+	/* The child has its copies (or is dead): ours would hold its pipes open. */
+	spawn_fds_close(f);
+	if (rep.err == 0)
 		return 0;
 	proc_reap_now(p);
 	*step = exec_step_name(rep.step);
@@ -595,6 +563,7 @@ static exec_proc_t *proc_new(ev_t *e, const struct exec_spec *s, exec_output_cb 
 
 	if (!p)
 		return NULL;
+	__atomic_add_fetch(&live_procs, 1, __ATOMIC_SEQ_CST);
 	*p = (exec_proc_t){
 	    .e = e,
 	    .state = PROC_DONE, /* nothing to reap until the clone */
@@ -615,7 +584,7 @@ static exec_proc_t *proc_new(ev_t *e, const struct exec_spec *s, exec_output_cb 
 int exec_spawn(ev_t *e, const struct exec_spec *spec, exec_output_cb on_output,
                exec_exit_cb on_exit, void *userdata, exec_proc_t **ret, const char **ret_step)
 {
-	_cleanup_(spawn_fds_close) struct spawn_fds f = {-1, -1, -1, -1, -1, -1};
+	_cleanup_(spawn_fds_close) struct spawn_fds f = {-1, -1, -1};
 	struct exec_child_args a;
 	const char *step = "spawn";
 	exec_proc_t *p;

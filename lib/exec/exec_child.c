@@ -11,6 +11,7 @@
  * can ever run on the shared memory. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/capability.h>
 #include <linux/close_range.h>
 #include <linux/sched.h>
@@ -18,9 +19,17 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
 
 #include "exec/exec-int.h"
 #include "util/macro.h"
@@ -49,11 +58,103 @@ struct kernel_sigaction {
 /* Big enough for the raw calls below, also with sanitizer instrumentation. */
 #define CHILD_STACK_SIZE (32 * 1024)
 
+#ifndef CLOSE_RANGE_UNSHARE
+#define CLOSE_RANGE_UNSHARE (1U << 1)
+#endif
+
+#define ALL_SIGNALS UINT64_MAX
+#define SIG_BIT(sig) (UINT64_C(1) << ((sig)-1))
+/* The child's fds at their low numbers: stdin, stdout, stderr, cgroup.procs. */
+#define N_SLOTS 4
+
 static enum exec_clone_mode clone_mode = EXEC_CLONE_VFORK;
+static bool legacy_child;
 
 void exec_set_clone_mode(enum exec_clone_mode mode)
 {
 	clone_mode = mode;
+}
+
+void exec_set_legacy_child(bool on)
+{
+	legacy_child = on;
+}
+
+/* Process-wide spawn state, set up by the first spawn: /dev/null (every
+ * child's default stdin, and what the slots hold between spawns), the slots,
+ * and /proc/self/status kept open to learn the signal dispositions with one
+ * pread.  Spawns from two threads at once take turns on the slots. */
+static struct {
+	pthread_mutex_t lock;
+	int null_fd;
+	int slots[N_SLOTS];
+	int slots_end; /* one above the highest slot */
+	int status_fd;
+} spawn = {
+    .lock = PTHREAD_MUTEX_INITIALIZER, .null_fd = -1, .slots = {-1, -1, -1, -1}, .status_fd = -1};
+
+/* The slots are taken once, as low as the fd table allows at that time, and
+ * never closed: a child sharing our fd table until its first system call
+ * keeps a copy of the fds below slots_end only, however many fds the daemon
+ * holds (a pidfd and a pipe per run). */
+static void spawn_init(void)
+{
+	spawn.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (spawn.null_fd < 0)
+		return;
+	for (int i = 0; i < N_SLOTS; i++) {
+		spawn.slots[i] = fcntl(spawn.null_fd, F_DUPFD_CLOEXEC, 3);
+		if (spawn.slots[i] < 0) {
+			spawn.slots_end = 0;
+			return;
+		}
+		spawn.slots_end = MAX(spawn.slots_end, spawn.slots[i] + 1);
+	}
+	spawn.status_fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+}
+
+void exec_child_release(void)
+{
+	pthread_mutex_lock(&spawn.lock);
+	spawn.null_fd = safe_close(spawn.null_fd);
+	for (int i = 0; i < N_SLOTS; i++)
+		spawn.slots[i] = safe_close(spawn.slots[i]);
+	spawn.slots_end = 0;
+	spawn.status_fd = safe_close(spawn.status_fd);
+	pthread_mutex_unlock(&spawn.lock);
+}
+
+/* The hex mask after "key:\t" in a /proc status text, or ALL_SIGNALS. */
+static uint64_t status_mask(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+	char *end;
+	uint64_t v;
+
+	if (!p)
+		return ALL_SIGNALS;
+	errno = 0;
+	v = strtoull(p + strlen(key), &end, 16);
+	return errno || end == p + strlen(key) ? ALL_SIGNALS : v;
+}
+
+/* Which signals the child must set to SIG_DFL: the ignored ones (an ignored
+ * disposition survives execve) and the caught ones (execve resets those, but
+ * the child must not run a handler of ours on our memory before it gets
+ * there).  One pread of /proc/self/status instead of 64 sigaction() calls;
+ * when that cannot be had, all of them. */
+static uint64_t signals_to_reset(void)
+{
+	char buf[4096];
+	ssize_t n;
+
+	if (legacy_child || spawn.status_fd < 0)
+		return ALL_SIGNALS;
+	n = pread(spawn.status_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return ALL_SIGNALS;
+	buf[n] = '\0';
+	return status_mask(buf, "\nSigIgn:\t") | status_mask(buf, "\nSigCgt:\t");
 }
 
 const char *exec_step_name(int step)
@@ -82,22 +183,39 @@ const char *exec_step_name(int step)
 #define CHILD_FN __attribute__((no_sanitize_address, noinline))
 
 /* Report the failed step to the parent and die; the parent reaps us. */
-CHILD_FN __attribute__((noreturn)) static void child_fail(const struct exec_child_args *a,
+uint64_t exec_child_signals_to_reset(void)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&spawn.lock);
+	if (spawn.null_fd < 0)
+		spawn_init();
+	v = signals_to_reset();
+	pthread_mutex_unlock(&spawn.lock);
+	return v;
+}
+
+CHILD_FN __attribute__((noreturn)) static void child_fail(struct exec_child_args *a,
                                                           enum exec_step step)
 {
 	struct exec_child_report rep = {.err = errno ? errno : EIO, .step = (int32_t)step};
 
-	(void)!syscall(SYS_write, a->err_fd, &rep, sizeof(rep));
+	/* Sharing our memory, the report is just written there: we read it when
+	 * the clone returns, i.e. after this child's death. */
+	if (a->err_fd < 0)
+		a->report = rep;
+	else
+		(void)!syscall(SYS_write, a->err_fd, &rep, sizeof(rep));
 	for (;;)
 		syscall(SYS_exit_group, 127);
 }
 
-CHILD_FN static int child_reset_signals(void)
+CHILD_FN static int child_reset_signals(uint64_t which)
 {
 	struct kernel_sigaction dfl = {.handler = SIG_DFL};
 
-	for (int sig = 1; sig < _NSIG; sig++) {
-		if (sig == SIGKILL || sig == SIGSTOP)
+	for (int sig = 1; sig < _NSIG && sig <= 64; sig++) {
+		if (sig == SIGKILL || sig == SIGSTOP || !(which & SIG_BIT(sig)))
 			continue;
 		if (syscall(SYS_rt_sigaction, sig, &dfl, NULL, KERNEL_SIGSET_SIZE) < 0)
 			return -1;
@@ -105,12 +223,27 @@ CHILD_FN static int child_reset_signals(void)
 	return 0;
 }
 
+/* Our own copy of the fd table, before anything else touches an fd.  Cloned
+ * with CLONE_FILES, we share the daemon's table: close_range() with
+ * CLOSE_RANGE_UNSHARE over everything from files_below up copies only the fds
+ * below it (Linux 5.9), where our fds were put; the daemon's thousands of
+ * pidfds and pipes are neither copied now nor closed again by the execve. */
+CHILD_FN static int child_unshare_files(const struct exec_child_args *a)
+{
+	if (a->files_below <= 0)
+		return 0; /* not shared: the clone copied the table */
+	if (syscall(SYS_close_range, (unsigned)a->files_below, ~0U, CLOSE_RANGE_UNSHARE) == 0)
+		return 0;
+	/* Before Linux 5.9: a copy of the whole table (the cost we avoid). */
+	return syscall(SYS_unshare, CLONE_FILES) == 0 ? 0 : -1;
+}
+
 /* Any of our fds below 3 would be overwritten by the dup2()s: move it up first. */
 CHILD_FN static int child_move_up(int *fd)
 {
 	long r;
 
-	if (*fd >= 3)
+	if (*fd < 0 || *fd >= 3)
 		return 0;
 	r = syscall(SYS_fcntl, *fd, F_DUPFD_CLOEXEC, 3);
 	if (r < 0)
@@ -161,7 +294,7 @@ CHILD_FN static int child_set_rlimits(const struct exec_child_args *a)
 
 /* Groups first, then gid, then uid: each later step needs the privilege the
  * previous one has not yet dropped. */
-CHILD_FN static void child_set_ids(const struct exec_child_args *a)
+CHILD_FN static void child_set_ids(struct exec_child_args *a)
 {
 	gid_t groups[1] = {a->gid};
 
@@ -181,7 +314,7 @@ CHILD_FN static void child_set_ids(const struct exec_child_args *a)
  * permitted one), a run of an unprivileged user starts with none; one of uid 0
  * gets root's again from the execve.  Lowering never fails for want of
  * privilege; a seccomp filter that forbids capset fails the run. */
-CHILD_FN static void child_drop_caps(const struct exec_child_args *a)
+CHILD_FN static void child_drop_caps(struct exec_child_args *a)
 {
 	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
 	struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {{0}};
@@ -191,7 +324,7 @@ CHILD_FN static void child_drop_caps(const struct exec_child_args *a)
 }
 
 /* After the id change: changing credentials clears the parent-death signal. */
-CHILD_FN static void child_set_pdeathsig(const struct exec_child_args *a)
+CHILD_FN static void child_set_pdeathsig(struct exec_child_args *a)
 {
 	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, (unsigned long)a->pdeathsig, 0UL, 0UL, 0UL) < 0)
 		child_fail(a, EXEC_STEP_PDEATHSIG);
@@ -209,7 +342,9 @@ CHILD_FN __attribute__((noreturn)) static int child_main(void *arg)
 	uint64_t empty = 0;
 
 	errno = 0;
-	if (child_reset_signals() < 0)
+	if (child_unshare_files(a) < 0)
+		child_fail(a, EXEC_STEP_CLOSE_RANGE);
+	if (child_reset_signals(a->sig_reset) < 0)
 		child_fail(a, EXEC_STEP_SIGACTION);
 	/* Into the run's cgroup before anything else ("0" = the writer); the fd
 	 * was opened by the daemon, so its credentials decide. */
@@ -243,9 +378,11 @@ static pid_t clone_vfork(struct exec_child_args *a, int *pidfd)
 	 * does the same); under valgrind, which turns this into a fork, it is a
 	 * copy. */
 	_Alignas(16) char stack[CHILD_STACK_SIZE];
+	int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
 
-	return clone(child_main, stack + sizeof(stack),
-	             CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, a, pidfd);
+	if (a->files_below > 0)
+		flags |= CLONE_FILES;
+	return clone(child_main, stack + sizeof(stack), flags, a, pidfd);
 }
 
 static pid_t clone_fork(struct exec_child_args *a, int *pidfd)
@@ -270,22 +407,159 @@ static pid_t clone_fork(struct exec_child_args *a, int *pidfd)
 	return (pid_t)pid;
 }
 
-pid_t exec_child_start(const struct exec_child_args *args, int *ret_pidfd)
+/* Does the child really share our memory (and so may share our fd table and
+ * write its report into our memory)?  Not in the fork-like mode, and not under
+ * valgrind, which runs a vfork as a fork and refuses CLONE_FILES with it. */
+static bool shares_memory(void)
 {
-	struct exec_child_args a = *args; /* the child edits its fd numbers */
+	return clone_mode == EXEC_CLONE_VFORK && !RUNNING_ON_VALGRIND;
+}
+
+/* fd into slot i (the caller holds spawn.lock): the same file, CLOEXEC, at a
+ * low number.  *used gets bit i. */
+static int slot_put(int *fd, int i, unsigned *used)
+{
+	if (dup3(*fd, spawn.slots[i], O_CLOEXEC) < 0)
+		return -errno;
+	*fd = spawn.slots[i];
+	*used |= 1u << i;
+	return 0;
+}
+
+/* The child's fds into the slots; stderr merged with stdout shares its slot,
+ * no stdin means /dev/null itself.  Returns the slots used (bits), or -errno. */
+static int slots_fill(struct exec_child_args *a, unsigned *used)
+{
+	bool merged = a->fds[2] == a->fds[1];
+	int r = 0;
+
+	if (a->fds[0] < 0)
+		a->fds[0] = spawn.null_fd;
+	else
+		r = slot_put(&a->fds[0], 0, used);
+	if (r >= 0)
+		r = slot_put(&a->fds[1], 1, used);
+	if (r >= 0 && merged)
+		a->fds[2] = a->fds[1];
+	else if (r >= 0)
+		r = slot_put(&a->fds[2], 2, used);
+	if (r >= 0 && a->cgroup_procs_fd >= 0)
+		r = slot_put(&a->cgroup_procs_fd, 3, used);
+	return r;
+}
+
+/* Back to /dev/null, so the child's pipe ends are not kept open by us. */
+static void slots_clear(unsigned used)
+{
+	for (int i = 0; i < N_SLOTS; i++)
+		if (used & (1u << i))
+			(void)dup3(spawn.null_fd, spawn.slots[i], O_CLOEXEC);
+}
+
+/* Without shared memory the report comes through a CLOEXEC pipe: EOF once the
+ * execve happened, or {errno, step}. */
+static void read_report(int fd, struct exec_child_report *rep)
+{
+	ssize_t n;
+
+	do
+		n = read(fd, rep, sizeof(*rep));
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		*rep = (struct exec_child_report){0};
+	else if (n != (ssize_t)sizeof(*rep) || rep->err <= 0)
+		*rep = (struct exec_child_report){.err = n < 0 ? errno : EIO,
+		                                  .step = EXEC_STEP_EXECVE};
+}
+
+static pid_t clone_blocked(struct exec_child_args *a, int *pidfd)
+{
 	uint64_t all = ~UINT64_C(0), saved;
-	int pidfd = -1, saved_errno;
+	int saved_errno;
 	pid_t pid;
 
 	/* Raw, like glibc's posix_spawn: pthread_sigmask() would leave glibc's own
 	 * two internal signals unblocked. */
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &saved, KERNEL_SIGSET_SIZE) < 0)
 		return -errno;
-	pid = clone_mode == EXEC_CLONE_FORK ? clone_fork(&a, &pidfd) : clone_vfork(&a, &pidfd);
+	pid = clone_mode == EXEC_CLONE_FORK ? clone_fork(a, pidfd) : clone_vfork(a, pidfd);
 	saved_errno = errno;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &saved, NULL, KERNEL_SIGSET_SIZE);
+	return pid < 0 ? -saved_errno : pid;
+}
+
+/* With the report pipe (no shared memory): start, then wait for EOF or the
+ * report. */
+static pid_t start_piped(struct exec_child_args *a, int *pidfd)
+{
+	int report[2];
+	pid_t pid;
+
+	if (a->fds[0] < 0)
+		a->fds[0] = spawn.null_fd;
+	if (pipe2(report, O_CLOEXEC) < 0)
+		return -errno;
+	a->err_fd = report[1];
+	pid = clone_blocked(a, pidfd);
+	close(report[1]);
+	if (pid >= 0)
+		read_report(report[0], &a->report);
+	close(report[0]);
+	return pid;
+}
+
+/* Sharing memory and, from the clone to the child's first system call, the fd
+ * table: the child's fds go into the slots for the clone. */
+static pid_t start_shared(struct exec_child_args *a, int *pidfd)
+{
+	unsigned used = 0;
+	pid_t pid;
+
+	if (!legacy_child && spawn.slots_end > 0) {
+		int r = slots_fill(a, &used);
+
+		if (r < 0) {
+			/* A bad fd given for the child: what the child's dup would say. */
+			slots_clear(used);
+			a->report = (struct exec_child_report){.err = -r, .step = EXEC_STEP_DUP};
+			return r;
+		}
+		a->files_below = spawn.slots_end;
+	} else if (a->fds[0] < 0)
+		a->fds[0] = spawn.null_fd;
+	pid = clone_blocked(a, pidfd);
+	slots_clear(used);
+	return pid;
+}
+
+pid_t exec_child_start(const struct exec_child_args *args, int *ret_pidfd,
+                       struct exec_child_report *ret_report)
+{
+	struct exec_child_args a = *args; /* the child edits its fd numbers */
+	int pidfd = -1;
+	pid_t pid;
+
+	pthread_mutex_lock(&spawn.lock);
+	if (spawn.null_fd < 0)
+		spawn_init();
+	if (spawn.null_fd < 0) {
+		int r = -errno;
+
+		pthread_mutex_unlock(&spawn.lock);
+		return r;
+	}
+	a.err_fd = -1;
+	a.files_below = 0;
+	a.report = (struct exec_child_report){0};
+	a.sig_reset = signals_to_reset();
+	if (shares_memory() && !legacy_child)
+		pid = start_shared(&a, &pidfd);
+	else
+		pid = start_piped(&a, &pidfd);
+	pthread_mutex_unlock(&spawn.lock);
+	*ret_report = a.report;
 	if (pid < 0)
-		return -saved_errno;
+		return pid;
 	*ret_pidfd = pidfd;
 	return pid;
 }

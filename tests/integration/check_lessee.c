@@ -805,6 +805,45 @@ START_TEST(test_metrics_count_exactly)
 }
 END_TEST
 
+/* One scrape: the loop's wake-ups and the API requests so far. */
+static void scrape_wakeups(double *ret_wakeups, double *ret_requests)
+{
+	prom_doc_t *doc = scrape();
+
+	*ret_wakeups = prom_value(doc, "lessee_loop_wakeups_total", NULL);
+	*ret_requests = prom_sum(doc, "lessee_api_requests_total", NULL);
+	prom_free(doc);
+}
+
+/* An idle daemon sleeps until something is due (the long poll's end, the
+ * watchdog): no periodic tick.  A scrape costs the loop a few wake-ups of its
+ * own (accept, read, answer, the close), measured as the difference of two
+ * scrapes half a second apart; two scrapes ten seconds apart, with a long poll
+ * in flight and nothing else due, may cost no more than that (give or take how
+ * the close falls into iterations).  With the old 1 s status tick they cost
+ * about eight more.  A window in which an API request
+ * completed (the long poll ended) is not idle and is measured again. */
+START_TEST(test_idle_no_tick)
+{
+	double w0, w1, w2, q0, q1, q2;
+	int tries = 0;
+
+	D = tu_lessee_free(D);
+	start_lessee("[status]\nlisten = 127.0.0.1:0\n[worker]\nlong_poll = 30s\n");
+	do {
+		ck_assert_int_lt(tries++, 5);
+		scrape_wakeups(&w0, &q0);
+		tu_sleep(SEC / 2);
+		scrape_wakeups(&w1, &q1);
+		tu_sleep(10 * SEC); /* the interval in which nothing may happen */
+		scrape_wakeups(&w2, &q2);
+	} while (q0 != q2);
+	ck_assert_msg(w2 - w1 <= (w1 - w0) + 2,
+		      "%.0f wake-ups in 10 idle seconds, a scrape alone costs %.0f", w2 - w1,
+		      w1 - w0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lessee");
@@ -829,6 +868,7 @@ int main(void)
 	tcase_add_test(tc, test_auth_refused);
 	tcase_add_test(tc, test_retry_after_honoured);
 	tcase_add_test(tc, test_metrics_count_exactly);
+	tcase_add_test(tc, test_idle_no_tick);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

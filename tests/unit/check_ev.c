@@ -15,6 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
+#include "ev/ev-int.h"
 #include "ev/ev.h"
 #include "testutil.h"
 #include "util/fileio.h"
@@ -1306,6 +1309,142 @@ START_TEST(test_reap_orphans_fallback)
 }
 END_TEST
 
+/* Adding a child and dispatching its exit cost the same with one or a thousand
+ * children waiting: every lookup by pid (the duplicate check on add, the orphan
+ * reaper's "is this one watched?", the removal) visits a bounded number of
+ * entries.  The list this replaced visited every child: a thousand adds cost
+ * half a million probes, and each exit up to a thousand more. */
+START_TEST(test_child_many_lookup)
+{
+	enum { N = 1000, FAKE_PID0 = 4194304 + 1 }; /* above PID_MAX_LIMIT: never real */
+	static int fds[N];
+	static ev_child_t *cs[N];
+	struct childrec rec = {0}, quiet = {0};
+	struct rlimit rl;
+	pid_t sleeper, target;
+	int sfd, tfd, go[2];
+	uint64_t p0;
+	ev_t *e;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < N + 100) {
+		fprintf(stderr, "RLIMIT_NOFILE hard limit %llu: too low, skipped\n",
+		        (unsigned long long)rl.rlim_max);
+		return;
+	}
+	rl.rlim_cur = MAX(rl.rlim_cur, (rlim_t)N + 100);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	sleeper = spawn_sleeper();
+	sfd = open_pidfd(sleeper);
+	if (sfd < 0)
+		return; /* no pidfd_open (valgrind 3.19): the fallback tests cover the rest */
+	ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
+	target = spawn_sh("read x <&3; exit 7", go[0], -1);
+	tfd = open_pidfd(target);
+	e = new_loop();
+	ck_assert_int_eq(ev_set_reap_orphans(e, true), 0);
+	/* A thousand children that will not exit during the test: pidfds of one
+	 * sleeper under made-up pids. */
+	p0 = ev_pid_probes(e);
+	for (int i = 0; i < N; i++) {
+		fds[i] = fcntl(sfd, F_DUPFD_CLOEXEC, 3);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(ev_child_add(e, FAKE_PID0 + i, fds[i], child_cb, &quiet, &cs[i]),
+		                 0);
+	}
+	ck_assert_int_eq(ev_child_add(e, target, tfd, child_cb, &rec, NULL), 0);
+	ck_assert_int_eq(ev_child_add(e, target, tfd, child_cb, &rec, NULL), -EEXIST);
+	ck_assert_msg(ev_pid_probes(e) - p0 <= 4 * N, "%llu probes for %d adds",
+	              (unsigned long long)(ev_pid_probes(e) - p0), N + 2);
+	p0 = ev_pid_probes(e);
+	close(go[1]); /* EOF: the target exits */
+	RUN_UNTIL(e, rec.calls == 1);
+	ck_assert_int_eq(rec.si.si_pid, target);
+	ck_assert_int_eq(rec.si.si_code, CLD_EXITED);
+	ck_assert_int_eq(rec.si.si_status, 7);
+	ck_assert_int_eq(quiet.calls, 0);
+	ck_assert_msg(ev_pid_probes(e) - p0 <= 16, "%llu probes to dispatch one exit",
+	              (unsigned long long)(ev_pid_probes(e) - p0));
+	for (int i = 0; i < N; i++) {
+		ev_child_del(cs[i]);
+		close(fds[i]);
+	}
+	ck_assert_int_eq(quiet.calls, 0);
+	ev_free(e);
+	close(go[0]);
+	close(tfd);
+	close(sfd);
+}
+END_TEST
+
+/* ---- idle ----------------------------------------------------------------- */
+
+static void noop_timer(ev_timer_t *t, void *u);
+
+struct late_writer {
+	int fd;
+	usec_t after;
+};
+
+static void *late_write(void *arg)
+{
+	struct late_writer *w = arg;
+
+	tu_sleep(w->after);
+	put_byte(w->fd);
+	return NULL;
+}
+
+static void read_exit_io(ev_io_t *w, int fd, uint32_t revents, void *u)
+{
+	char c;
+
+	ck_assert_int_eq(read(fd, &c, 1), 1);
+	ev_exit(u, 0);
+}
+
+static int posts;
+
+static void count_post(ev_t *e, void *u)
+{
+	posts++;
+}
+
+/* With nothing due, the loop sleeps in one wait until an event comes: a timer
+ * an hour away and a post callback (which follows activity only) do not wake
+ * it.  The event is a pipe written by a thread 300 ms later; what is asserted
+ * is the number of iterations, not a duration. */
+START_TEST(test_idle_one_wait)
+{
+	struct late_writer lw = {.after = 300 * USEC_PER_MSEC};
+	pthread_t th;
+	uint64_t it0;
+	int p[2];
+	ev_t *e = new_loop();
+
+	make_pipe(p);
+	lw.fd = p[1];
+	ck_assert_int_eq(ev_timer_add(e, 3600 * USEC_PER_SEC, noop_timer, NULL, NULL), 0);
+	ck_assert_int_eq(ev_io_add(e, p[0], EV_READ, read_exit_io, e, NULL), 0);
+	ck_assert_int_eq(ev_post_set(e, count_post, NULL), 0);
+	ck_assert_int_eq(ev_post_set(e, count_post, NULL), -EBUSY);
+	posts = 0;
+	it0 = ev_iterations(e);
+	ck_assert_int_eq(pthread_create(&th, NULL, late_write, &lw), 0);
+	ck_assert_int_eq(ev_run(e), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(ev_iterations(e) - it0, 1);
+	ck_assert_int_eq(posts, 1); /* after the iteration that read the pipe */
+	/* an iteration that dispatches nothing runs no post callback */
+	ck_assert_int_eq(ev_run_once(e, 0), 0);
+	ck_assert_int_eq(posts, 1);
+	ck_assert_int_eq(ev_post_set(e, NULL, NULL), 0);
+	ev_free(e);
+	close(p[0]);
+	close(p[1]);
+}
+END_TEST
+
 /* ---- lifetime ---------------------------------------------------------------- */
 
 static void noop_timer(ev_timer_t *t, void *u)
@@ -1437,6 +1576,8 @@ static Suite *ev_suite(void)
 	tcase_add_test(tc, test_child_lost);
 	tcase_add_test(tc, test_reap_orphans_pidfd);
 	tcase_add_test(tc, test_reap_orphans_fallback);
+	tcase_add_test(tc, test_child_many_lookup);
+	tcase_add_test(tc, test_idle_one_wait);
 	tcase_add_test(tc, test_free_live);
 	tcase_add_test(tc, test_fd_count);
 	suite_add_tcase(s, tc);
