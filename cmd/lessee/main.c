@@ -737,8 +737,11 @@ int main(int argc, char **argv)
 			    strerror(-dumpable));
 	conf_warnings(conf, NULL);
 	if (!conf->api.token && !conf->api.key_id)
-		log_warning("no API token configured (api.token_file, or the api-token credential): "
-			    "requests are sent without authentication");
+		log_warning("no API credentials configured (%s): requests are sent without "
+			    "authentication",
+			    streq(conf->api.protocol, "conductor")
+			        ? "api.key_id and api.key_secret_file"
+			        : "api.token_file, or the api-token credential");
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
 	tighten_dirs(conf);

@@ -16,6 +16,11 @@ struct drv {
 	usec_t timeout;      /* api.request_timeout */
 	usec_t last_ok;      /* monotonic time of the last answer with valid credentials */
 	bool auth_denied;    /* the last answer was 401/403 */
+	/* the driver renews its credentials on a 401/403 itself (a token that
+	 * expired): such an answer is no verdict on them until the operation
+	 * ends DRV_DENIED (drv_req_answer) */
+	bool auth_renewable;
+	long denied_status; /* the last 401/403 held back so */
 	metric_t *m_requests, *m_duration;
 	void *priv;          /* the driver's own state (init sets it, done frees it) */
 };

@@ -34,6 +34,20 @@ const struct drv_ops *drv_find(const char *name)
 
 /* ---------------------------------------------------------------- accounting */
 
+/* What an answer says of our credentials: logged once per change of state. */
+static void drv_credentials_seen(drv_t *d, bool denied, long status)
+{
+	if (denied != d->auth_denied)
+		log_emit(denied ? LOG_ERR : LOG_NOTICE, NULL,
+		         denied
+		             ? "API refuses our credentials (HTTP %ld): not ready, retrying slowly"
+		             : "API accepts our credentials again (HTTP %ld): ready",
+		         status);
+	d->auth_denied = denied;
+	if (!denied)
+		d->last_ok = ev_now(d->ev);
+}
+
 /* Every answer of the API, whichever driver asked: counted by endpoint and
  * code, timed, and read for what it says about our credentials. */
 static void drv_observe(const char *label, const struct http_response *resp, void *ctx)
@@ -50,15 +64,11 @@ static void drv_observe(const char *label, const struct http_response *resp, voi
 	metric_observe(d->m_duration, (double)resp->elapsed / USEC_PER_SEC, label);
 	if (resp->status == 0 || resp->status >= 500)
 		return; /* says nothing about our credentials */
-	if (denied != d->auth_denied)
-		log_emit(denied ? LOG_ERR : LOG_NOTICE, NULL,
-		         denied
-		             ? "API refuses our credentials (HTTP %ld): not ready, retrying slowly"
-		             : "API accepts our credentials again (HTTP %ld): ready",
-		         resp->status);
-	d->auth_denied = denied;
-	if (!denied)
-		d->last_ok = ev_now(d->ev);
+	if (denied && d->auth_renewable) {
+		d->denied_status = resp->status;
+		return; /* the driver renews them first: the operation's verdict decides */
+	}
+	drv_credentials_seen(d, denied, resp->status);
 }
 
 static int drv_common_init(drv_t *d, ev_t *e, const struct conf *c, metrics_t *m)
@@ -219,8 +229,17 @@ static void drv_req_end(drv_req_t *rq)
 		*rq->ret = NULL;
 }
 
+/* A driver that renews its credentials itself gave up: now they are refused. */
+static void drv_req_verdict(drv_req_t *rq, const struct drv_answer *a)
+{
+	if (a->verdict == DRV_DENIED && rq->d->auth_renewable)
+		drv_credentials_seen(rq->d, true,
+		                     rq->d->denied_status ? rq->d->denied_status : 401);
+}
+
 void drv_req_answer(drv_req_t *rq, const struct drv_answer *a)
 {
+	drv_req_verdict(rq, a);
 	drv_req_end(rq);
 	rq->cb(a, rq->ud);
 	drv_req_free(rq);
@@ -228,6 +247,7 @@ void drv_req_answer(drv_req_t *rq, const struct drv_answer *a)
 
 void drv_req_claim_answer(drv_req_t *rq, struct drv_claim_answer *a)
 {
+	drv_req_verdict(rq, &a->a);
 	drv_req_end(rq);
 	rq->claim_cb(a, rq->ud);
 	/* what the worker did not take */

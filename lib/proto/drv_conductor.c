@@ -292,6 +292,7 @@ static int conductor_init(drv_t *d, const struct conf *c)
 	if (c->api.key_id && c->api.key_secret &&
 	    (!(n->key_id = strdup(c->api.key_id)) || !(n->key_secret = strdup(c->api.key_secret))))
 		return -ENOMEM;
+	d->auth_renewable = n->key_id != NULL; /* an expired token is renewed, not a denial */
 	return types_init(n, c);
 }
 

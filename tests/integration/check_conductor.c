@@ -500,7 +500,7 @@ END_TEST
 
 START_TEST(test_key_auth)
 {
-	_cleanup_free_ char *id = NULL, *secret = fmt("%s/key-secret", scripts);
+	_cleanup_free_ char *id = NULL, *secret = fmt("%s/key-secret", scripts), *log = NULL;
 	cJSON *t;
 
 	tu_conductor_stop(E);
@@ -516,6 +516,36 @@ START_TEST(test_key_auth)
 	t = wait_task(id, "COMPLETED");
 	cJSON_Delete(t);
 	ck_assert_int_ge(tu_conductor_stat(E, "token"), 2);
+	/* an expired token renewed is no refusal of our credentials: not logged
+	 * as one, and readiness never flips */
+	log = tu_lessee_log(D);
+	ck_assert_ptr_nonnull(log);
+	ck_assert_msg(!strstr(log, "API refuses our credentials"),
+	              "a renewed token was logged as refused credentials:\n%s", log);
+}
+END_TEST
+
+/* A key the token endpoint refuses: that is a refusal, logged as one, and no
+ * task is polled. */
+START_TEST(test_key_refused)
+{
+	_cleanup_free_ char *id = NULL, *secret = fmt("%s/key-secret", scripts);
+	cJSON *t;
+
+	tu_conductor_stop(E);
+	E = tu_conductor_free(E);
+	emu_start(&(struct tu_conductor_opts){
+	    .sweep_ms = 20, .key_id = "lessee-key", .key_secret = "s3cret-k3y", .token_ttl_s = 2});
+	ck_assert_int_eq(write_file_atomic(secret, "wrong-secret\n", 13, 0600), 0);
+	id = create("{\"taskType\":\"sleep\"}");
+	start_lessee(
+	    "[api]\nkey_id = lessee-key\nkey_secret_file = %1$s/key-secret\n" SLEEPER("SLEEP=0"),
+	    scripts);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "API refuses our credentials", 30 * SEC), 0);
+	t = tu_conductor_task(E, id);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(t, "status")), "SCHEDULED");
+	cJSON_Delete(t);
 }
 END_TEST
 
@@ -553,5 +583,6 @@ int main(void)
 	ADD(s, spool_delivered_at_restart);
 	ADD(s, breaker_leaves_a_task_type_out);
 	ADD(s, key_auth);
+	ADD(s, key_refused);
 	return tu_run(s);
 }
