@@ -42,34 +42,6 @@ _printf_(2, 3) static int problem(char p[CONF_PROBLEM_MAX], const char *fmt, ...
 
 /* ---- text hygiene ---- */
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	size_t len;
-	uint32_t cp, min;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f, min = 0x80;
-	else if ((s[0] & 0xf0) == 0xe0)
-		len = 3, cp = s[0] & 0x0f, min = 0x800;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07, min = 0x10000;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 const char *conf_text_problem(const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
@@ -81,7 +53,7 @@ const char *conf_text_problem(const char *s, size_t n)
 			return "contains a NUL byte";
 		if ((u[i] < 0x20 && u[i] != '\t') || u[i] == 0x7f)
 			return "contains a control character";
-		l = utf8_seq(u + i, n - i);
+		l = utf8_seq_len(u + i, n - i);
 		if (l == 0)
 			return "is not valid UTF-8";
 		i += l;
@@ -210,7 +182,7 @@ void conf_write_word(FILE *f, const char *w)
 			fputs("\\t", f);
 		else if (*c == '\r')
 			fputs("\\r", f);
-		else if (*c < 0x20 || *c == 0x7f || !(l = utf8_seq(c, (size_t)(end - c))))
+		else if (*c < 0x20 || *c == 0x7f || !(l = utf8_seq_len(c, (size_t)(end - c))))
 			fprintf(f, "\\x%02x", *c);
 		else {
 			fwrite(c, 1, l, f);

@@ -133,32 +133,6 @@ static bool values_match(const struct child *c, const char *const *values, size_
 	return true;
 }
 
-/* Length of the valid UTF-8 sequence at s (NUL-terminated), 0 if there is none. */
-static size_t utf8_seq(const unsigned char *s)
-{
-	unsigned cp, len;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		len = 3, cp = s[0] & 0x0f;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07;
-	else
-		return 0;
-	for (unsigned k = 1; k < len; k++) {
-		if ((s[k] & 0xc0) != 0x80) /* also stops at the NUL */
-			return 0;
-		cp = cp << 6 | (s[k] & 0x3f);
-	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 /* The exposition format is UTF-8 and Prometheus drops a whole scrape over one
  * bad byte.  Each byte that does not start a valid sequence becomes U+FFFD,
  * before the lookup, so values that would render alike are one child.
@@ -171,11 +145,11 @@ static int utf8_fix(const char *s, char **ret)
 
 	*ret = NULL;
 	for (size_t n; *p && !bad; p += n)
-		bad = (n = utf8_seq(p)) == 0;
+		bad = (n = utf8_seq_len(p, 4)) == 0;
 	if (!bad)
 		return 0;
 	for (p = (const unsigned char *)s; *p;) {
-		size_t n = utf8_seq(p);
+		size_t n = utf8_seq_len(p, 4);
 
 		if (n ? buf_append(&b, p, n) < 0 : buf_appends(&b, "\xef\xbf\xbd") < 0) {
 			buf_done(&b);

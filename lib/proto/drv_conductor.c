@@ -133,32 +133,6 @@ static double now_ms(void)
 
 /* ---------------------------------------------------------------- text */
 
-/* Length of the valid UTF-8 sequence at s (n bytes there), 0 when invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	size_t len;
-	uint32_t cp, min;
-
-	if (s[0] < 0x80)
-		return s[0] ? 1 : 0;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f, min = 0x80;
-	else if ((s[0] & 0xf0) == 0xe0)
-		len = 3, cp = s[0] & 0x0f, min = 0x800;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07, min = 0x10000;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : len;
-}
-
 /* n bytes of s as valid UTF-8 (a NUL or a byte that is not UTF-8 becomes
  * U+FFFD), at most max_units UTF-16 code units (Java's chars; 0 = no cap). */
 static int text_clean(const char *s, size_t n, size_t max_units, struct buf *out)
@@ -168,7 +142,7 @@ static int text_clean(const char *s, size_t n, size_t max_units, struct buf *out
 	int q = 0;
 
 	for (size_t i = 0; i < n && q >= 0;) {
-		size_t l = utf8_len(u + i, n - i);
+		size_t l = u[i] ? utf8_seq_len(u + i, n - i) : 0;
 		size_t w = l == 4 ? 2 : 1;
 
 		if (max_units && units + w > max_units)

@@ -23,6 +23,11 @@ static inline const char *startswith(const char *s, const char *prefix)
 	return strncmp(s, prefix, n) == 0 ? s + n : NULL;
 }
 
+/* Length of the valid UTF-8 sequence at s (n >= 1 bytes there; a NUL is one
+ * of 1), 0 when it is none: a bad lead or continuation byte, an overlong
+ * form, a surrogate, past U+10FFFF, or cut short. */
+size_t utf8_seq_len(const void *s, size_t n);
+
 /* Every byte of s (len bytes, 1..max) is in the set described by allowed(). */
 bool str_in_charset(const char *s, size_t min, size_t max, const char *extra);
 

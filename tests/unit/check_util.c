@@ -59,6 +59,33 @@ START_TEST(test_duration_format)
 }
 END_TEST
 
+/* One UTF-8 decoder for conf, metrics and the Conductor driver. */
+START_TEST(test_utf8_seq_len)
+{
+	static const struct {
+		const char *s;
+		size_t n, want;
+	} cases[] = {
+	    {"a", 1, 1},
+	    {"", 1, 1} /* a NUL is one byte */,
+	    {"\xc3\xa9", 2, 2},
+	    {"\xc3", 1, 0} /* cut short */,
+	    {"\xc0\xaf", 2, 0}, /* overlong */
+	    {"\xe2\x82\xac", 3, 3},
+	    {"\xe0\x80\xaf", 3, 0} /* overlong */,
+	    {"\xed\xa0\x80", 3, 0} /* a surrogate */,
+	    {"\xf0\x9f\x98\x80", 4, 4},
+	    {"\xf4\x90\x80\x80", 4, 0} /* past U+10FFFF */,
+	    {"\xe2\x82", 4, 0} /* stops at the NUL */,
+	    {"\x80", 1, 0},
+	    {"\xff", 1, 0},
+	};
+
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+		ck_assert_msg(utf8_seq_len(cases[i].s, cases[i].n) == cases[i].want, "case %zu", i);
+}
+END_TEST
+
 START_TEST(test_uuid_v7)
 {
 	char a[UUID_STRING_MAX], b[UUID_STRING_MAX];
@@ -199,6 +226,7 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_duration_parse);
 	tcase_add_test(tc, test_duration_format);
 	tcase_add_test(tc, test_uuid_v7);
+	tcase_add_test(tc, test_utf8_seq_len);
 	tcase_add_test(tc, test_backoff);
 	tcase_add_test(tc, test_buf_cap);
 	tcase_add_test(tc, test_buf_cap_size_max);
