@@ -359,8 +359,11 @@ START_TEST(test_drain_finishes_runs_and_stops_polling)
 	_cleanup_free_ char *later = NULL;
 	double polls;
 
-	start_lessee(SLEEPER("SLEEP=2"), scripts);
+	start_lessee("[worker]\nlong_poll = 5s\n" SLEEPER("SLEEP=2"), scripts);
 	wait_pid_file(id);
+	/* the poll that followed the first is counted before the drain: one
+	 * still on its way when it began would be counted after it */
+	wait_open_poll();
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
 	polls = tu_conductor_stat(E, "poll");
