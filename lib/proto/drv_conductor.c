@@ -983,16 +983,19 @@ const char *drv_conductor_task_not_ours(const struct conductor *n, const char *t
 
 	if (!cJSON_IsObject(j))
 		return NULL; /* unreadable: the extension's answer decides */
-	if (cJSON_IsNumber(rts) && rts->valuedouble > 0)
+	/* below 1 s it would be a ttl of 0: a lease over as it is renewed */
+	if (cJSON_IsNumber(rts) && rts->valuedouble >= 1)
 		*ttl_s = (unsigned)MIN(rts->valuedouble, TTL_MAX_S);
-	if (st && !streq(st, "IN_PROGRESS")) {
-		snprintf(buf, buflen, "task %s is %s on the server%s%s", task_id, st,
+	if (cJSON_IsString(s) && !streq(s->valuestring, "IN_PROGRESS")) {
+		snprintf(buf, buflen, "task %s is %s on the server%s%s", task_id, st ? st : "?",
 		         why ? ": " : "", why ? why : "");
 		return buf;
 	}
-	if (who && !streq(who, n->worker_id)) {
+	/* the whole id: who is cut for the log, and a worker id may be 128 bytes
+	 * (V1_WORKER_ID_MAX) */
+	if (cJSON_IsString(w) && !streq(w->valuestring, n->worker_id)) {
 		snprintf(buf, buflen, "task %s is IN_PROGRESS for worker %s, not for us", task_id,
-		         who);
+		         who ? who : "?");
 		return buf;
 	}
 	return NULL;
