@@ -27,16 +27,17 @@
 #include "conf/conf.h"
 #include "log/log.h"
 #include "proto/driver-int.h"
+#include "proto/drv_conductor-int.h"
 #include "proto/json_scan.h"
 #include "util/buf.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 
-#define ID_MAX 128
+#define ID_MAX DRV_CONDUCTOR_ID_MAX
 #define SMALL_ANSWER 4096
-#define TOKEN_MAX (16 * 1024)
+#define TOKEN_MAX DRV_CONDUCTOR_TOKEN_MAX
 #define POLL_TIMEOUT_MAX_MS 5000   /* ExecutionService.MAX_POLL_TIMEOUT_MS: above is a 400 */
-#define TTL_MAX_S 3600             /* as the native driver's lease cap */
+#define TTL_MAX_S DRV_CONDUCTOR_TTL_MAX_S
 #define REASON_MAX 500             /* TaskResult.setReasonForIncompletion keeps 500 chars */
 #define LOG_REQ_MAX (64 * 1024)    /* one log entry (one request) at most */
 #define LOG_HELD_MAX (1024 * 1024) /* unsent log kept by the driver for a run */
@@ -46,35 +47,6 @@
 
 DEFINE_FREE_FUNC(cJSON, cJSON_Delete)
 #define _cleanup_json_ _cleanup_(cJSON_Deletep)
-
-struct task_type {
-	char *workflow;
-	char *name;
-	bool warned; /* responseTimeoutSeconds <= lease_refresh, said once */
-};
-
-struct conductor {
-	char *worker_id;
-	char *domain;
-	char *key_id, *key_secret; /* NULL: no authentication */
-	unsigned token_gen;        /* bumped each time a token is taken */
-	unsigned fallback_ttl_s;   /* worker.lease_ttl: for responseTimeoutSeconds 0 */
-	usec_t lease_refresh;
-	size_t max_task; /* a GET of one task: its inputData and the rest */
-	struct task_type *types;
-	size_t n_types;
-};
-
-struct drv_run {
-	char *task_id;
-	char *wf_id;
-	char *task_type; /* NULL when restored from the spool */
-	/* The log: bytes [log_off, log_next) arrived but are not on the server
-	 * yet (a partial line, or lines whose request failed). */
-	struct buf log;
-	uint64_t log_off, log_next;
-	uint64_t log_dropped;
-};
 
 /* One operation: the request it sends (kept whole, so it can go again after a
  * new token), and what its answer handler needs. */
@@ -165,9 +137,14 @@ static char *text_dup(const char *s, size_t max_units)
 	return b.data ? buf_steal(&b) : strdup("");
 }
 
-static bool valid_id(const char *s)
+bool drv_conductor_valid_id(const char *s)
 {
 	return s && str_in_charset(s, 1, ID_MAX, "._:-");
+}
+
+static bool valid_id(const char *s)
+{
+	return drv_conductor_valid_id(s);
 }
 
 /* ---------------------------------------------------------------- runs */
@@ -421,11 +398,34 @@ static void describe(const struct http_response *resp, const char *what, char *b
 		snprintf(buf, len, "%s: %s", what, base);
 }
 
+int drv_conductor_token_parse(const char *body, size_t len, char **ret)
+{
+	_cleanup_json_ cJSON *j = cJSON_ParseWithLength(body, len);
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "token");
+	char *token;
+
+	if (!cJSON_IsString(t) || !str_in_charset(t->valuestring, 1, TOKEN_MAX, "._~+/=-"))
+		return -EBADMSG;
+	token = strdup(t->valuestring);
+	explicit_bzero(t->valuestring, strlen(t->valuestring));
+	if (!token)
+		return -ENOMEM;
+	*ret = token;
+	return 0;
+}
+
+static void token_free(char *token)
+{
+	if (token)
+		explicit_bzero(token, strlen(token));
+	free(token);
+}
+
 /* The answer to POST /api/token: a new X-Authorization, or why not. */
 static int token_take(drv_t *d, const struct http_response *resp, struct drv_answer *a)
 {
-	_cleanup_json_ cJSON *j = NULL;
-	const cJSON *t;
+	char *token = NULL;
+	int q;
 
 	if (drv_answer_common(resp, a)) { /* 5xx, transport: retry; 401/403: denied */
 		describe(resp, "POST /api/token", a->detail, sizeof(a->detail));
@@ -440,9 +440,11 @@ static int token_take(drv_t *d, const struct http_response *resp, struct drv_ans
 		    resp->status);
 		return -EACCES;
 	}
-	j = resp->status == 200 ? cJSON_ParseWithLength(resp->body, resp->body_len) : NULL;
-	t = cJSON_GetObjectItemCaseSensitive(j, "token");
-	if (!cJSON_IsString(t) || !str_in_charset(t->valuestring, 1, TOKEN_MAX, "._~+/=-")) {
+	q = resp->status == 200 ? drv_conductor_token_parse(resp->body, resp->body_len, &token)
+	                        : -EBADMSG;
+	if (q == -ENOMEM)
+		return q;
+	if (q < 0) {
 		a->verdict = resp->status == 200 ? DRV_RETRY : DRV_DENIED;
 		describe(resp, "POST /api/token", a->detail, sizeof(a->detail));
 		if (resp->status == 200)
@@ -455,11 +457,12 @@ static int token_take(drv_t *d, const struct http_response *resp, struct drv_ans
 		explicit_bzero(d->auth, strlen(d->auth));
 		d->auth = mfree(d->auth);
 	}
-	if (asprintf(&d->auth, "X-Authorization: %s", t->valuestring) < 0) {
+	q = asprintf(&d->auth, "X-Authorization: %s", token);
+	token_free(token);
+	if (q < 0) {
 		d->auth = NULL;
 		return -ENOMEM;
 	}
-	explicit_bzero(t->valuestring, strlen(t->valuestring));
 	C(d)->token_gen++;
 	return 0;
 }
@@ -686,10 +689,9 @@ static unsigned grant_ttl(struct conductor *n, struct task_type *t, long long rt
 	return (unsigned)MIN(rts, TTL_MAX_S);
 }
 
-static int grant_from(struct op *o, const struct task_fields *f, struct drv_grant *g)
+static int grant_from(struct conductor *n, struct task_type *t, size_t max_input,
+                      const struct task_fields *f, struct drv_grant *g)
 {
-	struct conductor *n = C(o->d);
-	struct task_type *t = o->type;
 	_cleanup_free_ char *wf_id = span_string(&f->wf_id);
 	_cleanup_free_ char *type = span_string(f->type.p ? &f->type : &f->def_name);
 	long long retry = span_int(&f->retry, INT32_MAX);
@@ -708,7 +710,7 @@ static int grant_from(struct op *o, const struct task_fields *f, struct drv_gran
 		q = set_invalid(g, "workflowInstanceId of task %s is missing or malformed", g->id);
 	if (q >= 0 && (!type || !streq(type, t->name)))
 		q = set_invalid(g, "a task of another type than the one polled (%s)", t->name);
-	if (q >= 0 && f->input.p && f->input.len > o->max_input)
+	if (q >= 0 && f->input.p && f->input.len > max_input)
 		q = set_invalid(g, "inputData is larger than worker.max_input_bytes%s", "");
 	if (q >= 0 && f->input_bad_utf8)
 		q = set_invalid(g, "inputData is not valid UTF-8%s", "");
@@ -737,22 +739,22 @@ static void claim_refuse(struct drv_claim_answer *ans, bool malformed, const cha
 	snprintf(ans->a.detail, sizeof(ans->a.detail), "poll answer: %s", what);
 }
 
-static void claim_parse(drv_req_t *rq, const struct http_response *resp,
-                        struct drv_claim_answer *ans)
+void drv_conductor_poll_parse(struct conductor *n, struct task_type *t, unsigned max_runs,
+                              size_t max_input, const char *body, size_t len,
+                              struct drv_claim_answer *ans)
 {
-	struct op *o = rq->state;
-	const char *end = resp->body + resp->body_len;
+	const char *end = body + len;
 	struct json_iter arr;
 	bool bad = false;
 	size_t cap;
 	int q;
 
 	ans->a.verdict = DRV_OK;
-	if (resp->status == 204 || resp->body_len == 0)
+	if (len == 0)
 		return; /* older servers: nothing found */
-	if ((q = json_iter_open(&arr, resp->body, end, '[', 1)) < 0)
+	if ((q = json_iter_open(&arr, body, end, '[', 1)) < 0)
 		return claim_refuse(ans, true, "not a JSON array");
-	cap = o->max_runs + 1;
+	cap = max_runs + 1;
 	if (!(ans->runs = calloc(cap, sizeof(*ans->runs))))
 		return claim_refuse(ans, false, "out of memory");
 	while ((q = json_iter_next(&arr, &(struct json_span){0}, &bad)) > 0) {
@@ -769,11 +771,11 @@ static void claim_parse(drv_req_t *rq, const struct http_response *resp,
 			ans->runs = nr, cap *= 2;
 		}
 		g = &ans->runs[ans->n_runs++];
-		if (grant_from(o, &f, g) < 0)
+		if (grant_from(n, t, max_input, &f, g) < 0)
 			return claim_refuse(ans, false, "out of memory");
-		if (ans->n_runs > o->max_runs && !g->invalid &&
-		    asprintf(&g->invalid, "the server granted more than count=%u tasks",
-		             o->max_runs) < 0)
+		if (ans->n_runs > max_runs && !g->invalid &&
+		    asprintf(&g->invalid, "the server granted more than count=%u tasks", max_runs) <
+		        0)
 			return claim_refuse(ans, false, "out of memory");
 	}
 	if (q < 0 || json_scan_ws(arr.p, end) != end) {
@@ -784,6 +786,18 @@ static void claim_parse(drv_req_t *rq, const struct http_response *resp,
 			snprintf(ans->a.detail, sizeof(ans->a.detail),
 			         "poll answer: malformed JSON after %zu tasks", ans->n_runs);
 	}
+}
+
+static void claim_parse(drv_req_t *rq, const struct http_response *resp,
+                        struct drv_claim_answer *ans)
+{
+	struct op *o = rq->state;
+
+	ans->a.verdict = DRV_OK;
+	if (resp->status == 204)
+		return; /* older servers: nothing found */
+	drv_conductor_poll_parse(C(o->d), o->type, o->max_runs, o->max_input, resp->body,
+	                         resp->body_len, ans);
 }
 
 static void on_claim(drv_req_t *rq, const struct http_response *resp)
@@ -928,10 +942,11 @@ static int renew_extend(drv_req_t *rq)
 
 /* What GET /api/tasks/{id} says of our hold on it: NULL when it is still
  * ours, else why not (into buf). */
-static const char *task_not_ours(struct op *o, const struct http_response *resp, char *buf,
-                                 size_t len)
+const char *drv_conductor_task_not_ours(const struct conductor *n, const char *task_id,
+                                        const char *body, size_t len, unsigned *ttl_s,
+                                        char *buf, size_t buflen)
 {
-	_cleanup_json_ cJSON *j = cJSON_ParseWithLength(resp->body, resp->body_len);
+	_cleanup_json_ cJSON *j = cJSON_ParseWithLength(body, len);
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "status");
 	const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "workerId");
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "reasonForIncompletion");
@@ -942,16 +957,19 @@ static const char *task_not_ours(struct op *o, const struct http_response *resp,
 
 	if (!cJSON_IsObject(j))
 		return NULL; /* unreadable: the extension's answer decides */
-	if (cJSON_IsNumber(rts) && rts->valuedouble > 0)
-		o->ttl_s = (unsigned)MIN(rts->valuedouble, TTL_MAX_S);
-	if (st && !streq(st, "IN_PROGRESS")) {
-		snprintf(buf, len, "task %s is %s on the server%s%s", o->run->task_id, st,
+	/* below 1 s it would be a ttl of 0: a lease over as it is renewed */
+	if (cJSON_IsNumber(rts) && rts->valuedouble >= 1)
+		*ttl_s = (unsigned)MIN(rts->valuedouble, TTL_MAX_S);
+	if (cJSON_IsString(s) && !streq(s->valuestring, "IN_PROGRESS")) {
+		snprintf(buf, buflen, "task %s is %s on the server%s%s", task_id, st ? st : "?",
 		         why ? ": " : "", why ? why : "");
 		return buf;
 	}
-	if (who && !streq(who, C(o->d)->worker_id)) {
-		snprintf(buf, len, "task %s is IN_PROGRESS for worker %s, not for us",
-		         o->run->task_id, who);
+	/* the whole id: who is cut for the log, and a worker id may be 128 bytes
+	 * (V1_WORKER_ID_MAX) */
+	if (cJSON_IsString(w) && !streq(w->valuestring, n->worker_id)) {
+		snprintf(buf, buflen, "task %s is IN_PROGRESS for worker %s, not for us", task_id,
+		         who ? who : "?");
 		return buf;
 	}
 	return NULL;
@@ -973,7 +991,10 @@ static void on_task_read(drv_req_t *rq, const struct http_response *resp)
 		snprintf(a.detail, sizeof(a.detail), "task %s is not on the server any more",
 		         o->run->task_id);
 		return drv_req_answer(rq, &a);
-	} else if (resp->status == 200 && task_not_ours(o, resp, a.detail, sizeof(a.detail))) {
+	} else if (resp->status == 200 &&
+	           drv_conductor_task_not_ours(C(o->d), o->run->task_id, resp->body,
+	                                       resp->body_len, &o->ttl_s, a.detail,
+	                                       sizeof(a.detail))) {
 		a.verdict = DRV_LOST;
 		return drv_req_answer(rq, &a);
 	} else if (resp->status != 200) {
@@ -1338,14 +1359,13 @@ static int conductor_release(drv_t *d, drv_run_t *run, enum drv_release_reason w
 /* A spooled TaskResult names its task and workflow: enough to deliver it.
  * The task id fences it: a retry is a new task, and the server ignores an
  * update of a task it has ended. */
-static int conductor_restore(drv_t *d, const char *run_id, const char *body, drv_run_t **ret)
+int drv_conductor_restore(const char *run_id, const char *body, drv_run_t **ret)
 {
 	_cleanup_json_ cJSON *j = cJSON_Parse(body);
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "taskId");
 	const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "workflowInstanceId");
 	drv_run_t *run;
 
-	(void)d;
 	if (!cJSON_IsString(t) || !cJSON_IsString(w) || !streq(t->valuestring, run_id) ||
 	    !valid_id(run_id) || !valid_id(w->valuestring))
 		return -EBADMSG;
@@ -1353,6 +1373,12 @@ static int conductor_restore(drv_t *d, const char *run_id, const char *body, drv
 		return -ENOMEM;
 	*ret = run;
 	return 0;
+}
+
+static int conductor_restore(drv_t *d, const char *run_id, const char *body, drv_run_t **ret)
+{
+	(void)d;
+	return drv_conductor_restore(run_id, body, ret);
 }
 
 const struct drv_ops drv_conductor_ops = {

@@ -15,6 +15,7 @@
 #include "lessor_proc.h" /* tu_timeout */
 #include "obs/metrics.h"
 #include "proto/driver.h"
+#include "proto/drv_conductor-int.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -28,6 +29,7 @@ static metrics_t *M;
 static struct conf *CF;
 static drv_t *D;
 static char *dir;
+static const char *worker_id = "w1";
 
 /* ---- fixture ---- */
 
@@ -38,11 +40,11 @@ static void drv_start(const char *api_extra)
 
 	ck_assert_int_ge(asprintf(&text,
 	                          "[api]\nurl = %s\nprotocol = conductor\nrequest_timeout = 10s\n%s"
-	                          "[worker]\nid = w1\nspool_dir = %s/spool\nrun_dir = %s/run\n"
+	                          "[worker]\nid = %s\nspool_dir = %s/spool\nrun_dir = %s/run\n"
 	                          "lease_ttl = 20s\nlease_refresh = 2s\n"
 	                          "[workflow.build]\ncommand = /bin/true\n"
 	                          "[workflow.deploy]\ncommand = /bin/true\ntask_type = deploy_t\n",
-	                          tu_conductor_url(E), api_extra, dir, dir),
+	                          tu_conductor_url(E), api_extra, worker_id, dir, dir),
 	                 0);
 	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0644), 0);
@@ -79,6 +81,7 @@ static void teardown(void)
 	E = tu_conductor_free(E);
 	rm_rf(dir);
 	free(dir);
+	worker_id = "w1";
 }
 
 _printf_(1, 2) static char *fmt(const char *f, ...)
@@ -453,6 +456,64 @@ START_TEST(test_renew_ok)
 	ck_assert_str_eq(jstr(t, "status"), "IN_PROGRESS");
 	cJSON_Delete(t);
 	got_claim_done(&g);
+}
+END_TEST
+
+/* A worker id may be 128 bytes: one over 40 is still ours on the server (the
+ * keep-alive's read compared the server's workerId cut to 40 characters for
+ * the log, so every run was lost at its first keep-alive; found by
+ * fuzz/conductor_answers). */
+START_TEST(test_renew_long_worker_id)
+{
+	static const char long_id[] = "k8s-node-0123456789abcdef0123456789abcdef0123456789abcdef"
+	                              "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456";
+	struct got_claim g;
+	struct got r;
+	_cleanup_free_ char *id = NULL;
+	cJSON *t;
+
+	ck_assert_uint_eq(strlen(long_id), 128);
+	D = drv_free(D);
+	CF = conf_free(CF);
+	worker_id = long_id;
+	drv_start("");
+	id = claim_one(NULL, &g);
+	renew(g.runs[0].priv, &r);
+	ck_assert_msg(r.a.verdict == DRV_OK, "renew: %d: %s", r.a.verdict, r.a.detail);
+	t = tu_conductor_task(E, id);
+	ck_assert_str_eq(jstr(t, "workerId"), long_id);
+	ck_assert_int_eq(jnum(t, "extendLeases"), 1);
+	cJSON_Delete(t);
+	got_claim_done(&g);
+}
+END_TEST
+
+/* The keep-alive's read takes the lease's ttl from responseTimeoutSeconds: a
+ * number below 1 (no Conductor sends one, but the bytes are the server's) left
+ * a ttl of 0, a lease that ended as it was renewed (found by
+ * fuzz/conductor_answers); it is ignored as one that is not a number. */
+START_TEST(test_task_read_ttl)
+{
+	static const struct {
+		const char *rts;
+		unsigned ttl;
+	} cases[] = {{"45", 45}, {"1", 1}, {"1e9", 3600}, {"0", 20}, {"-5", 20},
+	             {"0.5", 20}, {"1e-300", 20}, {"\"45\"", 20}};
+	char w1[] = "w1", buf[160];
+	struct conductor n = {.worker_id = w1};
+
+	for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+		_cleanup_free_ char *body =
+		    fmt("{\"status\":\"IN_PROGRESS\",\"workerId\":\"w1\","
+		        "\"responseTimeoutSeconds\":%s}",
+		        cases[i].rts);
+		unsigned ttl = 20;
+
+		ck_assert_ptr_null(drv_conductor_task_not_ours(&n, "t1", body, strlen(body), &ttl,
+		                                               buf, sizeof(buf)));
+		ck_assert_msg(ttl == cases[i].ttl, "responseTimeoutSeconds %s: ttl %u, not %u",
+		              cases[i].rts, ttl, cases[i].ttl);
+	}
 }
 END_TEST
 
@@ -928,6 +989,8 @@ int main(void)
 	tcase_add_test(tc, test_claim_5xx_and_reset_retry);
 	tcase_add_test(tc, test_claim_invalid_input);
 	tcase_add_test(tc, test_renew_ok);
+	tcase_add_test(tc, test_renew_long_worker_id);
+	tcase_add_test(tc, test_task_read_ttl);
 	tcase_add_test(tc, test_renew_cancelled_is_lost);
 	tcase_add_test(tc, test_renew_timed_out_and_repolled_are_lost);
 	tcase_add_test(tc, test_release_requeues);

@@ -20,6 +20,7 @@
 #define HARNESSES(X)                                                                               \
 	X(answers)                                                                                 \
 	X(claim)                                                                                   \
+	X(conductor_answers)                                                                       \
 	X(conf_load)                                                                               \
 	X(conf_value)                                                                              \
 	X(json_scan)                                                                               \
