@@ -26,7 +26,8 @@ static char worker_ids[][129] = {
 
 /* Two configured workflows, one with its own task type (kept across inputs:
  * the warning about responseTimeoutSeconds is said once per type). */
-static struct task_type types[] = {{"build", "build", false}, {"deploy", "deploy_t", false}};
+static struct task_type types[] = {{"build", "build", false, false},
+                                   {"deploy", "deploy_t", false, false}};
 
 static struct conductor conductor(unsigned fallback_ttl_s, char *worker_id)
 {

@@ -135,6 +135,9 @@ struct drv_claim_answer {
 	struct drv_grant *runs;
 	size_t n_runs;
 	long queue_depth;         /* -1 = not given */
+	bool no_wait;             /* the driver asked without a long poll (by its own
+				   * choice): an empty answer is no sign of an API
+				   * without long polls, claim again at once */
 	bool has_cancels;         /* the answer carries cancel events (DRV_CAP_SERVER_CANCEL) */
 	char **cancels;           /* run ids whose cancel was asked for, or NULL */
 };

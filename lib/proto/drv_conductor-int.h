@@ -20,6 +20,7 @@ struct task_type {
 	char *workflow; /* the configured workflow */
 	char *name;     /* its Conductor task type */
 	bool warned;    /* responseTimeoutSeconds <= lease_refresh, said once */
+	bool deep;      /* the last poll brought tasks: the next pops (conductor_claim) */
 };
 
 struct conductor {

@@ -70,6 +70,7 @@ struct op {
 	struct task_type *type;
 	unsigned max_runs;
 	size_t max_input;
+	bool pop; /* a poll for what is there now (timeout 0), see conductor_claim */
 	/* renew */
 	drv_run_t *run;
 	usec_t deadline;
@@ -800,6 +801,15 @@ static void claim_parse(drv_req_t *rq, const struct http_response *resp,
 	                         resp->body_len, ans);
 }
 
+static int poll_url(struct op *o, unsigned count, unsigned timeout_ms)
+{
+	struct conductor *n = C(o->d);
+
+	return op_url(o, "/api/tasks/poll/batch/%s?workerid=%s&count=%u&timeout=%u%s%s",
+	              o->type->name, n->worker_id, count, timeout_ms, n->domain ? "&domain=" : "",
+	              n->domain ? n->domain : "");
+}
+
 static void on_claim(drv_req_t *rq, const struct http_response *resp)
 {
 	struct drv_claim_answer ans = {.queue_depth = -1};
@@ -813,9 +823,15 @@ static void on_claim(drv_req_t *rq, const struct http_response *resp)
 		         TASK_OVERHEAD);
 	} else if (drv_answer_common(resp, &ans.a))
 		describe(resp, "poll", ans.a.detail, sizeof(ans.a.detail));
-	else if (resp->status == 200 || resp->status == 204)
+	else if (resp->status == 200 || resp->status == 204) {
+		struct op *o = rq->state;
+
 		claim_parse(rq, resp, &ans);
-	else {
+		/* deep: a wait brought a task, or a pop was filled; a pop that
+		 * found fewer says so, and the worker claims again at once */
+		o->type->deep = ans.n_runs > 0 && (!o->pop || ans.n_runs >= o->max_runs);
+		ans.no_wait = o->pop;
+	} else {
 		/* 400 (a timeout over 5 s, ...), 404: our request is wrong */
 		ans.a.verdict = DRV_REFUSED;
 		describe(resp, "poll", ans.a.detail, sizeof(ans.a.detail));
@@ -856,9 +872,17 @@ static int conductor_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb,
 	    c->max_response
 	        ? c->max_response
 	        : (size_t)c->max_runs * (2 * c->max_input + TASK_OVERHEAD) + SMALL_ANSWER;
-	q = op_url(o, "/api/tasks/poll/batch/%s?workerid=%s&count=%u&timeout=%u%s%s", t->name,
-	           n->worker_id, c->max_runs, wait_ms, n->domain ? "&domain=" : "",
-	           n->domain ? n->domain : "");
+	/* A poll for `count` tasks holds until it has them all or its timeout
+	 * passes (SqliteQueueDAO.pollMessages), and what it popped meanwhile is
+	 * already IN_PROGRESS for us: a lone task would wait out the whole long
+	 * poll.  So while tasks keep coming (t->deep) a claim pops what is there
+	 * now, as many as the slots; else it waits for one, which it gets as
+	 * soon as it arrives. */
+	if (wait_ms > 0 && c->max_runs > 1) {
+		o->pop = t->deep;
+		o->max_runs = t->deep ? c->max_runs : 1;
+	}
+	q = poll_url(o, o->max_runs, o->pop ? 0 : wait_ms);
 	if (q < 0) {
 		drv_req_free(rq);
 		return q;

@@ -250,7 +250,7 @@ static void on_claim_ok(struct claim_lane *l, struct drv_claim_answer *ans)
 	if (drv_has(w->p.runs->drv, DRV_CAP_SERVER_CANCEL))
 		cancels_arrived(w, ans);
 	claim_runs_arrived(w, ans, l->sent_at);
-	if (ans->n_runs == 0 && !(ans->cancels && ans->cancels[0]))
+	if (ans->n_runs == 0 && !(ans->cancels && ans->cancels[0]) && !ans->no_wait)
 		after_empty(w, ev_now(w->p.runs->ev) - l->sent_at);
 	else {
 		w->idle_polls = 0;

@@ -351,6 +351,34 @@ START_TEST(test_cancel_on_server_kills_at_once)
 }
 END_TEST
 
+/* A Conductor poll for `count` tasks holds until it has them all or its
+ * timeout passes, with whatever it popped meanwhile already IN_PROGRESS for
+ * us.  An idle worker with 4 free slots must not leave a lone task waiting
+ * out a 5 s long poll: it starts at once. */
+START_TEST(test_lone_task_not_held_by_long_poll)
+{
+	_cleanup_free_ char *id = NULL;
+	usec_t created;
+	cJSON *t;
+
+	start_lessee("[worker]\nlong_poll = 5s\n[workflow.ok]\ncommand = %s/ok.sh\n", scripts);
+	/* the worker's poll is open on the server, empty */
+	while (tu_conductor_stat(E, "poll") < 1)
+		tu_sleep(10 * USEC_PER_MSEC);
+	tu_sleep(300 * USEC_PER_MSEC); /* well inside its 5 s */
+	created = time_mono();
+	id = create("{\"taskType\":\"ok\"}");
+	t = wait_task(id, "COMPLETED");
+	cJSON_Delete(t);
+	/* 5 s when the poll held it; milliseconds when it did not (the slack
+	 * is for slow machines; valgrind only checks that it completes) */
+	if (tu_timeout(SEC) == SEC)
+		ck_assert_msg(time_mono() - created < 4 * SEC,
+		              "a lone task waited %.1f s for the long poll to end",
+		              (double)(time_mono() - created) / SEC);
+}
+END_TEST
+
 /* ---- stopping ---- */
 
 START_TEST(test_drain_finishes_runs_and_stops_polling)
@@ -580,6 +608,7 @@ int main(void)
 	ADD(s, refused_input_fails_the_task);
 	ADD(s, keep_alive_past_response_timeout);
 	ADD(s, cancel_on_server_kills_at_once);
+	ADD(s, lone_task_not_held_by_long_poll);
 	ADD(s, drain_finishes_runs_and_stops_polling);
 	ADD(s, drain_poll_in_flight_loses_nothing);
 	ADD(s, hard_stop_gives_tasks_back);

@@ -289,21 +289,11 @@ static bool env_has(char **env, const char *want)
 
 /* ---- claims ---- */
 
-START_TEST(test_claim_tasks)
+/* Grants of the "build" tasks test_claim_tasks made, as the server sees them. */
+static void check_build_grants(struct got_claim *g)
 {
-	_cleanup_free_ char *first =
-	    tu_conductor_create(E, "{\"taskType\":\"build\",\"inputData\":{\"n\":7},"
-	                           "\"responseTimeoutSeconds\":30,\"count\":3}");
-	_cleanup_free_ char *other = tu_conductor_create(E, "{\"taskType\":\"deploy_t\"}");
-	struct got_claim g;
-
-	ck_assert_ptr_nonnull(first);
-	ck_assert_ptr_nonnull(other);
-	claim(5, SEC, &g);
-	ck_assert_int_eq(g.ans.a.verdict, DRV_OK);
-	ck_assert_uint_eq(g.n_runs, 3); /* the build tasks only */
-	for (size_t i = 0; i < g.n_runs; i++) {
-		struct drv_grant *r = &g.runs[i];
+	for (size_t i = 0; i < g->n_runs; i++) {
+		struct drv_grant *r = &g->runs[i];
 		cJSON *t = tu_conductor_task(E, r->id);
 		_cleanup_free_ char *wf =
 		    fmt("LESSEE_CONDUCTOR_WORKFLOW_ID=%s", jstr(t, "workflowInstanceId"));
@@ -322,6 +312,34 @@ START_TEST(test_claim_tasks)
 		cJSON_Delete(in);
 		cJSON_Delete(t);
 	}
+	got_claim_done(g);
+}
+
+START_TEST(test_claim_tasks)
+{
+	_cleanup_free_ char *first =
+	    tu_conductor_create(E, "{\"taskType\":\"build\",\"inputData\":{\"n\":7},"
+	                           "\"responseTimeoutSeconds\":30,\"count\":3}");
+	_cleanup_free_ char *other = tu_conductor_create(E, "{\"taskType\":\"deploy_t\"}");
+	struct got_claim g;
+
+	ck_assert_ptr_nonnull(first);
+	ck_assert_ptr_nonnull(other);
+	/* a long poll waits for one task (a poll for five would hold the three
+	 * until its timeout), then, tasks coming, a claim pops the rest at once */
+	claim(5, SEC, &g);
+	ck_assert_int_eq(g.ans.a.verdict, DRV_OK);
+	ck_assert_uint_eq(g.n_runs, 1);
+	ck_assert(!g.ans.no_wait);
+	check_build_grants(&g);
+	claim(5, SEC, &g);
+	ck_assert_int_eq(g.ans.a.verdict, DRV_OK);
+	ck_assert_uint_eq(g.n_runs, 2); /* the build tasks only */
+	ck_assert(g.ans.no_wait);
+	check_build_grants(&g);
+	/* fewer than asked: the next claim waits for one again */
+	claim(5, 0, &g);
+	ck_assert_uint_eq(g.n_runs, 0);
 	got_claim_done(&g);
 
 	/* the other workflow polls its own task type */
