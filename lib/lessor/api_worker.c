@@ -65,8 +65,7 @@ static int held_fields(lessor_call *c, struct claim_state *cs)
 		int r;
 
 		if ((r = lessor_field_str(e, "id", true, 0, v1_valid_id, &id, c->msg)) < 0 ||
-		    (r = lessor_field_str(e, "token", true, 0, v1_valid_token, &token, c->msg)) <
-		        0)
+		    (r = lessor_field_str(e, "token", true, 0, v1_valid_token, &token, c->msg)) < 0)
 			return r;
 		if (strv_extend(&cs->held_ids, id) < 0 || strv_extend(&cs->held_tokens, token) < 0)
 			return -ENOMEM;
