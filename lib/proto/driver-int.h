@@ -11,18 +11,18 @@ struct drv {
 	const struct drv_ops *ops;
 	ev_t *ev;
 	http_t *http;
-	char *base;          /* api.url, no trailing '/' */
-	char *auth;          /* the whole credentials header line, or NULL; wiped when freed */
-	usec_t timeout;      /* api.request_timeout */
-	usec_t last_ok;      /* monotonic time of the last answer with valid credentials */
-	bool auth_denied;    /* the last answer was 401/403 */
+	char *base;       /* api.url, no trailing '/' */
+	char *auth;       /* the whole credentials header line, or NULL; wiped when freed */
+	usec_t timeout;   /* api.request_timeout */
+	usec_t last_ok;   /* monotonic time of the last answer with valid credentials */
+	bool auth_denied; /* the last answer was 401/403 */
 	/* the driver renews its credentials on a 401/403 itself (a token that
 	 * expired): such an answer is no verdict on them until the operation
 	 * ends DRV_DENIED (drv_req_answer) */
 	bool auth_renewable;
 	long denied_status; /* the last 401/403 held back so */
 	metric_t *m_requests, *m_duration;
-	void *priv;          /* the driver's own state (init sets it, done frees it) */
+	void *priv; /* the driver's own state (init sets it, done frees it) */
 };
 
 /* One operation in flight.  A driver may chain several HTTP requests in one
@@ -35,13 +35,13 @@ struct drv_req {
 	drv_cb cb;
 	drv_claim_cb claim_cb;
 	void *ud;
-	void *state;                 /* the driver's, freed with state_free */
+	void *state; /* the driver's, freed with state_free */
 	void (*state_free)(void *state);
-	drv_req_t **ret;             /* cleared when the operation ends */
+	drv_req_t **ret; /* cleared when the operation ends */
 };
 
 drv_req_t *drv_req_new(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),
-		       drv_cb cb, void *ud);
+                       drv_cb cb, void *ud);
 /* Send one HTTP request for rq: adds the credentials header and the
  * accounting label; on completion rq->on_http runs. */
 int drv_http_send(drv_req_t *rq, const struct http_request *hr);
