@@ -18,6 +18,7 @@
 #include "conductor_proc.h"
 #include "lessee_proc.h"
 #include "lessor_proc.h" /* tu_timeout */
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -29,21 +30,10 @@ static struct tu_conductor *E;
 static struct tu_lessee *D;
 static char *scripts;
 
-_printf_(1, 2) static char *fmt(const char *f, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, f);
-	ck_assert_int_ge(vasprintf(&s, f, ap), 0);
-	va_end(ap);
-	return s;
-}
-
 static void write_script(const char *name, const char *body)
 {
-	_cleanup_free_ char *path = fmt("%s/%s", scripts, name);
-	_cleanup_free_ char *text = fmt("#!/bin/sh\n%s\n", body);
+	_cleanup_free_ char *path = tu_fmt("%s/%s", scripts, name);
+	_cleanup_free_ char *text = tu_fmt("#!/bin/sh\n%s\n", body);
 
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0755), 0);
 }
@@ -95,25 +85,10 @@ _printf_(1, 2) static void start_lessee(const char *f, ...)
 	va_start(ap, f);
 	ck_assert_int_ge(vasprintf(&text, f, ap), 0);
 	va_end(ap);
-	conf = fmt("[api]\nprotocol = conductor\n%s", text);
+	conf = tu_fmt("[api]\nprotocol = conductor\n%s", text);
 	ck_assert_int_eq(
 	    tu_lessee_start(&(struct tu_lessee_opts){.url = tu_conductor_url(E), .conf = conf}, &D),
 	    0);
-}
-
-static const char *jstr(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	ck_assert_msg(cJSON_IsNumber(v), "no number %s", k);
-	return v->valuedouble;
 }
 
 static char *create(const char *json)
@@ -143,7 +118,7 @@ static cJSON *wait_task(const char *id, const char *status)
 static void expect_status(const char *id, const char *status)
 {
 	cJSON *t = tu_conductor_task(E, id);
-	const char *now = jstr(t, "status");
+	const char *now = tu_jstr(t, "status");
 
 	if (!now || !streq(now, status)) {
 		_cleanup_free_ char *log = tu_lessee_log(D);
@@ -162,7 +137,7 @@ static char *task_logs(const cJSON *t)
 
 	cJSON_ArrayForEach(e, logs)
 	{
-		char *n = fmt("%s%s\n", s, jstr(e, "log") ? jstr(e, "log") : "");
+		char *n = tu_fmt("%s%s\n", s, tu_jstr(e, "log") ? tu_jstr(e, "log") : "");
 
 		free(s);
 		s = n;
@@ -173,7 +148,7 @@ static char *task_logs(const cJSON *t)
 /* Wait until the run's script wrote its pid: the pid. */
 static pid_t wait_pid_file(const char *id)
 {
-	_cleanup_free_ char *path = fmt("%s/%s.pid", scripts, id);
+	_cleanup_free_ char *path = tu_fmt("%s/%s.pid", scripts, id);
 	usec_t end = time_mono() + tu_timeout(20 * SEC);
 
 	for (;;) {
@@ -217,16 +192,16 @@ START_TEST(test_success)
 {
 	_cleanup_free_ char *id = create("{\"taskType\":\"ok\",\"inputData\":{\"n\":5}}");
 	cJSON *t, *out;
-	_cleanup_free_ char *logs = NULL, *hello = fmt("hello from %s", id);
+	_cleanup_free_ char *logs = NULL, *hello = tu_fmt("hello from %s", id);
 
 	start_lessee("[workflow.ok]\ncommand = %s/ok.sh\n", scripts);
 	t = wait_task(id, "COMPLETED");
 	out = cJSON_GetObjectItemCaseSensitive(t, "outputData");
-	ck_assert_int_eq(jnum(cJSON_GetObjectItemCaseSensitive(out, "got"), "n"), 5);
-	ck_assert_str_eq(jstr(out, "wf"), jstr(t, "workflowInstanceId"));
-	ck_assert_int_eq(jnum(out, "attempt"), 1);
-	ck_assert_str_eq(jstr(t, "workerId"), "test-worker");
-	ck_assert_str_eq(jstr(t, "workflowStatus"), "COMPLETED");
+	ck_assert_int_eq(tu_jnum(cJSON_GetObjectItemCaseSensitive(out, "got"), "n"), 5);
+	ck_assert_str_eq(tu_jstr(out, "wf"), tu_jstr(t, "workflowInstanceId"));
+	ck_assert_int_eq(tu_jnum(out, "attempt"), 1);
+	ck_assert_str_eq(tu_jstr(t, "workerId"), "test-worker");
+	ck_assert_str_eq(tu_jstr(t, "workflowStatus"), "COMPLETED");
 	logs = task_logs(t);
 	ck_assert_msg(strstr(logs, hello) && strstr(logs, "second line"), "logs: %s", logs);
 	cJSON_Delete(t);
@@ -242,10 +217,10 @@ START_TEST(test_failure_retried_by_conductor)
 
 	start_lessee("[workflow.fail]\ncommand = %s/fail.sh\n", scripts);
 	t = wait_task(id, "FAILED");
-	ck_assert_str_eq(jstr(t, "reasonForIncompletion"), "exited with status 3");
-	ck_assert_int_eq(jnum(cJSON_GetObjectItemCaseSensitive(t, "outputData"), "exitCode"), 3);
+	ck_assert_str_eq(tu_jstr(t, "reasonForIncompletion"), "exited with status 3");
+	ck_assert_int_eq(tu_jnum(cJSON_GetObjectItemCaseSensitive(t, "outputData"), "exitCode"), 3);
 	/* Conductor's retry is a new task, attempt 2; it fails too and the workflow ends */
-	wf = tu_conductor_wait_workflow(E, jstr(t, "workflowInstanceId"), "FAILED", 30 * SEC);
+	wf = tu_conductor_wait_workflow(E, tu_jstr(t, "workflowInstanceId"), "FAILED", 30 * SEC);
 	ck_assert_ptr_nonnull(wf);
 	cJSON_Delete(wf);
 	cJSON_Delete(t);
@@ -261,8 +236,8 @@ START_TEST(test_terminal_exit_code)
 	start_lessee("[workflow.terminal]\ncommand = %s/terminal.sh\nterminal_exit_codes = 4\n",
 	             scripts);
 	t = wait_task(id, "FAILED_WITH_TERMINAL_ERROR");
-	ck_assert_str_eq(jstr(t, "reasonForIncompletion"), "exited with status 4 (terminal)");
-	ck_assert_str_eq(jstr(t, "workflowStatus"), "FAILED"); /* no retry */
+	ck_assert_str_eq(tu_jstr(t, "reasonForIncompletion"), "exited with status 4 (terminal)");
+	ck_assert_str_eq(tu_jstr(t, "workflowStatus"), "FAILED"); /* no retry */
 	cJSON_Delete(t);
 }
 END_TEST
@@ -276,11 +251,11 @@ START_TEST(test_timeout_and_crash)
 	start_lessee(SLEEPER("\ntimeout = 1s") "[workflow.crash]\ncommand = %1$s/crash.sh\n",
 	             scripts);
 	t = wait_task(slow, "FAILED");
-	ck_assert_str_eq(jstr(t, "reasonForIncompletion"), "timed out after 1000 ms");
+	ck_assert_str_eq(tu_jstr(t, "reasonForIncompletion"), "timed out after 1000 ms");
 	cJSON_Delete(t);
 	t = wait_task(crash, "FAILED");
-	ck_assert_str_eq(jstr(t, "reasonForIncompletion"), "killed by SIGSEGV");
-	ck_assert_str_eq(jstr(cJSON_GetObjectItemCaseSensitive(t, "outputData"), "signal"),
+	ck_assert_str_eq(tu_jstr(t, "reasonForIncompletion"), "killed by SIGSEGV");
+	ck_assert_str_eq(tu_jstr(cJSON_GetObjectItemCaseSensitive(t, "outputData"), "signal"),
 	                 "SIGSEGV");
 	cJSON_Delete(t);
 }
@@ -296,13 +271,13 @@ START_TEST(test_refused_input_fails_the_task)
 
 	memset(big, 'x', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
-	body = fmt("{\"taskType\":\"ok\",\"retryCount\":0,\"inputData\":{\"big\":\"%s\"}}", big);
+	body = tu_fmt("{\"taskType\":\"ok\",\"retryCount\":0,\"inputData\":{\"big\":\"%s\"}}", big);
 	id = create(body);
 	start_lessee("[worker]\nmax_input_bytes = 1K\n[workflow.ok]\ncommand = %s/ok.sh\n",
 	             scripts);
 	t = wait_task(id, "FAILED");
-	ck_assert_msg(strstr(jstr(t, "reasonForIncompletion"), "max_input_bytes"), "%s",
-	              jstr(t, "reasonForIncompletion"));
+	ck_assert_msg(strstr(tu_jstr(t, "reasonForIncompletion"), "max_input_bytes"), "%s",
+	              tu_jstr(t, "reasonForIncompletion"));
 	logs = task_logs(t);
 	ck_assert_ptr_null(strstr(logs, "hello from")); /* never ran */
 	cJSON_Delete(t);
@@ -320,8 +295,8 @@ START_TEST(test_keep_alive_past_response_timeout)
 
 	start_lessee(SLEEPER("SLEEP=6"), scripts);
 	t = wait_task(id, "COMPLETED");
-	ck_assert_int_ge(jnum(t, "extendLeases"), 3);
-	ck_assert_int_eq(jnum(t, "retryCount"), 0);
+	ck_assert_int_ge(tu_jnum(t, "extendLeases"), 3);
+	ck_assert_int_eq(tu_jnum(t, "retryCount"), 0);
 	cJSON_Delete(t);
 }
 END_TEST
@@ -340,13 +315,13 @@ START_TEST(test_cancel_on_server_kills_at_once)
 	wait_dead(pid, 5 * SEC);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "CANCELED on the server", 5 * SEC), 0);
 	t = tu_conductor_task(E, id);
-	ck_assert_str_eq(jstr(t, "status"), "CANCELED");
-	updates = jnum(t, "updates");
+	ck_assert_str_eq(tu_jstr(t, "status"), "CANCELED");
+	updates = tu_jnum(t, "updates");
 	cJSON_Delete(t);
 	/* nothing more is said of it: the worker goes on polling, no result */
 	ck_assert_int_eq(tu_lessee_stop(D), 0);
 	t = tu_conductor_task(E, id);
-	ck_assert_int_eq(jnum(t, "updates"), updates);
+	ck_assert_int_eq(tu_jnum(t, "updates"), updates);
 	cJSON_Delete(t);
 }
 END_TEST
@@ -446,7 +421,7 @@ START_TEST(test_hard_stop_gives_tasks_back)
 		    NULL, &st);
 
 		if (cJSON_GetArraySize(a) == 1) {
-			ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "taskId"), id);
+			ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(a, 0), "taskId"), id);
 			got = 1;
 		}
 		cJSON_Delete(a);
@@ -460,7 +435,7 @@ END_TEST
 START_TEST(test_spool_delivered_at_restart)
 {
 	_cleanup_free_ char *id = create("{\"taskType\":\"gate\",\"responseTimeoutSeconds\":600}");
-	_cleanup_free_ char *go = fmt("%s/go", scripts);
+	_cleanup_free_ char *go = tu_fmt("%s/go", scripts);
 	cJSON *t;
 
 	write_script("gate.sh", "echo $$ > \"$MARK_DIR/$LESSEE_RUN_ID.pid\"\n"
@@ -486,7 +461,7 @@ START_TEST(test_spool_delivered_at_restart)
 	}
 	ck_assert_int_eq(tu_lessee_restart(D), 0);
 	t = wait_task(id, "COMPLETED");
-	ck_assert_str_eq(jstr(cJSON_GetObjectItemCaseSensitive(t, "outputData"), "delivered"),
+	ck_assert_str_eq(tu_jstr(cJSON_GetObjectItemCaseSensitive(t, "outputData"), "delivered"),
 	                 "late");
 	cJSON_Delete(t);
 }
@@ -516,9 +491,9 @@ START_TEST(test_breaker_leaves_a_task_type_out)
 	all = tu_conductor_json(E, "GET", "/emu/tasks?taskType=fail", NULL, &st);
 	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(all, "tasks"))
 	{
-		if (streq_ptr(jstr(e, "status"), "FAILED"))
+		if (streq_ptr(tu_jstr(e, "status"), "FAILED"))
 			failed++;
-		else if (streq_ptr(jstr(e, "status"), "SCHEDULED") && jnum(e, "pollCount") == 0)
+		else if (streq_ptr(tu_jstr(e, "status"), "SCHEDULED") && tu_jnum(e, "pollCount") == 0)
 			waiting++;
 	}
 	cJSON_Delete(all);
@@ -531,7 +506,7 @@ END_TEST
 
 START_TEST(test_key_auth)
 {
-	_cleanup_free_ char *id = NULL, *secret = fmt("%s/key-secret", scripts), *log = NULL;
+	_cleanup_free_ char *id = NULL, *secret = tu_fmt("%s/key-secret", scripts), *log = NULL;
 	cJSON *t;
 
 	tu_conductor_stop(E);
@@ -560,7 +535,7 @@ END_TEST
  * task is polled. */
 START_TEST(test_key_refused)
 {
-	_cleanup_free_ char *id = NULL, *secret = fmt("%s/key-secret", scripts);
+	_cleanup_free_ char *id = NULL, *secret = tu_fmt("%s/key-secret", scripts);
 	cJSON *t;
 
 	tu_conductor_stop(E);

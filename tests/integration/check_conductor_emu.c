@@ -12,6 +12,7 @@
 
 #include "conductor_proc.h"
 #include "lessor_proc.h" /* tu_timeout */
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/macro.h"
 
@@ -37,37 +38,11 @@ static void teardown(void)
 	C = tu_conductor_free(C);
 }
 
-_printf_(1, 2) static char *fmt(const char *f, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, f);
-	ck_assert_int_ge(vasprintf(&s, f, ap), 0);
-	va_end(ap);
-	return s;
-}
-
-static const char *jstr(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	ck_assert_msg(cJSON_IsNumber(v), "no number %s", k);
-	return v->valuedouble;
-}
-
 /* GET /api/tasks/poll/batch/T?workerid=W&count=N&timeout=MS: the array. */
 static cJSON *poll_batch(const char *type, const char *worker, int count, int timeout_ms,
                          long *ret_status)
 {
-	_cleanup_free_ char *path = fmt("/api/tasks/poll/batch/%s?workerid=%s&count=%d&timeout=%d",
+	_cleanup_free_ char *path = tu_fmt("/api/tasks/poll/batch/%s?workerid=%s&count=%d&timeout=%d",
 	                                type, worker, count, timeout_ms);
 
 	return tu_conductor_json(C, "GET", path, NULL, ret_status);
@@ -90,7 +65,7 @@ static char *poll_one(const char *type, const char *worker)
 	char *id;
 
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
-	id = strdup(jstr(cJSON_GetArrayItem(a, 0), "taskId"));
+	id = strdup(tu_jstr(cJSON_GetArrayItem(a, 0), "taskId"));
 	cJSON_Delete(a);
 	return id;
 }
@@ -102,7 +77,7 @@ static char *wf_of(const char *id)
 	char *w;
 
 	ck_assert_ptr_nonnull(t);
-	w = strdup(jstr(t, "workflowInstanceId"));
+	w = strdup(tu_jstr(t, "workflowInstanceId"));
 	cJSON_Delete(t);
 	return w;
 }
@@ -122,7 +97,7 @@ static struct tu_http_answer update(const char *id, const char *members)
 {
 	_cleanup_free_ char *wf = wf_of(id);
 	_cleanup_free_ char *body =
-	    fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",%s}", id, wf, members);
+	    tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",%s}", id, wf, members);
 
 	return post("/api/tasks", body, false);
 }
@@ -140,7 +115,7 @@ static void update_ok(const char *id, const char *members)
 
 static cJSON *get_task(const char *id, long *ret_status)
 {
-	_cleanup_free_ char *path = fmt("/api/tasks/%s", id);
+	_cleanup_free_ char *path = tu_fmt("/api/tasks/%s", id);
 
 	return tu_conductor_json(C, "GET", path, NULL, ret_status);
 }
@@ -151,7 +126,7 @@ static void assert_api_status(const char *id, const char *status)
 	cJSON *t = get_task(id, &st);
 
 	ck_assert_int_eq(st, 200);
-	ck_assert_str_eq(jstr(t, "status"), status);
+	ck_assert_str_eq(tu_jstr(t, "status"), status);
 	cJSON_Delete(t);
 }
 
@@ -185,20 +160,20 @@ START_TEST(test_poll_returns_tasks_up_to_count)
 	a = poll_ok("build", "w1", 2, 0);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 2);
 	t = cJSON_GetArrayItem(a, 0);
-	ck_assert_str_eq(jstr(t, "taskId"), a_id); /* oldest first */
-	ck_assert_str_eq(jstr(t, "status"), "IN_PROGRESS");
-	ck_assert_str_eq(jstr(t, "workerId"), "w1");
-	ck_assert_str_eq(jstr(t, "taskType"), "build");
-	ck_assert_str_eq(jstr(cJSON_GetObjectItem(t, "inputData"), "commit"), "abc");
-	ck_assert_int_eq(jnum(t, "pollCount"), 1);
-	ck_assert_int_eq(jnum(t, "retryCount"), 0);
-	ck_assert_int_eq(jnum(t, "responseTimeoutSeconds"), 3600); /* TaskDef default */
-	ck_assert_ptr_nonnull(jstr(t, "workflowInstanceId"));
+	ck_assert_str_eq(tu_jstr(t, "taskId"), a_id); /* oldest first */
+	ck_assert_str_eq(tu_jstr(t, "status"), "IN_PROGRESS");
+	ck_assert_str_eq(tu_jstr(t, "workerId"), "w1");
+	ck_assert_str_eq(tu_jstr(t, "taskType"), "build");
+	ck_assert_str_eq(tu_jstr(cJSON_GetObjectItem(t, "inputData"), "commit"), "abc");
+	ck_assert_int_eq(tu_jnum(t, "pollCount"), 1);
+	ck_assert_int_eq(tu_jnum(t, "retryCount"), 0);
+	ck_assert_int_eq(tu_jnum(t, "responseTimeoutSeconds"), 3600); /* TaskDef default */
+	ck_assert_ptr_nonnull(tu_jstr(t, "workflowInstanceId"));
 	cJSON_Delete(a);
 	/* the third, and only it: the other type is another queue */
 	a = poll_ok("build", "w1", 5, 0);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
-	ck_assert_str_ne(jstr(cJSON_GetArrayItem(a, 0), "taskId"), b_id);
+	ck_assert_str_ne(tu_jstr(cJSON_GetArrayItem(a, 0), "taskId"), b_id);
 	cJSON_Delete(a);
 	assert_api_status(a_id, "IN_PROGRESS");
 	assert_api_status(b_id, "SCHEDULED");
@@ -223,12 +198,12 @@ START_TEST(test_domains)
 	a = tu_conductor_json(C, "GET", "/api/tasks/poll/batch/build?count=5&timeout=0&domain=d1",
 	                      NULL, &st);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "taskId"), in_d1);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "domain"), "d1");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(a, 0), "taskId"), in_d1);
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(a, 0), "domain"), "d1");
 	cJSON_Delete(a);
 	a = poll_ok("build", "w1", 5, 0);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(a, 0), "taskId"), plain);
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(a, 0), "taskId"), plain);
 	cJSON_Delete(a);
 	free(plain);
 	free(in_d1);
@@ -248,9 +223,9 @@ START_TEST(test_long_poll_empty)
 	cJSON_Delete(a);
 	e = poll_batch("build", "w1", 1, 5001, &st);
 	ck_assert_int_eq(st, 400);
-	ck_assert_str_eq(jstr(e, "message"),
+	ck_assert_str_eq(tu_jstr(e, "message"),
 	                 "Long Poll Timeout value cannot be more than 5 seconds");
-	ck_assert_int_eq(jnum(e, "status"), 400);
+	ck_assert_int_eq(tu_jnum(e, "status"), 400);
 	cJSON_Delete(e);
 }
 END_TEST
@@ -307,29 +282,29 @@ START_TEST(test_complete_with_output_and_logs)
 	/* 11 log entries: 10 are kept (taskExecLogSizeLimit) */
 	many = strdup("");
 	for (int i = 0; i < 11; i++) {
-		char *n = fmt("%s%s{\"log\":\"line %d\",\"createdTime\":%d}", many, i ? "," : "", i,
+		char *n = tu_fmt("%s%s{\"log\":\"line %d\",\"createdTime\":%d}", many, i ? "," : "", i,
 		              1000 + i);
 
 		free(many);
 		many = n;
 	}
 	{
-		_cleanup_free_ char *m = fmt("\"status\":\"COMPLETED\",\"workerId\":\"w1\","
+		_cleanup_free_ char *m = tu_fmt("\"status\":\"COMPLETED\",\"workerId\":\"w1\","
 		                             "\"outputData\":{\"answer\":42},\"logs\":[%s]",
 		                             many);
 
 		update_ok(id, m);
 	}
 	t = tu_conductor_task(C, id);
-	ck_assert_str_eq(jstr(t, "status"), "COMPLETED");
-	ck_assert_str_eq(jstr(t, "workflowStatus"), "COMPLETED");
-	ck_assert_int_eq(jnum(cJSON_GetObjectItem(t, "outputData"), "answer"), 42);
+	ck_assert_str_eq(tu_jstr(t, "status"), "COMPLETED");
+	ck_assert_str_eq(tu_jstr(t, "workflowStatus"), "COMPLETED");
+	ck_assert_int_eq(tu_jnum(cJSON_GetObjectItem(t, "outputData"), "answer"), 42);
 	logs = cJSON_GetObjectItem(t, "logs");
 	ck_assert_int_eq(cJSON_GetArraySize(logs), 10);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(logs, 9), "log"), "line 9");
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(logs, 0), "taskId"), id);
-	ck_assert_int_eq(jnum(cJSON_GetArrayItem(logs, 0), "createdTime"), 1000);
-	ck_assert_int_gt(jnum(t, "endTime"), 0);
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(logs, 9), "log"), "line 9");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(logs, 0), "taskId"), id);
+	ck_assert_int_eq(tu_jnum(cJSON_GetArrayItem(logs, 0), "createdTime"), 1000);
+	ck_assert_int_gt(tu_jnum(t, "endTime"), 0);
 	cJSON_Delete(t);
 	free(id);
 	free(p);
@@ -345,7 +320,7 @@ START_TEST(test_update_chunked_body)
 	struct tu_http_answer a;
 
 	free(poll_one("build", "w1"));
-	body = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
+	body = tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
 	           wf);
 	a = post("/api/tasks", body, true);
 	ck_assert(a.chunked_sent);
@@ -369,7 +344,7 @@ START_TEST(test_update_refusals)
 	a = post("/api/tasks", "{\"status\":\"COMPLETED\"}", false);
 	ck_assert_int_eq(a.status, 400);
 	e = cJSON_Parse(a.body);
-	ck_assert_str_eq(jstr(e, "message"), "Validation failed, check below errors for detail.");
+	ck_assert_str_eq(tu_jstr(e, "message"), "Validation failed, check below errors for detail.");
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(e, "validationErrors")), 2);
 	cJSON_Delete(e);
 	tu_http_answer_done(&a);
@@ -381,7 +356,7 @@ START_TEST(test_update_refusals)
 	ck_assert_int_eq(a.status, 500);
 	tu_http_answer_done(&a);
 	/* the body must be declared JSON (Spring: 415, mapped to 500) */
-	bad = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
+	bad = tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
 	          wf);
 	{
 		static const char *const text[] = {"Content-Type: text/plain", NULL};
@@ -398,12 +373,12 @@ START_TEST(test_update_refusals)
 	free(bad);
 	/* unknown task: 404 NotFoundException */
 	bad =
-	    fmt("{\"taskId\":\"nope\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", wf);
+	    tu_fmt("{\"taskId\":\"nope\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", wf);
 	a = post("/api/tasks", bad, false);
 	ck_assert_int_eq(a.status, 404);
 	e = cJSON_Parse(a.body);
-	ck_assert_str_eq(jstr(e, "message"), "No such task found by id: nope");
-	ck_assert_int_eq(jnum(e, "status"), 404);
+	ck_assert_str_eq(tu_jstr(e, "message"), "No such task found by id: nope");
+	ck_assert_int_eq(tu_jnum(e, "status"), 404);
 	ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(e, "retryable")));
 	cJSON_Delete(e);
 	tu_http_answer_done(&a);
@@ -425,13 +400,13 @@ START_TEST(test_terminal_error_not_retried_reason_capped)
 	free(poll_one("build", "w1"));
 	memset(reason, 'x', 600);
 	reason[600] = '\0';
-	m = fmt("\"status\":\"FAILED_WITH_TERMINAL_ERROR\",\"reasonForIncompletion\":\"%s\"",
+	m = tu_fmt("\"status\":\"FAILED_WITH_TERMINAL_ERROR\",\"reasonForIncompletion\":\"%s\"",
 	        reason);
 	update_ok(id, m);
 	t = tu_conductor_task(C, id);
-	ck_assert_str_eq(jstr(t, "status"), "FAILED_WITH_TERMINAL_ERROR");
-	ck_assert_uint_eq(strlen(jstr(t, "reasonForIncompletion")), 500);
-	ck_assert_str_eq(jstr(t, "workflowStatus"), "FAILED");
+	ck_assert_str_eq(tu_jstr(t, "status"), "FAILED_WITH_TERMINAL_ERROR");
+	ck_assert_uint_eq(strlen(tu_jstr(t, "reasonForIncompletion")), 500);
+	ck_assert_str_eq(tu_jstr(t, "workflowStatus"), "FAILED");
 	cJSON_Delete(t);
 	a = poll_ok("build", "w1", 1, 0);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 0); /* no retry */
@@ -455,13 +430,13 @@ START_TEST(test_failed_retried_as_new_task)
 	a = poll_ok("build", "w2", 1, 1000);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
 	t = cJSON_GetArrayItem(a, 0);
-	retry = strdup(jstr(t, "taskId"));
+	retry = strdup(tu_jstr(t, "taskId"));
 	ck_assert_str_ne(retry, id);
-	ck_assert_str_eq(jstr(t, "retriedTaskId"), id);
-	ck_assert_str_eq(jstr(t, "workflowInstanceId"), wf);
-	ck_assert_int_eq(jnum(t, "retryCount"), 1);
-	ck_assert_int_eq(jnum(t, "pollCount"), 1);
-	ck_assert_int_eq(jnum(cJSON_GetObjectItem(t, "inputData"), "n"), 7);
+	ck_assert_str_eq(tu_jstr(t, "retriedTaskId"), id);
+	ck_assert_str_eq(tu_jstr(t, "workflowInstanceId"), wf);
+	ck_assert_int_eq(tu_jnum(t, "retryCount"), 1);
+	ck_assert_int_eq(tu_jnum(t, "pollCount"), 1);
+	ck_assert_int_eq(tu_jnum(cJSON_GetObjectItem(t, "inputData"), "n"), 7);
 	cJSON_Delete(a);
 	assert_api_status(id, "FAILED");
 	/* the retries are spent: the workflow fails */
@@ -494,8 +469,8 @@ START_TEST(test_extend_lease_keeps_task_alive)
 		tu_sleep(300 * USEC_PER_MSEC);
 	}
 	t = tu_conductor_task(C, id);
-	ck_assert_str_eq(jstr(t, "status"), "IN_PROGRESS");
-	ck_assert_int_ge(jnum(t, "extendLeases"), 5);
+	ck_assert_str_eq(tu_jstr(t, "status"), "IN_PROGRESS");
+	ck_assert_int_ge(tu_jnum(t, "extendLeases"), 5);
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "outputData")), 0);
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "logs")), 0);
 	cJSON_Delete(t);
@@ -518,8 +493,8 @@ START_TEST(test_response_timeout_then_retry)
 	t = tu_conductor_wait(C, id, "TIMED_OUT", 5 * SEC);
 	ck_assert_ptr_nonnull(t);
 	want =
-	    fmt("responseTimeout: 1 exceeded for the taskId: %s with Task Definition: build", id);
-	ck_assert_str_eq(jstr(t, "reasonForIncompletion"), want);
+	    tu_fmt("responseTimeout: 1 exceeded for the taskId: %s with Task Definition: build", id);
+	ck_assert_str_eq(tu_jstr(t, "reasonForIncompletion"), want);
 	cJSON_Delete(t);
 	/* a late result for the timed-out attempt: 200, ignored */
 	update_ok(id, "\"status\":\"COMPLETED\"");
@@ -527,9 +502,9 @@ START_TEST(test_response_timeout_then_retry)
 	/* the retry: a new task id */
 	a = poll_ok("build", "w1", 1, 1000);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
-	retry = strdup(jstr(cJSON_GetArrayItem(a, 0), "taskId"));
+	retry = strdup(tu_jstr(cJSON_GetArrayItem(a, 0), "taskId"));
 	ck_assert_str_ne(retry, id);
-	ck_assert_int_eq(jnum(cJSON_GetArrayItem(a, 0), "retryCount"), 1);
+	ck_assert_int_eq(tu_jnum(cJSON_GetArrayItem(a, 0), "retryCount"), 1);
 	cJSON_Delete(a);
 	/* it times out too: no retry left, the workflow is TIMED_OUT */
 	wait_task(retry, "TIMED_OUT");
@@ -554,8 +529,8 @@ START_TEST(test_in_progress_callback_requeues_same_id)
 	update_ok(id, "\"status\":\"IN_PROGRESS\",\"callbackAfterSeconds\":1,"
 	              "\"outputData\":{\"progress\":50}");
 	t = tu_conductor_task(C, id);
-	ck_assert_str_eq(jstr(t, "status"), "SCHEDULED");
-	ck_assert_int_eq(jnum(cJSON_GetObjectItem(t, "outputData"), "progress"), 50);
+	ck_assert_str_eq(tu_jstr(t, "status"), "SCHEDULED");
+	ck_assert_int_eq(tu_jnum(cJSON_GetObjectItem(t, "outputData"), "progress"), 50);
 	cJSON_Delete(t);
 	a = poll_ok("build", "w2", 1, 0);
 	ck_assert_int_eq(cJSON_GetArraySize(a), 0); /* not due yet */
@@ -565,10 +540,10 @@ START_TEST(test_in_progress_callback_requeues_same_id)
 	ck_assert_int_eq(cJSON_GetArraySize(a), 1);
 	ck_assert_uint_lt(time_mono() - t0, 4 * SEC); /* when due, not at the timeout */
 	t = cJSON_GetArrayItem(a, 0);
-	ck_assert_str_eq(jstr(t, "taskId"), id);
-	ck_assert_str_eq(jstr(t, "workerId"), "w2");
-	ck_assert_int_eq(jnum(t, "pollCount"), 2);
-	ck_assert_int_eq(jnum(t, "callbackAfterSeconds"), 0); /* reset by the poll */
+	ck_assert_str_eq(tu_jstr(t, "taskId"), id);
+	ck_assert_str_eq(tu_jstr(t, "workerId"), "w2");
+	ck_assert_int_eq(tu_jnum(t, "pollCount"), 2);
+	ck_assert_int_eq(tu_jnum(t, "callbackAfterSeconds"), 0); /* reset by the poll */
 	cJSON_Delete(a);
 	/* nothing fences the first worker: its result still lands */
 	update_ok(id, "\"status\":\"COMPLETED\",\"workerId\":\"w1\"");
@@ -582,7 +557,7 @@ END_TEST
 START_TEST(test_update_after_cancel)
 {
 	char *id = tu_conductor_create(C, "{\"taskType\":\"build\"}");
-	_cleanup_free_ char *cancel = fmt("/emu/tasks/%s/cancel", id);
+	_cleanup_free_ char *cancel = tu_fmt("/emu/tasks/%s/cancel", id);
 	_cleanup_free_ char *wf = wf_of(id);
 	_cleanup_free_ char *body = NULL;
 	struct tu_http_answer a;
@@ -596,14 +571,14 @@ START_TEST(test_update_after_cancel)
 	/* the update is answered as accepted, and ignored */
 	update_ok(id, "\"status\":\"COMPLETED\",\"outputData\":{\"late\":true}");
 	update_ok(id, "\"status\":\"IN_PROGRESS\",\"extendLease\":true");
-	body = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
+	body = tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\"}", id,
 	           wf);
 	a = post("/api/tasks/update-v2", body, false);
 	ck_assert_int_eq(a.status, 204); /* terminal, and no next task */
 	tu_http_answer_done(&a);
 	t = tu_conductor_task(C, id);
-	ck_assert_str_eq(jstr(t, "status"), "CANCELED");
-	ck_assert_str_eq(jstr(t, "workflowStatus"), "TERMINATED");
+	ck_assert_str_eq(tu_jstr(t, "status"), "CANCELED");
+	ck_assert_str_eq(tu_jstr(t, "workflowStatus"), "TERMINATED");
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "outputData")), 0);
 	cJSON_Delete(t);
 	cJSON_Delete(tu_conductor_json(C, "POST", cancel, "{}", &st));
@@ -623,28 +598,28 @@ START_TEST(test_update_v2_chains)
 	char *second;
 
 	free(poll_one("build", "w1"));
-	body = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"IN_PROGRESS\","
+	body = tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"IN_PROGRESS\","
 	           "\"extendLease\":true,\"workerId\":\"w1\"}",
 	           first, wf);
 	a = post("/api/tasks/update-v2", body, true);
 	ck_assert_int_eq(a.status, 204); /* a lease extension */
 	tu_http_answer_done(&a);
 	free(body);
-	body = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\","
+	body = tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\",\"status\":\"COMPLETED\","
 	           "\"workerId\":\"w1\"}",
 	           first, wf);
 	a = post("/api/tasks/update-v2", body, true);
 	ck_assert_int_eq(a.status, 200);
 	next = cJSON_Parse(a.body);
 	tu_http_answer_done(&a);
-	second = strdup(jstr(next, "taskId"));
+	second = strdup(tu_jstr(next, "taskId"));
 	ck_assert_str_ne(second, first);
-	ck_assert_str_eq(jstr(next, "status"), "IN_PROGRESS");
-	ck_assert_str_eq(jstr(next, "workerId"), "w1");
+	ck_assert_str_eq(tu_jstr(next, "status"), "IN_PROGRESS");
+	ck_assert_str_eq(tu_jstr(next, "workerId"), "w1");
 	cJSON_Delete(next);
 	{
 		_cleanup_free_ char *wf2 = wf_of(second);
-		_cleanup_free_ char *b2 = fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\","
+		_cleanup_free_ char *b2 = tu_fmt("{\"taskId\":\"%s\",\"workflowInstanceId\":\"%s\","
 		                              "\"status\":\"COMPLETED\",\"workerId\":\"w1\"}",
 		                              second, wf2);
 
@@ -664,7 +639,7 @@ END_TEST
 START_TEST(test_task_log_endpoint)
 {
 	char *id = tu_conductor_create(C, "{\"taskType\":\"build\"}");
-	_cleanup_free_ char *path = fmt("/api/tasks/%s/log", id);
+	_cleanup_free_ char *path = tu_fmt("/api/tasks/%s/log", id);
 	struct tu_http_answer a;
 	long st;
 	cJSON *logs;
@@ -680,9 +655,9 @@ START_TEST(test_task_log_endpoint)
 	logs = tu_conductor_json(C, "GET", path, NULL, &st);
 	ck_assert_int_eq(st, 200);
 	ck_assert_int_eq(cJSON_GetArraySize(logs), 1);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(logs, 0), "log"), "\"hello\"");
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(logs, 0), "taskId"), id);
-	ck_assert_int_gt(jnum(cJSON_GetArrayItem(logs, 0), "createdTime"), 0);
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(logs, 0), "log"), "\"hello\"");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(logs, 0), "taskId"), id);
+	ck_assert_int_gt(tu_jnum(cJSON_GetArrayItem(logs, 0), "createdTime"), 0);
 	cJSON_Delete(logs);
 	/* any task id is taken (ExecutionService.log does not look it up) */
 	a = post("/api/tasks/no-such-task/log", "x", false);
@@ -699,7 +674,7 @@ START_TEST(test_get_task_and_unknown_routes)
 	struct tu_http_answer a;
 
 	ck_assert_int_eq(st, 404);
-	ck_assert_str_eq(jstr(e, "message"), "Task not found for taskId: missing");
+	ck_assert_str_eq(tu_jstr(e, "message"), "Task not found for taskId: missing");
 	cJSON_Delete(e);
 	ck_assert_int_eq(tu_conductor_http(C, "GET", "/api/nothing", NULL, NULL, false, &a), 0);
 	ck_assert_int_eq(a.status, 404);
@@ -718,7 +693,7 @@ END_TEST
 
 static struct tu_http_answer poll_with_token(const char *token)
 {
-	_cleanup_free_ char *h = token ? fmt("X-Authorization: %s", token) : NULL;
+	_cleanup_free_ char *h = token ? tu_fmt("X-Authorization: %s", token) : NULL;
 	const char *const hs[] = {h, NULL};
 	struct tu_http_answer a;
 
@@ -734,7 +709,7 @@ static void assert_401(struct tu_http_answer a, const char *error)
 	cJSON *e = cJSON_Parse(a.body);
 
 	ck_assert_int_eq(a.status, 401);
-	ck_assert_str_eq(jstr(e, "error"), error);
+	ck_assert_str_eq(tu_jstr(e, "error"), error);
 	cJSON_Delete(e);
 	tu_http_answer_done(&a);
 }
@@ -757,7 +732,7 @@ START_TEST(test_auth)
 	got = time_mono();
 	ck_assert_int_eq(a.status, 200);
 	j = cJSON_Parse(a.body);
-	token = strdup(jstr(j, "token"));
+	token = strdup(tu_jstr(j, "token"));
 	cJSON_Delete(j);
 	tu_http_answer_done(&a);
 	a = poll_with_token(token);
@@ -830,7 +805,7 @@ static void *poll_until_empty(void *arg)
 		cJSON_ArrayForEach(t, a)
 		{
 			if (p->n < MANY)
-				p->ids[p->n++] = strdup(jstr(t, "taskId"));
+				p->ids[p->n++] = strdup(tu_jstr(t, "taskId"));
 		}
 		cJSON_Delete(a);
 	}
@@ -892,7 +867,7 @@ START_TEST(test_emu_wait_and_counts)
 	j = tu_conductor_json(C, "GET", "/emu/wait?taskType=build&status=IN_PROGRESS&count=2", NULL,
 	                      &st);
 	ck_assert_int_eq(st, 200);
-	ck_assert_int_eq(jnum(j, "count"), 2);
+	ck_assert_int_eq(tu_jnum(j, "count"), 2);
 	cJSON_Delete(j);
 	j = tu_conductor_json(C, "GET", "/emu/wait?stat=poll&count=1", NULL, &st);
 	ck_assert_int_eq(st, 200);

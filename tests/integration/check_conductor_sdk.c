@@ -23,6 +23,7 @@
 
 #include "conductor_proc.h"
 #include "lessor_proc.h" /* tu_timeout */
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -206,20 +207,6 @@ static void teardown(void)
 
 /* ---------------------------------------------------------- helpers */
 
-static const char *jstr(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
 /* The task's final view once it has `status`; the test fails otherwise. */
 static cJSON *wait_task(const char *id, const char *status)
 {
@@ -238,7 +225,7 @@ static bool has_log(const cJSON *t, const char *needle)
 
 	cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(t, "logs"))
 	{
-		const char *s = jstr(l, "log");
+		const char *s = tu_jstr(l, "log");
 
 		if (s && strstr(s, needle))
 			return true;
@@ -250,7 +237,7 @@ static double emu_stat(const char *name)
 {
 	long st;
 	cJSON *s = tu_conductor_json(C, "GET", "/emu/stats", NULL, &st);
-	double v = jnum(s, name);
+	double v = tu_jnum_or(s, name, -1);
 
 	cJSON_Delete(s);
 	return v;
@@ -262,12 +249,12 @@ static void assert_completed_by_sdk(const char *id, int n)
 	const cJSON *out = cJSON_GetObjectItemCaseSensitive(t, "outputData");
 	char line[32];
 
-	ck_assert_int_eq(jnum(out, "n"), n);
-	ck_assert_int_eq(jnum(out, "doubled"), 2 * n);
-	ck_assert_str_eq(jstr(out, "by"), "sdk");
+	ck_assert_int_eq(tu_jnum_or(out, "n", -1), n);
+	ck_assert_int_eq(tu_jnum_or(out, "doubled", -1), 2 * n);
+	ck_assert_str_eq(tu_jstr(out, "by"), "sdk");
 	snprintf(line, sizeof(line), "sdk saw %d", n);
 	ck_assert_msg(has_log(t, line), "no log line '%s'", line);
-	ck_assert_str_eq(jstr(t, "workerId"), "sdk-worker");
+	ck_assert_str_eq(tu_jstr(t, "workerId"), "sdk-worker");
 	cJSON_Delete(t);
 }
 
@@ -299,7 +286,7 @@ START_TEST(test_sdk_completes_fails_and_extends)
 	for (int i = 0; i < 3; i++)
 		assert_completed_by_sdk(ok[i], i + 1);
 	t = wait_task(fail, "FAILED");
-	ck_assert_str_eq(jstr(t, "reasonForIncompletion"), "asked to fail");
+	ck_assert_str_eq(tu_jstr(t, "reasonForIncompletion"), "asked to fail");
 	ck_assert(has_log(t, "Error: asked to fail"));
 	cJSON_Delete(t);
 	/* the retry is a new task, which the SDK fails too: the workflow fails */
@@ -311,20 +298,20 @@ START_TEST(test_sdk_completes_fails_and_extends)
 		retry = NULL;
 		cJSON_ArrayForEach(x, cJSON_GetObjectItem(all, "tasks"))
 		{
-			const char *from = jstr(x, "retriedTaskId");
+			const char *from = tu_jstr(x, "retriedTaskId");
 
 			if (from && strcmp(from, fail) == 0)
-				retry = strdup(jstr(x, "taskId"));
+				retry = strdup(tu_jstr(x, "taskId"));
 		}
 		cJSON_Delete(all);
 	}
 	ck_assert_ptr_nonnull(retry);
 	t = wait_task(retry, "FAILED");
-	ck_assert_str_eq(jstr(t, "workflowStatus"), "FAILED");
+	ck_assert_str_eq(tu_jstr(t, "workflowStatus"), "FAILED");
 	cJSON_Delete(t);
 	assert_completed_by_sdk(slow, 5);
 	t = tu_conductor_task(C, slow);
-	ck_assert_int_ge(jnum(t, "extendLeases"), 1);
+	ck_assert_int_ge(tu_jnum_or(t, "extendLeases", -1), 1);
 	cJSON_Delete(t);
 	/* what the SDK sent: update-v2 (the emulator has it), chunked bodies */
 	ck_assert_int_ge(emu_stat("update_v2"), 6);
