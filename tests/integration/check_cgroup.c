@@ -27,6 +27,7 @@
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "promparse.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -342,13 +343,6 @@ static cJSON *status_doc(void)
 	return j;
 }
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 static double kill_mode_metric(const char *mode)
 {
 	long code = 0;
@@ -453,8 +447,8 @@ START_TEST(test_mode_cgroup)
 	start_lessee(wrap);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: cgroup", tu_timeout(5 * SEC)), 0);
 	st = status_doc();
-	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)", "cgroup");
-	ck_assert_str_eq(jstr(st, "cgroup") ? jstr(st, "cgroup") : "(none)", cg_test);
+	ck_assert_str_eq(tu_jstr(st, "kill_mode") ? tu_jstr(st, "kill_mode") : "(none)", "cgroup");
+	ck_assert_str_eq(tu_jstr(st, "cgroup") ? tu_jstr(st, "cgroup") : "(none)", cg_test);
 	cJSON_Delete(st);
 	ck_assert(kill_mode_metric("cgroup") == 1);
 	ck_assert(kill_mode_metric("process_group") == 0);
@@ -485,9 +479,9 @@ START_TEST(test_fallback_readonly)
 	start_lessee(wrap);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: process group", tu_timeout(5 * SEC)), 0);
 	st = status_doc();
-	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)", "process_group");
-	ck_assert_ptr_null(jstr(st, "cgroup"));
-	ck_assert_ptr_nonnull(jstr(st, "kill_mode_reason"));
+	ck_assert_str_eq(tu_jstr(st, "kill_mode") ? tu_jstr(st, "kill_mode") : "(none)", "process_group");
+	ck_assert_ptr_null(tu_jstr(st, "cgroup"));
+	ck_assert_ptr_nonnull(tu_jstr(st, "kill_mode_reason"));
 	cJSON_Delete(st);
 	ck_assert(kill_mode_metric("process_group") == 1);
 	ck_assert(kill_mode_metric("cgroup") == 0);
@@ -513,7 +507,7 @@ START_TEST(test_fallback_root)
 	start_lessee(wrap);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "kill mode: process group", tu_timeout(5 * SEC)), 0);
 	st = status_doc();
-	ck_assert_str_eq(jstr(st, "kill_mode") ? jstr(st, "kill_mode") : "(none)", "process_group");
+	ck_assert_str_eq(tu_jstr(st, "kill_mode") ? tu_jstr(st, "kill_mode") : "(none)", "process_group");
 	cJSON_Delete(st);
 }
 END_TEST

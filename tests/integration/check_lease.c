@@ -16,6 +16,7 @@
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "promparse.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -147,13 +148,6 @@ static void fault(const char *endpoint, unsigned status, unsigned count, unsigne
 	cJSON_Delete(admin("POST", "/v1/admin/faults", body, 200));
 }
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 static void wait_status(const char *id, const char *status, usec_t timeout)
 {
 	int r = tu_lessor_wait_status(L, id, status, timeout);
@@ -257,7 +251,7 @@ static char *lease_expiry(const char *id)
 	char *s;
 
 	ck_assert_ptr_nonnull(run);
-	s = jstr(run, "lease_expires_at") ? strdup(jstr(run, "lease_expires_at")) : NULL;
+	s = tu_jstr(run, "lease_expires_at") ? strdup(tu_jstr(run, "lease_expires_at")) : NULL;
 	cJSON_Delete(run);
 	ck_assert_ptr_nonnull(s);
 	return s;
@@ -279,7 +273,7 @@ static void assert_clean_success(const char *id)
 
 	ck_assert_ptr_nonnull(run);
 	out = cJSON_PrintUnformatted(cJSON_GetObjectItem(run, "output"));
-	ck_assert_str_eq(jstr(run, "status"), "succeeded");
+	ck_assert_str_eq(tu_jstr(run, "status"), "succeeded");
 	ck_assert_str_eq(out, "{\"answer\":42}");
 	cJSON_Delete(run);
 	ck_assert_int_eq(n_leases(id), 1);
@@ -403,7 +397,7 @@ START_TEST(test_result_outlives_local_deadline)
 	ck_assert_int_eq(tu_lessee_wait_log(D, "local lease deadline passed", 25 * SEC), 0);
 	cJSON_Delete(admin("DELETE", "/v1/admin/faults", NULL, 200));
 	run = tu_lessor_get_run(L, id);
-	expires = tu_rfc3339_ms(jstr(run, "lease_expires_at"));
+	expires = tu_rfc3339_ms(tu_jstr(run, "lease_expires_at"));
 	cJSON_Delete(run);
 	/* the premise: the server's lease was still valid when the API came back */
 	ck_assert_msg(expires > wall_ms(), "the server's lease ended before the API came back");
@@ -429,8 +423,8 @@ START_TEST(test_parked_claim_not_dead_on_arrival)
 		w = admin("GET", "/v1/workers", NULL, 200);
 		cJSON_ArrayForEach(it, cJSON_GetObjectItem(w, "workers"))
 		{
-			if (streq_ptr(jstr(it, "worker_id"), "test-worker"))
-				claimed_at = tu_rfc3339_ms(jstr(it, "last_claim_at"));
+			if (streq_ptr(tu_jstr(it, "worker_id"), "test-worker"))
+				claimed_at = tu_rfc3339_ms(tu_jstr(it, "last_claim_at"));
 		}
 		cJSON_Delete(w);
 		ck_assert_msg(claimed_at || time_mono() < end, "no claim from the daemon");

@@ -13,6 +13,7 @@
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "promparse.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -171,20 +172,6 @@ static void wait_status(const char *id, const char *status, usec_t timeout)
 	ck_assert_msg(r == 0, "run %s did not reach status %s", id, status);
 }
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *key, double dflt)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsNumber(j) ? j->valuedouble : dflt;
-}
-
 static char *run_log(const char *id)
 {
 	size_t len = 0;
@@ -261,17 +248,17 @@ START_TEST(test_outcomes)
 
 	wait_status(ok, "succeeded", 20 * SEC);
 	run = tu_lessor_get_run(L, ok);
-	ck_assert_int_eq((int)jnum(run, "exit_code", -1), 0);
-	ck_assert_int_eq((int)jnum(cJSON_GetObjectItem(run, "output"), "answer", 0), 42);
+	ck_assert_int_eq((int)tu_jnum_or(run, "exit_code", -1), 0);
+	ck_assert_int_eq((int)tu_jnum_or(cJSON_GetObjectItem(run, "output"), "answer", 0), 42);
 	log = run_log(ok);
 	ck_assert_str_eq(log, "got {\"n\":1}\n");
-	ck_assert_int_eq((int)jnum(run, "log_length", -1), (int)strlen(log));
+	ck_assert_int_eq((int)tu_jnum_or(run, "log_length", -1), (int)strlen(log));
 	cJSON_Delete(run);
 
 	wait_status(fail, "failed", 20 * SEC);
 	run = tu_lessor_get_run(L, fail);
-	ck_assert_str_eq(jstr(run, "reason"), "exit");
-	ck_assert_int_eq((int)jnum(run, "exit_code", -1), 3);
+	ck_assert_str_eq(tu_jstr(run, "reason"), "exit");
+	ck_assert_int_eq((int)tu_jnum_or(run, "exit_code", -1), 3);
 	ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(run, "retryable")));
 	free(log);
 	log = run_log(fail);
@@ -280,28 +267,28 @@ START_TEST(test_outcomes)
 
 	wait_status(temp, "failed", 20 * SEC);
 	run = tu_lessor_get_run(L, temp);
-	ck_assert_int_eq((int)jnum(run, "exit_code", -1), 75);
+	ck_assert_int_eq((int)tu_jnum_or(run, "exit_code", -1), 75);
 	ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(run, "retryable")));
 	cJSON_Delete(run);
 
 	wait_status(crash, "failed", 20 * SEC);
 	run = tu_lessor_get_run(L, crash);
-	ck_assert_str_eq(jstr(run, "reason"), "crash");
-	ck_assert_str_eq(jstr(run, "signal"), "SIGSEGV");
+	ck_assert_str_eq(tu_jstr(run, "reason"), "crash");
+	ck_assert_str_eq(tu_jstr(run, "signal"), "SIGSEGV");
 	ck_assert(cJSON_IsNull(cJSON_GetObjectItem(run, "exit_code")));
 	cJSON_Delete(run);
 
 	wait_status(missing, "failed", 20 * SEC);
 	run = tu_lessor_get_run(L, missing);
-	ck_assert_str_eq(jstr(run, "reason"), "spawn_error");
+	ck_assert_str_eq(tu_jstr(run, "reason"), "spawn_error");
 	ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(run, "retryable")));
-	ck_assert_ptr_nonnull(strstr(jstr(run, "error"), "No such file"));
+	ck_assert_ptr_nonnull(strstr(tu_jstr(run, "error"), "No such file"));
 	cJSON_Delete(run);
 
 	wait_status(bad, "succeeded", 20 * SEC);
 	run = tu_lessor_get_run(L, bad);
 	ck_assert(cJSON_IsNull(cJSON_GetObjectItem(run, "output")));
-	ck_assert_ptr_nonnull(strstr(jstr(run, "error"), "not valid JSON"));
+	ck_assert_ptr_nonnull(strstr(tu_jstr(run, "error"), "not valid JSON"));
 	cJSON_Delete(run);
 }
 END_TEST
@@ -343,7 +330,7 @@ START_TEST(test_timeout_kills_group)
 	ck_assert(tu_pid_alive(pid));
 	wait_status(id, "failed", 20 * SEC);
 	run = tu_lessor_get_run(L, id);
-	ck_assert_str_eq(jstr(run, "reason"), "timeout");
+	ck_assert_str_eq(tu_jstr(run, "reason"), "timeout");
 	ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(run, "retryable")));
 	cJSON_Delete(run);
 	ck_assert_msg(wait_dead(pid, 5 * SEC), "child %d survived the kill ladder", (int)pid);
@@ -364,16 +351,16 @@ START_TEST(test_lease_stolen)
 	ck_assert_msg(wait_dead(pid, 4 * SEC), "old holder's child %d still runs", (int)pid);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "lease lost", 5 * SEC), 0);
 	run = tu_lessor_get_run(L, id);
-	rejected = jnum(run, "rejected_writes", -1);
+	rejected = tu_jnum_or(run, "rejected_writes", -1);
 	cJSON_Delete(run);
 	/* the write that discovered the loss was refused, or none when the run came
 	 * back to our parked claim first (a new grant ends the older lease); then silence */
 	ck_assert(rejected >= 0 && rejected <= 2);
 	tu_sleep(3 * SEC);
 	run = tu_lessor_get_run(L, id);
-	ck_assert_int_eq((int)jnum(run, "rejected_writes", -1), (int)rejected);
+	ck_assert_int_eq((int)tu_jnum_or(run, "rejected_writes", -1), (int)rejected);
 	leases = cJSON_GetObjectItem(run, "leases");
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "revoked");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "revoked");
 	cJSON_Delete(run);
 }
 END_TEST
@@ -389,7 +376,7 @@ START_TEST(test_cancel)
 	wait_status(id, "cancelled", 10 * SEC);
 	ck_assert(wait_dead(pid, 3 * SEC));
 	run = tu_lessor_get_run(L, id);
-	ck_assert_str_eq(jstr(run, "reason"), "cancelled");
+	ck_assert_str_eq(tu_jstr(run, "reason"), "cancelled");
 	cJSON_Delete(run);
 }
 END_TEST
@@ -404,7 +391,7 @@ static char *last_claim_workflows(void)
 	{
 		const cJSON *wf = cJSON_GetObjectItem(it, "workflows");
 
-		if (streq_ptr(jstr(it, "worker_id"), "test-worker"))
+		if (streq_ptr(tu_jstr(it, "worker_id"), "test-worker"))
 			s = wf && !cJSON_IsNull(wf) ? cJSON_PrintUnformatted(wf) : strdup("omitted");
 	}
 	cJSON_Delete(w);
@@ -457,8 +444,8 @@ START_TEST(test_breaker)
 	/* the trial did not start before the cooldown (3 s) was over */
 	last_bad = tu_lessor_get_run(L, bad[2]);
 	run = tu_lessor_get_run(L, trial);
-	opened = tu_rfc3339_ms(jstr(last_bad, "finished_at"));
-	trial_started = tu_rfc3339_ms(jstr(run, "started_at"));
+	opened = tu_rfc3339_ms(tu_jstr(last_bad, "finished_at"));
+	trial_started = tu_rfc3339_ms(tu_jstr(run, "started_at"));
 	ck_assert_msg(opened > 0 && trial_started - opened >= 2500,
 		      "trial started %lld ms after the breaker opened", trial_started - opened);
 	cJSON_Delete(last_bad);
@@ -487,8 +474,8 @@ START_TEST(test_drain_reports_everything)
 	end = time_mono() + tu_timeout(20 * SEC);
 	do {
 		stats = admin("GET", "/v1/stats", NULL, 200);
-		running = (int)jnum(cJSON_GetObjectItem(stats, "counts"), "running",
-				    jnum(stats, "running", 0));
+		running = (int)tu_jnum_or(cJSON_GetObjectItem(stats, "counts"), "running",
+				    tu_jnum_or(stats, "running", 0));
 		cJSON_Delete(stats);
 		if (running < 20)
 			tu_sleep(20 * USEC_PER_MSEC);
@@ -498,7 +485,7 @@ START_TEST(test_drain_reports_everything)
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
 	for (int i = 0; i < 25; i++) {
 		cJSON *run = tu_lessor_get_run(L, ids[i]);
-		const char *st = jstr(run, "status");
+		const char *st = tu_jstr(run, "status");
 
 		if (streq(st, "succeeded"))
 			succeeded++;
@@ -532,8 +519,8 @@ START_TEST(test_second_sigterm_releases)
 		cJSON *run = tu_lessor_get_run(L, ids[i]);
 
 		ck_assert_msg(!tu_pid_alive(pids[i]), "child %d survived", (int)pids[i]);
-		ck_assert_str_eq(jstr(run, "status"), "pending");
-		ck_assert_int_eq((int)jnum(run, "attempts_used", -1), 0);
+		ck_assert_str_eq(tu_jstr(run, "status"), "pending");
+		ck_assert_int_eq((int)tu_jnum_or(run, "attempts_used", -1), 0);
 		cJSON_Delete(run);
 	}
 	/* claimable at once by anyone */
@@ -567,7 +554,7 @@ START_TEST(test_api_outage)
 	run = tu_lessor_get_run(L, id);
 	leases = cJSON_GetObjectItem(run, "leases");
 	ck_assert_int_eq(cJSON_GetArraySize(leases), 1);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "completed");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "completed");
 	cJSON_Delete(run);
 	_cleanup_free_ char *log = run_log(id);
 	ck_assert_ptr_nonnull(strstr(log, "done\n"));
@@ -590,9 +577,9 @@ START_TEST(test_sigkill_recovery)
 	run = tu_lessor_get_run(L, id);
 	leases = cJSON_GetObjectItem(run, "leases");
 	ck_assert_int_eq(cJSON_GetArraySize(leases), 2);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "expired");
-	end0 = tu_rfc3339_ms(jstr(cJSON_GetArrayItem(leases, 0), "ended_at"));
-	start1 = tu_rfc3339_ms(jstr(cJSON_GetArrayItem(leases, 1), "granted_at"));
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "expired");
+	end0 = tu_rfc3339_ms(tu_jstr(cJSON_GetArrayItem(leases, 0), "ended_at"));
+	start1 = tu_rfc3339_ms(tu_jstr(cJSON_GetArrayItem(leases, 1), "granted_at"));
 	ck_assert_msg(end0 > 0 && start1 >= end0, "leases overlap: %lld < %lld", start1, end0);
 	cJSON_Delete(run);
 }
@@ -656,8 +643,8 @@ START_TEST(test_slow_api_does_not_block)
 	wait_status(id, "succeeded", 90 * SEC);
 	run = tu_lessor_get_run(L, id);
 	/* 20 MiB at 1 MiB per 1.5 s would take 30 s if the pipe were throttled */
-	ck_assert_msg(jnum(run, "duration_ms", 1e9) < 10000, "the child was held back: %.0f ms",
-		      jnum(run, "duration_ms", 0));
+	ck_assert_msg(tu_jnum_or(run, "duration_ms", 1e9) < 10000, "the child was held back: %.0f ms",
+		      tu_jnum_or(run, "duration_ms", 0));
 	cJSON_Delete(run);
 	log = tu_lessor_run_log(L, id, &len);
 	ck_assert_ptr_nonnull(log);

@@ -21,6 +21,7 @@
 #include "ev/ev.h"
 #include "util/buf.h"
 #include "worker/worker-int.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -106,20 +107,6 @@ static void teardown(void)
 }
 
 /* ---------------------------------------------------------------- helpers */
-
-static const char *jstr(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *key, double dflt)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsNumber(j) ? j->valuedouble : dflt;
-}
 
 static char *enqueue(const char *workflow)
 {
@@ -251,13 +238,13 @@ START_TEST(test_regrant_waits_for_old_copy)
 	run = tu_lessor_get_run(L, id);
 	out = cJSON_GetObjectItem(run, "output");
 	ck_assert_msg(cJSON_IsObject(out), "succeeded without the output it wrote: %s",
-	              jstr(run, "error") ? jstr(run, "error") : "(no error)");
-	ck_assert_int_eq((int)jnum(out, "copy", 0), 2);
-	ck_assert_int_eq((int)jnum(out, "pid", 0), (int)pid2);
+	              tu_jstr(run, "error") ? tu_jstr(run, "error") : "(no error)");
+	ck_assert_int_eq((int)tu_jnum_or(out, "copy", 0), 2);
+	ck_assert_int_eq((int)tu_jnum_or(out, "pid", 0), (int)pid2);
 	leases = cJSON_GetObjectItem(run, "leases");
 	ck_assert_int_eq(cJSON_GetArraySize(leases), 2);
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "revoked");
-	ck_assert_str_eq(jstr(cJSON_GetArrayItem(leases, 1), "end_reason"), "completed");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(leases, 0), "end_reason"), "revoked");
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(leases, 1), "end_reason"), "completed");
 	cJSON_Delete(run);
 
 	ck_assert_int_eq(tu_lessee_wait_log(D, "waiting for the previous execution", 5 * SEC), 0);
@@ -393,7 +380,7 @@ static bool has_run_in_state(const char *id, const struct run * not, enum run_st
 static bool run_status_is(const char *id, const char *status)
 {
 	cJSON *run = tu_lessor_get_run(L, id);
-	bool ok = run && streq_ptr(jstr(run, "status"), status);
+	bool ok = run && streq_ptr(tu_jstr(run, "status"), status);
 
 	cJSON_Delete(run);
 	return ok;
@@ -403,7 +390,7 @@ static bool run_status_is(const char *id, const char *status)
 static char *lease_field(const char *id, int n, const char *key)
 {
 	cJSON *run = tu_lessor_get_run(L, id);
-	const char *v = jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), n), key);
+	const char *v = tu_jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(run, "leases"), n), key);
 	char *s = strdup(v ? v : "");
 
 	cJSON_Delete(run);

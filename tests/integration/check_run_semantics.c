@@ -15,6 +15,7 @@
 #include "lessor_proc.h"
 #include "promparse.h"
 #include "test_httpd.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -114,13 +115,6 @@ static void wait_status(const char *id, const char *status, usec_t timeout)
 	ck_assert_msg(r == 0, "run %s did not reach status %s", id, status);
 }
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 static prom_doc_t *scrape(void)
 {
 	_cleanup_free_ char *text = NULL, *err = NULL;
@@ -171,9 +165,9 @@ START_TEST(test_max_timeout_caps_run_timeout)
 	id = enqueue("sleeper", "\"timeout_s\":3600,\"max_attempts\":1");
 	wait_status(id, "failed", 15 * SEC);
 	run = tu_lessor_get_run(L, id);
-	ck_assert_str_eq(jstr(run, "reason"), "timeout");
-	started = tu_rfc3339_ms(jstr(run, "started_at"));
-	finished = tu_rfc3339_ms(jstr(run, "finished_at"));
+	ck_assert_str_eq(tu_jstr(run, "reason"), "timeout");
+	started = tu_rfc3339_ms(tu_jstr(run, "started_at"));
+	finished = tu_rfc3339_ms(tu_jstr(run, "finished_at"));
 	ck_assert_msg(finished - started >= 1800 && finished - started < 6000,
 	              "ran %lld ms with max_timeout = 2s", finished - started);
 	cJSON_Delete(run);
@@ -193,9 +187,9 @@ START_TEST(test_workflow_max_timeout)
 	id = enqueue("sleeper", "\"timeout_s\":600,\"max_attempts\":1");
 	wait_status(id, "failed", 15 * SEC);
 	run = tu_lessor_get_run(L, id);
-	ck_assert_str_eq(jstr(run, "reason"), "timeout");
-	started = tu_rfc3339_ms(jstr(run, "started_at"));
-	finished = tu_rfc3339_ms(jstr(run, "finished_at"));
+	ck_assert_str_eq(tu_jstr(run, "reason"), "timeout");
+	started = tu_rfc3339_ms(tu_jstr(run, "started_at"));
+	finished = tu_rfc3339_ms(tu_jstr(run, "finished_at"));
 	ck_assert_msg(finished - started < 5000, "ran %lld ms with max_timeout = 1s",
 	              finished - started);
 	cJSON_Delete(run);
@@ -366,8 +360,8 @@ START_TEST(test_end_line_json)
 	line = log_line("finished: failed");
 	j = cJSON_Parse(line);
 	ck_assert_msg(j, "not JSON: %s", line);
-	ck_assert_str_eq(jstr(j, "run_id"), fail);
-	ck_assert_str_eq(jstr(j, "outcome"), "failed");
+	ck_assert_str_eq(tu_jstr(j, "run_id"), fail);
+	ck_assert_str_eq(tu_jstr(j, "outcome"), "failed");
 	ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "exit_code")));
 	ck_assert_int_eq(cJSON_GetObjectItem(j, "exit_code")->valueint, 3);
 	ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "duration_ms")));

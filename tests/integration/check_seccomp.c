@@ -18,6 +18,7 @@
 
 #include "lessee_proc.h"
 #include "lessor_proc.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/macro.h"
 
@@ -71,20 +72,6 @@ static void teardown(void)
 	L = tu_lessor_free(L);
 }
 
-static const char *jstr(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *key)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsNumber(j) ? j->valuedouble : -1;
-}
-
 static char *enqueue(const char *body)
 {
 	char *id = tu_lessor_enqueue(L, body);
@@ -126,16 +113,16 @@ START_TEST(test_fallback_and_runs)
 	fail = enqueue("{\"workflow\":\"fail\",\"max_attempts\":1}");
 
 	run = finished(ok, "succeeded");
-	ck_assert_int_eq((int)jnum(run, "exit_code"), 0);
-	ck_assert_int_eq((int)jnum(cJSON_GetObjectItem(run, "output"), "answer"), 42);
+	ck_assert_int_eq((int)tu_jnum_or(run, "exit_code", -1), 0);
+	ck_assert_int_eq((int)tu_jnum_or(cJSON_GetObjectItem(run, "output"), "answer", -1), 42);
 	cJSON_Delete(run);
 	log = run_log(ok);
 	ck_assert_str_eq(log, "got {\"n\":1}\n");
 	free(log);
 
 	run = finished(fail, "failed");
-	ck_assert_str_eq(jstr(run, "reason"), "exit");
-	ck_assert_int_eq((int)jnum(run, "exit_code"), 3);
+	ck_assert_str_eq(tu_jstr(run, "reason"), "exit");
+	ck_assert_int_eq((int)tu_jnum_or(run, "exit_code", -1), 3);
 	cJSON_Delete(run);
 	log = run_log(fail);
 	ck_assert_str_eq(log, "failing\n");
@@ -162,7 +149,7 @@ START_TEST(test_drain)
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
 	ck_assert_int_eq(tu_lessee_wait(D, 20 * SEC), 0);
 	run = tu_lessor_get_run(L, id);
-	ck_assert_str_eq(jstr(run, "status"), "succeeded");
+	ck_assert_str_eq(tu_jstr(run, "status"), "succeeded");
 	cJSON_Delete(run);
 	free(log);
 	log = run_log(id);

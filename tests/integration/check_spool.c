@@ -21,6 +21,7 @@
 
 #include "lessee_proc.h"
 #include "lessor_proc.h"
+#include "jsonutil.h"
 #include "testutil.h"
 #include "util/buf.h"
 #include "util/fileio.h"
@@ -187,13 +188,6 @@ static void wait_status(const char *id, const char *status, usec_t timeout)
 	ck_assert_msg(r == 0, "run %s did not reach status %s", id, status);
 }
 
-static double jnum(const cJSON *o, const char *key, double dflt)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	return cJSON_IsNumber(j) ? j->valuedouble : dflt;
-}
-
 static int log_count(const char *needle)
 {
 	_cleanup_free_ char *log = tu_lessee_log(D);
@@ -313,7 +307,7 @@ START_TEST(test_old_entry_refused_keeps_newer)
 	ck_assert_int_eq(tu_lessee_restart(D), 0);
 	wait_status(id, "succeeded", 20 * SEC);
 	run = get_run(id);
-	ck_assert_int_eq((int)jnum(cJSON_GetObjectItem(run, "output"), "exec", 0), 2);
+	ck_assert_int_eq((int)tu_jnum_or(cJSON_GetObjectItem(run, "output"), "exec", 0), 2);
 	cJSON_Delete(run);
 	wait_log_count("spooled result delivered", 1, 10 * SEC);
 	ck_assert_int_eq(spool_files(".complete"), 0);
@@ -475,7 +469,7 @@ START_TEST(test_reexecuted_log_marked)
 	ck_assert_uint_eq(len - (size_t)(q - log), second.len);
 	ck_assert(memcmp(q, second.data, second.len) == 0);
 	run = get_run(id);
-	ck_assert_int_eq((int)jnum(run, "log_length", -1), (int)len);
+	ck_assert_int_eq((int)tu_jnum_or(run, "log_length", -1), (int)len);
 	cJSON_Delete(run);
 	buf_done(&first);
 	buf_done(&second);
@@ -507,7 +501,7 @@ START_TEST(test_hard_stop_flushing_keeps_log)
 	tu_gen_fill(&s, want, 20000);
 	ck_assert(memcmp(log, want, len) == 0);
 	run = get_run(id);
-	ck_assert_int_eq((int)jnum(run, "log_length", -1), 20000);
+	ck_assert_int_eq((int)tu_jnum_or(run, "log_length", -1), 20000);
 	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(run, "leases")), 1);
 	cJSON_Delete(run);
 	wait_log_count("spooled result delivered", 1, 10 * SEC);
@@ -552,7 +546,7 @@ START_TEST(test_hard_stop_flushing_keeps_tail)
 	for (size_t i = 0; i < len; i++)
 		ck_assert_msg(log[i] == (i < 10000 ? 'a' : 'b'), "byte %zu is %d", i, log[i]);
 	run = get_run(id);
-	ck_assert_int_eq((int)jnum(run, "log_length", -1), 20000);
+	ck_assert_int_eq((int)tu_jnum_or(run, "log_length", -1), 20000);
 	cJSON_Delete(run);
 	wait_log_count("spooled result delivered", 1, 10 * SEC);
 	ck_assert_int_eq(spool_files(""), 0);
