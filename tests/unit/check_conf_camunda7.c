@@ -149,7 +149,8 @@ END_TEST
 START_TEST(test_workflow_keys_refused)
 {
 	load_fails(C7 WF "topic = a b\n", "workflow.build.topic: 'a b' is not");
-	load_fails(C7 WF "variables = ok bad/name\n", "workflow.build.variables: 'bad/name' is not");
+	load_fails(C7 WF "variables = ok bad/name\n",
+	           "workflow.build.variables: 'bad/name' is not");
 	load_fails(C7 WF "retries = -1\n", "workflow.build.retries");
 	load_fails(C7 WF "retries = 1001\n", "workflow.build.retries");
 	load_fails(C7 WF "retry_backoff = 2min\nretry_backoff_max = 1min\n",
@@ -297,9 +298,8 @@ END_TEST
 
 START_TEST(test_environment)
 {
-	_cleanup_free_ char *path = put("lessee.conf",
-	                                "[worker]\nspool_dir = /tmp/s\nrun_dir = /tmp/r\n" API WF,
-	                                0644);
+	_cleanup_free_ char *path =
+	    put("lessee.conf", "[worker]\nspool_dir = /tmp/s\nrun_dir = /tmp/r\n" API WF, 0644);
 	char *env[] = {(char *)"LESSEE_API_PROTOCOL=camunda7", NULL};
 	struct conf_source src = {.path = path, .env = env};
 	_cleanup_conf_ struct conf *c = NULL;
