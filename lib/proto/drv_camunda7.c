@@ -351,55 +351,107 @@ static void describe(const struct http_response *resp, const char *what, char *b
 
 /* ---------------------------------------------------------------- input */
 
-static bool type_is(const cJSON *t, const char *name)
+static bool key_is(const struct json_span *k, const char *name)
 {
-	return cJSON_IsString(t) && strcasecmp(t->valuestring, name) == 0;
+	size_t n = strlen(name);
+
+	return k->len == n + 2 && memcmp(k->p + 1, name, n) == 0;
 }
 
-/* One typed value {type, value, valueInfo} as the run sees it; a new item. */
-static cJSON *input_value(const cJSON *typed)
+/* A JSON string span decoded; NULL if not one (or out of memory). */
+static char *span_string(const struct json_span *v)
 {
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(typed, "type");
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(typed, "value");
-	static const char *const plain[] = {"String", "Integer", "Long",  "Short",
-	                                    "Double", "Boolean", "Number"};
+	_cleanup_json_ cJSON *j = v->p ? cJSON_ParseWithLength(v->p, v->len) : NULL;
 
-	if (!cJSON_IsObject(typed))
-		return cJSON_Duplicate(typed, true);
-	if (type_is(t, "Null") || (!t && !v))
-		return cJSON_CreateNull();
-	for (size_t i = 0; i < ELEMENTSOF(plain); i++)
-		if (type_is(t, plain[i]))
-			return v ? cJSON_Duplicate(v, true) : cJSON_CreateNull();
-	if (type_is(t, "Json") && cJSON_IsString(v)) {
-		cJSON *j = cJSON_Parse(v->valuestring);
+	return cJSON_IsString(j) ? strdup(j->valuestring) : NULL;
+}
 
-		if (j)
-			return j;
+/* The type of a typed value, one of ours, or NULL. */
+static const char *plain_type(const struct json_span *type)
+{
+	static const char *const plain[] = {"String",  "Integer", "Long", "Short", "Double",
+	                                    "Boolean", "Number",  "Null", "Json"};
+	_cleanup_free_ char *t = span_string(type);
+
+	for (size_t i = 0; t && i < ELEMENTSOF(plain); i++)
+		if (strcasecmp(t, plain[i]) == 0)
+			return plain[i];
+	return NULL;
+}
+
+/* One typed value {type, value, valueInfo} (the span v) as the run sees it,
+ * appended to out: numbers are copied as written, never through a double. */
+static int input_value(const struct json_span *v, unsigned depth, struct buf *out)
+{
+	struct json_iter it;
+	struct json_span k, x, type = {0}, value = {0};
+	bool bad = false;
+	const char *t;
+	int q;
+
+	if (v->p[0] != '{' || json_iter_open(&it, v->p, v->p + v->len, '{', depth) < 0)
+		return buf_append(out, v->p, v->len); /* not typed: as it is */
+	while ((q = json_iter_next(&it, &k, &bad)) > 0) {
+		if ((q = json_iter_value(&it, &x, &bad)) < 0)
+			break;
+		if (key_is(&k, "type"))
+			type = x;
+		else if (key_is(&k, "value"))
+			value = x;
 	}
-	return cJSON_Duplicate(typed, true); /* Date, Bytes, Object, File, ...: as given */
+	t = q == 0 ? plain_type(&type) : NULL;
+	if (!t)
+		return buf_append(out, v->p, v->len); /* Date, Bytes, Object, File...: as given */
+	if (streq(t, "Null") || !value.p)
+		return buf_appends(out, "null");
+	if (streq(t, "Json")) {
+		_cleanup_free_ char *text = span_string(&value);
+		const char *p = text, *end = text ? text + strlen(text) : NULL;
+
+		/* the string holds JSON: that JSON, else the typed value as given */
+		if (text && json_scan_value(&p, end, 64, &bad) == 0 && !bad &&
+		    json_scan_ws(p, end) == end)
+			return buf_appends(out, text);
+		return buf_append(out, v->p, v->len);
+	}
+	return buf_append(out, value.p, value.len);
 }
 
 char *drv_camunda7_input(const char *variables, size_t len)
 {
-	_cleanup_json_ cJSON *in = cJSON_ParseWithLength(variables, len);
-	_cleanup_json_ cJSON *out = NULL;
-	const cJSON *v;
+	const char *end = variables + len;
+	struct json_iter it;
+	struct json_span k, v;
+	struct buf out = BUF_INIT(0);
+	bool bad = false, first = true;
+	int q;
 
-	if (cJSON_IsNull(in) || !in)
-		return in ? strdup("{}") : NULL;
-	if (!cJSON_IsObject(in) || !(out = cJSON_CreateObject()))
+	if (json_scan_ws(variables, end) != end && *json_scan_ws(variables, end) == 'n')
+		return strdup("{}"); /* null */
+	if (json_iter_open(&it, variables, end, '{', 1) < 0)
 		return NULL;
-	cJSON_ArrayForEach(v, in)
-	{
-		cJSON *x = input_value(v);
-
-		if (!x || !cJSON_AddItemToObject(out, v->string, x)) {
-			cJSON_Delete(x);
-			return NULL;
-		}
+	q = buf_appends(&out, "{");
+	while (q >= 0 && (q = json_iter_next(&it, &k, &bad)) > 0) {
+		if ((q = json_iter_value(&it, &v, &bad)) < 0)
+			break;
+		q = buf_appends(&out, first ? "" : ",");
+		if (q >= 0)
+			q = buf_append(&out, k.p, k.len);
+		if (q >= 0)
+			q = buf_appends(&out, ":");
+		if (q >= 0)
+			q = input_value(&v, 2, &out);
+		first = false;
 	}
-	return cJSON_PrintUnformatted(out);
+	if (q >= 0 && json_scan_ws(it.p, end) != end)
+		q = -EBADMSG;
+	if (q >= 0)
+		q = buf_append(&out, "}", 2); /* with the NUL */
+	if (q < 0) {
+		buf_done(&out);
+		return NULL;
+	}
+	return buf_steal(&out);
 }
 
 /* ---------------------------------------------------------------- claim */
@@ -458,6 +510,22 @@ static long long task_retries(const cJSON *task)
 	return (long long)r->valuedouble;
 }
 
+/* The task's "variables" as written (absent: p NULL). */
+static struct json_span variables_span(const char *raw, size_t len)
+{
+	struct json_iter it;
+	struct json_span k, v, found = {0};
+	bool bad = false;
+	int q;
+
+	if (json_iter_open(&it, raw, raw + len, '{', 2) < 0)
+		return found;
+	while ((q = json_iter_next(&it, &k, &bad)) > 0 && json_iter_value(&it, &v, &bad) >= 0)
+		if (key_is(&k, "variables"))
+			found = v;
+	return found;
+}
+
 static int grant_from(struct camunda7 *n, size_t max_input, unsigned ttl_s, const char *raw,
                       size_t raw_len, bool bad_utf8, struct drv_grant *g)
 {
@@ -466,7 +534,7 @@ static int grant_from(struct camunda7 *n, size_t max_input, unsigned ttl_s, cons
 	const cJSON *id = cJSON_GetObjectItemCaseSensitive(task, "id");
 	const cJSON *topic = cJSON_GetObjectItemCaseSensitive(task, "topicName");
 	const cJSON *vars = cJSON_GetObjectItemCaseSensitive(task, "variables");
-	_cleanup_free_ char *vars_text = NULL;
+	struct json_span vspan = variables_span(raw, raw_len);
 	struct c7_topic *t = cJSON_IsString(topic) ? topic_named(n, topic->valuestring) : NULL;
 	long long retries = task_retries(task);
 	int q = 0;
@@ -490,8 +558,8 @@ static int grant_from(struct camunda7 *n, size_t max_input, unsigned ttl_s, cons
 	if (q >= 0 && vars && !cJSON_IsObject(vars) && !cJSON_IsNull(vars))
 		q = set_invalid(g, "the variables of task %s are not an object", g->id);
 	if (q >= 0 && !g->invalid) {
-		vars_text = cJSON_IsObject(vars) ? cJSON_PrintUnformatted(vars) : strdup("{}");
-		g->input = vars_text ? drv_camunda7_input(vars_text, strlen(vars_text)) : NULL;
+		g->input =
+		    cJSON_IsObject(vars) ? drv_camunda7_input(vspan.p, vspan.len) : strdup("{}");
 		if (!g->input)
 			return -ENOMEM;
 		if (strlen(g->input) > max_input) {
@@ -780,10 +848,15 @@ static cJSON *typed_value(const cJSON *v)
 		double x = v->valuedouble;
 		bool whole = isfinite(x) && x == floor(x);
 
+		char num[40];
+
 		type = whole && x >= INT32_MIN && x <= INT32_MAX ? "Integer"
 		       : whole && fabs(x) <= 9007199254740992.0  ? "Long"
 		                                                 : "Double";
-		cJSON_AddNumberToObject(t, "value", x);
+		/* cJSON prints 15 digits where they compare "equal": a Long of 16
+		 * digits would change */
+		snprintf(num, sizeof(num), streq(type, "Double") ? "%.17g" : "%.0f", x);
+		cJSON_AddRawToObject(t, "value", num);
 	} else if (cJSON_IsNull(v)) {
 		type = "Null";
 		cJSON_AddNullToObject(t, "value");
@@ -983,22 +1056,33 @@ static bool endpoint_known(const char *s)
 
 int drv_camunda7_body_split(const char *body, char **ret_endpoint, char **ret_request)
 {
-	_cleanup_json_ cJSON *j = cJSON_Parse(body);
-	const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "endpoint");
-	const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "request");
-	char *ep, *rq;
+	const char *end = body + strlen(body);
+	struct json_iter it;
+	struct json_span k, v, ep = {0}, rq = {0};
+	bool bad = false;
+	_cleanup_free_ char *e = NULL;
+	char *r;
+	int q;
 
-	if (!cJSON_IsString(e) || !endpoint_known(e->valuestring) || !cJSON_IsObject(r))
+	/* the request as it was made: through cJSON its numbers could change */
+	if (json_iter_open(&it, body, end, '{', 1) < 0)
 		return -EBADMSG;
-	ep = strdup(e->valuestring);
-	rq = cJSON_PrintUnformatted(r);
-	if (!ep || !rq) {
-		free(ep);
-		free(rq);
-		return -ENOMEM;
+	while ((q = json_iter_next(&it, &k, &bad)) > 0) {
+		if ((q = json_iter_value(&it, &v, &bad)) < 0)
+			return -EBADMSG;
+		if (key_is(&k, "endpoint"))
+			ep = v;
+		else if (key_is(&k, "request"))
+			rq = v;
 	}
-	*ret_endpoint = ep;
-	*ret_request = rq;
+	if (q < 0 || bad || !ep.p || !rq.p || rq.p[0] != '{')
+		return -EBADMSG;
+	if (!(e = span_string(&ep)) || !endpoint_known(e))
+		return -EBADMSG;
+	if (!(r = strndup(rq.p, rq.len)))
+		return -ENOMEM;
+	*ret_endpoint = TAKE_PTR(e);
+	*ret_request = r;
 	return 0;
 }
 
