@@ -105,8 +105,10 @@ TESTS     := $(patsubst %.c,$(BUILD)/%,$(TEST_SRC))
 BENCHES   := $(patsubst %.c,$(BUILD)/%,$(BENCH_SRC))
 # tests/chaos/chaos.c: not a check_* test, so `make check` does not run it.
 CHAOS     := $(BUILD)/tests/chaos/chaos
-# tests/conductor/conductor_emu: an emulation of Conductor's task API (docs/conductor.md).
-TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c tests/conductor/*.c))
+# tests/conductor/conductor_emu: an emulation of Conductor's task API (docs/conductor.md);
+# tests/camunda7/camunda7_emu: of the Camunda 7 external-task REST API.
+TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c tests/conductor/*.c \
+	tests/camunda7/*.c))
 
 # `make V=1` shows full command lines.
 Q := $(if $(filter 1,$(V)),,@)
@@ -194,6 +196,11 @@ CONDUCTOR_EMU := $(BUILD)/tests/conductor/conductor_emu
 $(CONDUCTOR_EMU): $(BUILD)/tests/conductor/conductor_emu.o $(LIBLESSEE)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+# The same for the Camunda 7 emulator (make demo PROTOCOL=camunda7).
+CAMUNDA7_EMU := $(BUILD)/tests/camunda7/camunda7_emu
+$(CAMUNDA7_EMU): $(BUILD)/tests/camunda7/camunda7_emu.o $(LIBLESSEE)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS) -lm
 
 # The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
 $(BUILD)/tests/unit/check_fuzz_regress: $(BUILD)/tests/unit/check_fuzz_regress.o \
