@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "proto/driver.h"
+#include "util/buf.h"
 #include "util/time.h"
 
 #define DRV_CAMUNDA7_ID_MAX 128            /* a task id: [A-Za-z0-9._:-] (UUIDs, numbers) */
@@ -39,6 +40,7 @@ struct drv_run {
 	unsigned policy;   /* the workflow's retries */
 	usec_t backoff, backoff_max;
 	bool local;
+	struct buf line; /* the run's output after its last newline */
 };
 
 bool drv_camunda7_valid_id(const char *s);

@@ -11,8 +11,9 @@
  *             free slots, lockDuration = lease_ttl, asyncResponseTimeout =
  *             the long poll
  *   renew     POST /external-task/{id}/extendLock {workerId, newDuration}
- *   log       nothing is sent: the engine has no log; the tail of the run's
- *             output goes with a failure as errorDetails
+ *   log       nothing is sent: the engine has no log; whole lines go to
+ *             lessee's own log (the journal) with the run's id, and the
+ *             tail of the run's output goes with a failure as errorDetails
  *   complete  POST /external-task/{id}/complete | bpmnError | failure
  *   release   POST /external-task/{id}/unlock
  *
@@ -46,6 +47,7 @@
 #define SMALL_ANSWER 4096
 #define TASK_OVERHEAD (64 * 1024) /* a task's fields besides its variables */
 #define ENV_VALUE_MAX 1024
+#define LINE_MAX_HELD (64 * 1024) /* a longer line is logged in parts */
 
 DEFINE_FREE_FUNC(cJSON, cJSON_Delete)
 #define _cleanup_json_ _cleanup_(cJSON_Deletep)
@@ -105,6 +107,7 @@ static void c7_run_free(drv_run_t *run)
 	free(run->task_id);
 	free(run->worker_id);
 	free(run->lease_key);
+	buf_done(&run->line);
 	free(run);
 }
 
@@ -118,6 +121,7 @@ static drv_run_t *run_new(const char *task_id, const char *worker_id, const char
 	run->worker_id = strdup(worker_id);
 	run->lease_key = strdup(lease_key);
 	run->retries = -1;
+	run->line = (struct buf)BUF_INIT(0);
 	if (!run->task_id || !run->worker_id || !run->lease_key) {
 		c7_run_free(run);
 		return NULL;
@@ -783,6 +787,41 @@ static int c7_renew(drv_t *d, drv_run_t *run, unsigned ttl_s, usec_t timeout, bo
 
 /* ---------------------------------------------------------------- log */
 
+/* One line (n bytes, without its newline) of the run's output into lessee's
+ * own log, as valid UTF-8. */
+static void line_emit(const drv_run_t *run, const char *p, size_t n)
+{
+	struct buf b = BUF_INIT(0);
+
+	if (drv_text_clean(p, n, 0, &b) >= 0 && buf_append(&b, "", 0) >= 0)
+		log_emit(LOG_INFO, &(struct log_fields){.run_id = run->task_id}, "output: %s",
+		         b.data);
+	buf_done(&b);
+}
+
+/* Whole lines of what the run held and data; the rest held (all of it when
+ * `all`, or when it grew over LINE_MAX_HELD). */
+static int lines_emit(drv_run_t *run, const char *data, size_t len, bool all)
+{
+	const char *nl;
+	int q = buf_append(&run->line, data, len);
+
+	if (q < 0)
+		return q;
+	while (run->line.len &&
+	       (nl = memchr(run->line.data, '\n', run->line.len))) {
+		size_t n = (size_t)(nl - run->line.data);
+
+		line_emit(run, run->line.data, n);
+		buf_consume(&run->line, n + 1);
+	}
+	if (run->line.len && (all || run->line.len > LINE_MAX_HELD)) {
+		line_emit(run, run->line.data, run->line.len);
+		buf_reset(&run->line);
+	}
+	return 0;
+}
+
 /* The engine keeps no log: taken here and answered from the loop, nothing
  * sent (the tail rides in a failure's errorDetails). */
 static int c7_log_append(drv_t *d, drv_run_t *run, uint64_t offset, const void *data, size_t len,
@@ -792,11 +831,12 @@ static int c7_log_append(drv_t *d, drv_run_t *run, uint64_t offset, const void *
 	drv_req_t *rq = op_new(d, NULL, cb, ud, &o);
 	int q;
 
-	(void)run, (void)data, (void)timeout;
+	(void)timeout;
 	if (!rq)
 		return -ENOMEM;
 	o->answer = (struct drv_answer){.verdict = DRV_OK, .length = offset + len};
-	if ((q = ev_defer(d->ev, deferred_answer, rq)) < 0) {
+	if ((q = lines_emit(run, data, len, false)) < 0 ||
+	    (q = ev_defer(d->ev, deferred_answer, rq)) < 0) {
 		drv_req_free(rq);
 		return q;
 	}
@@ -1046,6 +1086,7 @@ int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **
 static int c7_complete_body(drv_t *d, drv_run_t *run, const struct drv_outcome *o, char **ret)
 {
 	(void)d;
+	(void)lines_emit(run, "", 0, true); /* a last line without its newline */
 	return drv_camunda7_body(run, o, ret);
 }
 

@@ -6,9 +6,11 @@
 #include <cJSON.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "camunda7_proc.h"
 #include "conf/conf.h"
@@ -791,21 +793,44 @@ START_TEST(test_renew_5xx_retry_and_401)
 }
 END_TEST
 
+static void log_append(drv_run_t *run, uint64_t off, const char *data, struct got *g)
+{
+	*g = (struct got){0};
+	ck_assert_int_eq(
+	    drv_ops(D)->log_append(D, run, off, data, strlen(data), 5 * SEC, on_answer, g, NULL), 0);
+	ck_assert(!g->done); /* never from inside the call */
+	step_until(&g->done);
+}
+
+/* The engine has no log: nothing is sent, whole lines go to lessee's own log
+ * (stderr here, the journal under systemd) with the run's id. */
 START_TEST(test_log_sends_nothing)
 {
 	struct got_claim g;
 	struct got r = {0};
 	_cleanup_free_ char *a = claim_one(NULL, &g);
+	_cleanup_free_ char *path = tu_fmt("%s/stderr", dir), *text = NULL;
+	_cleanup_free_ char *want = tu_fmt("run_id=%s", a);
 	double before = engine_requests();
+	int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	size_t n = 0;
 
-	ck_assert_int_eq(drv_ops(D)->log_append(D, g.runs[0].priv, 10, "hello\n", 6, 5 * SEC,
-	                                        on_answer, &r, NULL),
-	                 0);
-	ck_assert(!r.done); /* never from inside the call */
-	step_until(&r.done);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	log_append(g.runs[0].priv, 0, "hello\nwor", &r);
 	ck_assert_int_eq(r.a.verdict, DRV_OK);
-	ck_assert_uint_eq(r.a.length, 16);
+	ck_assert_uint_eq(r.a.length, 9);
+	log_append(g.runs[0].priv, 9, "ld\n", &r);
+	ck_assert_uint_eq(r.a.length, 12);
+	ck_assert_int_eq(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+	close(saved);
+	close(fd);
 	ck_assert(engine_requests() == before);
+	ck_assert_int_eq(read_file_capped(path, 1 << 20, &text, &n), 0);
+	ck_assert_msg(strstr(text, "hello") && strstr(text, "world") && strstr(text, want), "%s",
+	              text);
+	ck_assert_ptr_null(strstr(text, "wor\"")); /* a partial line waits for its end */
 	got_claim_done(&g);
 }
 END_TEST
@@ -963,7 +988,11 @@ START_TEST(test_restore_and_fence)
 	drv_start(""); /* a new incarnation: a new nonce */
 	/* a: still locked by the old workerId: delivered */
 	ck_assert_int_eq(drv_ops(D)->restore(D, a, body_a, &ra), 0);
-	ck_assert_str_eq(drv_ops(D)->run_lease_key(ra), tu_jstr(cJSON_Parse(body_a), "leaseKey"));
+	{
+		_cleanup_json_ cJSON *ja = cJSON_Parse(body_a);
+
+		ck_assert_str_eq(drv_ops(D)->run_lease_key(ra), tu_jstr(ja, "leaseKey"));
+	}
 	r = (struct got){0};
 	ck_assert_int_eq(drv_ops(D)->complete(D, ra, body_a, on_answer, &r, NULL), 0);
 	step_until(&r.done);
@@ -995,7 +1024,7 @@ static void basic_setup(void)
 
 START_TEST(test_auth_basic)
 {
-	_cleanup_free_ char *pw = tu_fmt("%s/pw", dir), *extra = NULL;
+	_cleanup_free_ char *pw = tu_fmt("%s/pw", dir), *extra = NULL, *id = NULL;
 	struct got_claim g;
 
 	claim(1, 0, &g); /* no credentials: refused */
@@ -1009,7 +1038,9 @@ START_TEST(test_auth_basic)
 	got_claim_done(&g);
 	ck_assert_int_eq(write_file_atomic(pw, "s3cret\n", 7, 0600), 0);
 	drv_start(extra);
-	ck_assert_ptr_nonnull(tu_camunda7_create(E, "{\"topicName\":\"build\"}"));
+	free(id);
+	id = tu_camunda7_create(E, "{\"topicName\":\"build\"}");
+	ck_assert_ptr_nonnull(id);
 	claim(1, 0, &g);
 	ck_assert_int_eq(g.ans.a.verdict, DRV_OK);
 	ck_assert_uint_eq(g.n_runs, 1);
