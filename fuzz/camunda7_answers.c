@@ -20,9 +20,16 @@ static const unsigned max_runs_set[] = {1, 2, 3, 4, 8, 16, 64, 256};
 static const size_t max_input_set[] = {0, 1, 2, 16, 64, 1024, 1u << 20, SIZE_MAX};
 
 static struct c7_topic topics[] = {
-    {.workflow = "build", .name = "build", .retries = 3, .backoff = 10 * USEC_PER_SEC,
+    {.workflow = "build",
+     .name = "build",
+     .retries = 3,
+     .backoff = 10 * USEC_PER_SEC,
      .backoff_max = 600 * USEC_PER_SEC},
-    {.workflow = "deploy", .name = "deploy-t", .retries = 0, .backoff = 0, .backoff_max = 0,
+    {.workflow = "deploy",
+     .name = "deploy-t",
+     .retries = 0,
+     .backoff = 0,
+     .backoff_max = 0,
      .local = true},
 };
 static struct camunda7 n7 = {.worker_id = "w1-0000abcd", .topics = topics, .n_topics = 2};
@@ -51,7 +58,8 @@ static void check_grant(const struct drv_grant *g, size_t max_input)
 {
 	FUZZ_ASSERT(g->id && g->workflow && g->input && strlen(g->input) == g->input_len);
 	FUZZ_ASSERT(g->attempt >= 1 && g->ttl_s == 30);
-	FUZZ_ASSERT(streq(g->input, "null") || (json_object(g->input) && g->input_len <= max_input));
+	FUZZ_ASSERT(streq(g->input, "null") ||
+	            (json_object(g->input) && g->input_len <= max_input));
 	if (g->invalid)
 		FUZZ_ASSERT(streq(g->input, "null"));
 	if (!g->usable_for_reject) {
@@ -130,8 +138,8 @@ static void body_round_trip(uint8_t p, const char *text)
 		FUZZ_ASSERT(streq(endpoint, "failure"));
 	rq = cJSON_ParseWithOpts(request, NULL, true);
 	FUZZ_ASSERT(cJSON_IsObject(rq));
-	FUZZ_ASSERT(streq(cJSON_GetObjectItemCaseSensitive(rq, "workerId")->valuestring,
-	                  run.worker_id));
+	FUZZ_ASSERT(
+	    streq(cJSON_GetObjectItemCaseSensitive(rq, "workerId")->valuestring, run.worker_id));
 	m = cJSON_GetObjectItemCaseSensitive(rq, "errorMessage");
 	if (m)
 		FUZZ_ASSERT(cJSON_IsString(m) && utf16_units(m->valuestring) <= 666);

@@ -808,8 +808,7 @@ static int lines_emit(drv_run_t *run, const char *data, size_t len, bool all)
 
 	if (q < 0)
 		return q;
-	while (run->line.len &&
-	       (nl = memchr(run->line.data, '\n', run->line.len))) {
+	while (run->line.len && (nl = memchr(run->line.data, '\n', run->line.len))) {
 		size_t n = (size_t)(nl - run->line.data);
 
 		line_emit(run, run->line.data, n);
@@ -852,7 +851,6 @@ static int c7_log_append(drv_t *d, drv_run_t *run, uint64_t offset, const void *
 static bool is_typed(const cJSON *v)
 {
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-	size_t n = 0;
 	const cJSON *x;
 
 	if (!cJSON_IsObject(v) || !cJSON_IsString(t) || !cJSON_HasObjectItem(v, "value"))
@@ -862,96 +860,161 @@ static bool is_typed(const cJSON *v)
 		if (!streq(x->string, "type") && !streq(x->string, "value") &&
 		    !streq(x->string, "valueInfo"))
 			return false;
-		n++;
 	}
-	return n >= 2;
+	return true;
 }
 
-/* A result value as a typed variable {value, type}: JSON's own types mapped,
- * an object of the form {type, value[, valueInfo]} passed as it is. */
-static cJSON *typed_value(const cJSON *v)
+/* {"type": type, "value": value_json} as text. */
+static char *typed_text(const char *type, const char *value_json)
 {
-	cJSON *t = NULL;
-	const char *type;
+	char *s;
 
-	if (is_typed(v))
-		return cJSON_Duplicate(v, true);
-	if (!(t = cJSON_CreateObject()))
-		return NULL;
-	if (cJSON_IsString(v)) {
-		type = "String";
-		cJSON_AddStringToObject(t, "value", v->valuestring);
-	} else if (cJSON_IsBool(v)) {
-		type = "Boolean";
-		cJSON_AddBoolToObject(t, "value", cJSON_IsTrue(v));
-	} else if (cJSON_IsNumber(v)) {
-		double x = v->valuedouble;
-		bool whole = isfinite(x) && x == floor(x);
-
-		char num[40];
-
-		type = whole && x >= INT32_MIN && x <= INT32_MAX ? "Integer"
-		       : whole && fabs(x) <= 9007199254740992.0  ? "Long"
-		                                                 : "Double";
-		/* cJSON prints 15 digits where they compare "equal": a Long of 16
-		 * digits would change */
-		snprintf(num, sizeof(num), streq(type, "Double") ? "%.17g" : "%.0f", x);
-		cJSON_AddRawToObject(t, "value", num);
-	} else if (cJSON_IsNull(v)) {
-		type = "Null";
-		cJSON_AddNullToObject(t, "value");
-	} else {
-		char *s = cJSON_PrintUnformatted(v);
-
-		type = "Json";
-		if (s)
-			cJSON_AddStringToObject(t, "value", s);
-		free(s);
-	}
-	if (!cJSON_GetObjectItemCaseSensitive(t, "value") ||
-	    !cJSON_AddStringToObject(t, "type", type)) {
-		cJSON_Delete(t);
-		return NULL;
-	}
-	return t;
+	return asprintf(&s, "{\"type\":\"%s\",\"value\":%s}", type, value_json) < 0 ? NULL : s;
 }
 
-/* An object's members as typed variables under name in req. */
-static int add_variables(cJSON *req, const char *name, const cJSON *obj)
+/* A JSON string of text (cleaned to valid UTF-8). */
+static char *json_quoted(const char *text, size_t n)
+{
+	struct buf b = BUF_INIT(0);
+	_cleanup_json_ cJSON *j = NULL;
+	char *s = NULL;
+
+	if (drv_text_clean(text, n, 0, &b) >= 0 && buf_append(&b, "", 0) >= 0 &&
+	    (j = cJSON_CreateString(b.data)))
+		s = cJSON_PrintUnformatted(j);
+	buf_done(&b);
+	return s;
+}
+
+/* A JSON number (span) as Integer (32 bits), Long (64 bits) or Double. */
+static const char *number_type(const struct json_span *v)
+{
+	char text[32];
+	long long x;
+	char *end;
+
+	if (v->len >= sizeof(text) || memchr(v->p, '.', v->len) || memchr(v->p, 'e', v->len) ||
+	    memchr(v->p, 'E', v->len))
+		return "Double";
+	memcpy(text, v->p, v->len);
+	text[v->len] = '\0';
+	errno = 0;
+	x = strtoll(text, &end, 10);
+	if (errno || *end)
+		return "Double";
+	return x >= INT32_MIN && x <= INT32_MAX ? "Integer" : "Long";
+}
+
+/* A result value (the span v, as the run wrote it) as a typed variable's
+ * JSON text: numbers, objects and arrays are copied as written, never
+ * through a double; an object of the form {type, value[, valueInfo]} is sent
+ * as it is. */
+static char *typed_span(const struct json_span *v)
+{
+	_cleanup_free_ char *q = NULL;
+
+	switch (v->p[0]) {
+	case '"': {
+		_cleanup_json_ cJSON *j = cJSON_ParseWithLength(v->p, v->len);
+
+		q = cJSON_IsString(j) ? json_quoted(j->valuestring, strlen(j->valuestring)) : NULL;
+		return q ? typed_text("String", q) : NULL;
+	}
+	case 't':
+	case 'f':
+		return typed_text("Boolean", v->p[0] == 't' ? "true" : "false");
+	case 'n':
+		return typed_text("Null", "null");
+	case '{': {
+		_cleanup_json_ cJSON *j = cJSON_ParseWithLength(v->p, v->len);
+
+		if (is_typed(j)) {
+			struct buf b = BUF_INIT(0);
+
+			if (drv_text_clean(v->p, v->len, 0, &b) < 0 || buf_append(&b, "", 0) < 0) {
+				buf_done(&b);
+				return NULL;
+			}
+			return buf_steal(&b);
+		}
+		q = json_quoted(v->p, v->len);
+		return q ? typed_text("Json", q) : NULL;
+	}
+	case '[':
+		q = json_quoted(v->p, v->len);
+		return q ? typed_text("Json", q) : NULL;
+	default: {
+		_cleanup_free_ char *num = strndup(v->p, v->len);
+
+		return num ? typed_text(number_type(v), num) : NULL;
+	}
+	}
+}
+
+/* The members of the JSON object text (len bytes) as typed variables under
+ * name in req; -EBADMSG when it is not an object. */
+static int add_variables(cJSON *req, const char *name, const char *text, size_t len)
 {
 	cJSON *vars = cJSON_AddObjectToObject(req, name);
-	const cJSON *v;
+	struct json_iter it;
+	struct json_span k, v;
+	bool bad = false;
+	int q;
 
 	if (!vars)
 		return -ENOMEM;
-	cJSON_ArrayForEach(v, obj)
-	{
-		cJSON *x = typed_value(v);
+	if (json_iter_open(&it, text, text + len, '{', 1) < 0)
+		return -EBADMSG;
+	while ((q = json_iter_next(&it, &k, &bad)) > 0) {
+		_cleanup_free_ char *key = NULL, *typed = NULL;
 
-		if (!x || !cJSON_AddItemToObject(vars, v->string, x)) {
-			cJSON_Delete(x);
+		if ((q = json_iter_value(&it, &v, &bad)) < 0)
+			break;
+		key = span_string(&k);
+		typed = key ? typed_span(&v) : NULL;
+		if (!typed || !cJSON_AddRawToObject(vars, key, typed))
 			return -ENOMEM;
-		}
 	}
-	return 0;
+	return q < 0 ? -EBADMSG : 0;
+}
+
+/* The span of member name of the object text (NULL p when absent). */
+static struct json_span member_span(const char *text, size_t len, const char *name)
+{
+	struct json_iter it;
+	struct json_span k, v, found = {0};
+	bool bad = false;
+
+	if (json_iter_open(&it, text, text + len, '{', 1) < 0)
+		return found;
+	while (json_iter_next(&it, &k, &bad) > 0 && json_iter_value(&it, &v, &bad) >= 0)
+		if (key_is(&k, name))
+			found = v;
+	return found;
 }
 
 /* The result file as the completion's variables: an object's keys, anything
  * else as the one variable "result". */
 static int result_variables(cJSON *req, const drv_run_t *run, const cJSON *out, const char *raw)
 {
-	_cleanup_json_ cJSON *wrap = NULL;
+	const char *set = run->local ? "localVariables" : "variables";
+	_cleanup_free_ char *wrapped = NULL, *text = NULL;
+	struct json_span whole;
+	const char *p;
 
 	if (!raw)
 		return 0;
-	if (!cJSON_IsObject(out)) {
-		if (!(wrap = cJSON_CreateObject()) ||
-		    !cJSON_AddItemToObject(
-		        wrap, "result", out ? cJSON_Duplicate(out, true) : cJSON_CreateString(raw)))
-			return -ENOMEM;
-		out = wrap;
-	}
-	return add_variables(req, run->local ? "localVariables" : "variables", out);
+	if (cJSON_IsObject(out))
+		return add_variables(req, set, raw, strlen(raw));
+	/* {"result": <it>}: as written when it is JSON, else as a string */
+	p = json_scan_ws(raw, raw + strlen(raw));
+	whole = (struct json_span){.p = p, .len = strlen(p)};
+	while (whole.len && strchr(" \t\r\n", whole.p[whole.len - 1]))
+		whole.len--;
+	text = out && whole.len ? strndup(whole.p, whole.len) : json_quoted(raw, strlen(raw));
+	if (!text || asprintf(&wrapped, "{\"result\":%s}", text) < 0)
+		return -ENOMEM;
+	return add_variables(req, set, wrapped, strlen(wrapped));
 }
 
 /* The worker's own words ("exited with status 3", "timed out after 1000
@@ -1023,12 +1086,15 @@ static int failure_request(cJSON *req, const drv_run_t *run, const struct drv_ou
 	return 0;
 }
 
-/* {"bpmn_error": {"code", "message"?, "variables"?}}: the code is required. */
-static int bpmn_error_request(cJSON *req, const cJSON *e)
+/* {"bpmn_error": {"code", "message"?, "variables"?}}: the code is required;
+ * raw is the result file the variables are copied from as written. */
+static int bpmn_error_request(cJSON *req, const cJSON *e, const char *raw)
 {
 	const cJSON *code = cJSON_GetObjectItemCaseSensitive(e, "code");
 	const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
 	const cJSON *vars = cJSON_GetObjectItemCaseSensitive(e, "variables");
+	struct json_span es = member_span(raw, strlen(raw), "bpmn_error");
+	struct json_span vs = es.p ? member_span(es.p, es.len, "variables") : es;
 	_cleanup_free_ char *m =
 	    cJSON_IsString(msg) ? drv_text_dup(msg->valuestring, DRV_CAMUNDA7_ERROR_MESSAGE_MAX)
 	                        : NULL;
@@ -1038,7 +1104,7 @@ static int bpmn_error_request(cJSON *req, const cJSON *e)
 	if (!cJSON_AddStringToObject(req, "errorCode", code->valuestring) ||
 	    (m && !cJSON_AddStringToObject(req, "errorMessage", m)))
 		return -ENOMEM;
-	return cJSON_IsObject(vars) ? add_variables(req, "variables", vars) : 0;
+	return cJSON_IsObject(vars) && vs.p ? add_variables(req, "variables", vs.p, vs.len) : 0;
 }
 
 static bool bpmn_error_valid(const cJSON *e)
@@ -1065,7 +1131,7 @@ int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **
 		return -ENOMEM;
 	if (o->status == DRV_SUCCEEDED && e && bpmn_error_valid(e)) {
 		endpoint = "bpmnError";
-		q = bpmn_error_request(req, e);
+		q = bpmn_error_request(req, e, o->output);
 	} else if (o->status == DRV_SUCCEEDED && e)
 		q = failure_request(req, run, o,
 		                    "the result's bpmn_error is not an object with a non-empty "

@@ -227,6 +227,7 @@ START_TEST(test_body_complete)
 	struct drv_outcome o = {
 	    .status = DRV_SUCCEEDED,
 	    .output = "{\"s\":\"x\",\"i\":7,\"l\":4294967296,\"d\":0.5,\"b\":false,\"n\":null,"
+	              "\"big\":12345678901234567,\"o2\":{\"id\":98765432109876543},"
 	              "\"o\":{\"k\":[1]},\"a\":[1,2],"
 	              "\"t\":{\"type\":\"Date\",\"value\":\"2026-01-01T00:00:00.000+0000\"}}"};
 	cJSON *req;
@@ -245,6 +246,15 @@ START_TEST(test_body_complete)
 	ck_assert_str_eq(var(req, "variables", "t", "Date")->valuestring,
 	                 "2026-01-01T00:00:00.000+0000");
 	ck_assert_ptr_null(cJSON_GetObjectItem(req, "localVariables"));
+	{
+		/* numbers as the run wrote them: 17 digits stay 17 digits */
+		_cleanup_free_ char *body = NULL;
+
+		ck_assert_int_eq(drv_camunda7_body(&run, &o, &body), 0);
+		ck_assert_ptr_nonnull(
+		    strstr(body, "\"big\":{\"type\":\"Long\",\"value\":12345678901234567}"));
+		ck_assert_ptr_nonnull(strstr(body, "98765432109876543"));
+	}
 
 	/* local_variables = yes */
 	k = body_of(&local, &o, "complete", &req);
@@ -797,7 +807,8 @@ static void log_append(drv_run_t *run, uint64_t off, const char *data, struct go
 {
 	*g = (struct got){0};
 	ck_assert_int_eq(
-	    drv_ops(D)->log_append(D, run, off, data, strlen(data), 5 * SEC, on_answer, g, NULL), 0);
+	    drv_ops(D)->log_append(D, run, off, data, strlen(data), 5 * SEC, on_answer, g, NULL),
+	    0);
 	ck_assert(!g->done); /* never from inside the call */
 	step_until(&g->done);
 }
