@@ -268,11 +268,13 @@ check-deb:
 	@BUILD=$(BUILD) DEB=$(DEB) tests/systemd/run.sh
 
 # PROTOCOL=conductor: the same tour against the Conductor emulator
-# (scripts/demo_conductor.sh, docs/conductor.md).
+# (scripts/demo_conductor.sh, docs/conductor.md); PROTOCOL=camunda7 against
+# the Camunda 7 emulator (scripts/demo_camunda7.sh, docs/camunda7.md).
 PROTOCOL ?= native
 demo:
 	@scripts/deps.sh build
-	@$(MAKE) --no-print-directory build $(if $(filter conductor,$(PROTOCOL)),$(CONDUCTOR_EMU))
+	@$(MAKE) --no-print-directory build $(if $(filter conductor,$(PROTOCOL)),$(CONDUCTOR_EMU)) \
+		$(if $(filter camunda7,$(PROTOCOL)),$(CAMUNDA7_EMU))
 	@BUILD=$(BUILD) PROTOCOL=$(PROTOCOL) scripts/demo.sh
 
 bench:

@@ -4,13 +4,15 @@
 # retry, a timeout, and a crashing workflow that trips the poison-pill
 # breaker.  A live summary every second; everything is cleaned up at the end.
 # BUILD=build/default (set by make); PROTOCOL=conductor runs
-# scripts/demo_conductor.sh instead (the same tour on the Conductor emulator).
+# scripts/demo_conductor.sh instead (the same tour on the Conductor emulator),
+# PROTOCOL=camunda7 scripts/demo_camunda7.sh (on the Camunda 7 emulator).
 set -eu
 BUILD=${BUILD:-build/default}
 case ${PROTOCOL:-native} in
 native) ;;
 conductor) exec "$(dirname "$0")/demo_conductor.sh" ;;
-*) echo "demo: PROTOCOL is native or conductor, not '$PROTOCOL'" >&2; exit 2 ;;
+camunda7) exec "$(dirname "$0")/demo_camunda7.sh" ;;
+*) echo "demo: PROTOCOL is native, conductor or camunda7, not '$PROTOCOL'" >&2; exit 2 ;;
 esac
 LESSOR="$(pwd)/$BUILD/lessor"
 LESSEE="$(pwd)/$BUILD/lessee"
