@@ -566,6 +566,22 @@ START_TEST(test_unlock)
 	    id);
 	check_err(e, "RestException", m, 0);
 	ck_assert_int_eq(count_of(id, "unlock"), 1);
+	/* POST /lock (LockExternalTaskCmd): refused only by another worker's live lock */
+	ck_assert_int_eq(op(id, "lock", "{\"workerId\":\"w2\",\"lockDuration\":0}", &e), 400);
+	check_err(e, "RestException", "lockDuration is not greater than 0", 0);
+	ck_assert_int_eq(op(id, "lock", "{\"workerId\":\"w2\",\"lockDuration\":60000}", NULL), 204);
+	ck_assert_int_eq(op(id, "lock", "{\"workerId\":\"w1\",\"lockDuration\":60000}", &e), 400);
+	free(m);
+	m = tu_fmt("External Task %s cannot be locked by worker 'w1'. It is locked by worker 'w2'.",
+	           id);
+	check_err(e, "RestException", m, 0);
+	ck_assert_int_eq(tu_camunda7_expire(C, id), 0);
+	ck_assert_int_eq(op(id, "lock", "{\"workerId\":\"w1\",\"lockDuration\":60000}", NULL), 204);
+	t = tu_camunda7_task(C, id);
+	ck_assert_str_eq(tu_jstr(t, "workerId"), "w1");
+	ck_assert_str_eq(tu_jstr(t, "state"), "LOCKED");
+	ck_assert_int_eq(tu_jnum(cJSON_GetObjectItemCaseSensitive(t, "counts"), "lock"), 2);
+	cJSON_Delete(t);
 }
 END_TEST
 
