@@ -13,7 +13,8 @@
 #   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
 #   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg, the
-#                        Conductor JS SDK for bench/conductor_peers (npm)
+#                        Conductor JS SDK for bench/conductor_peers and the Camunda 7
+#                        JS client for bench/camunda7_peers (npm)
 #   make WERROR=1 SANITIZE=address,undefined check
 #   make fuzz            every libFuzzer harness (fuzz/*.c, clang, ASan+UBSan) for
 #                        FUZZ_TIME seconds each (default 60); make fuzz-short: 10 s
@@ -279,10 +280,11 @@ demo:
 
 bench:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory build $(BENCHES) $(CONDUCTOR_EMU)
+	@$(MAKE) --no-print-directory build $(BENCHES) $(CONDUCTOR_EMU) $(CAMUNDA7_EMU)
 
 # graphile-worker and pg-boss beside lessor in bench/lessor_pg, and the official
-# Conductor worker beside lessee in bench/conductor_peers (needs node >= 20 and npm)
+# Conductor and Camunda 7 workers beside lessee in bench/conductor_peers and
+# bench/camunda7_peers (needs node >= 20 and npm)
 bench-compare: bench
 	@mkdir -p $(BUILD)/bench/compare
 	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
@@ -291,6 +293,10 @@ bench-compare: bench
 	@cp tests/conductor/sdk/package.json tests/conductor/sdk/package-lock.json \
 		tests/conductor/sdk/.npmrc tests/conductor/sdk/worker.mjs $(BUILD)/bench/conductor-sdk/
 	@cd $(BUILD)/bench/conductor-sdk && npm ci --no-audit --no-fund --silent
+	@mkdir -p $(BUILD)/bench/camunda7-sdk
+	@cp tests/camunda7/sdk/package.json tests/camunda7/sdk/package-lock.json \
+		tests/camunda7/sdk/.npmrc tests/camunda7/sdk/worker.mjs $(BUILD)/bench/camunda7-sdk/
+	@cd $(BUILD)/bench/camunda7-sdk && npm ci --no-audit --no-fund --silent
 
 # Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
 # man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.

@@ -58,7 +58,8 @@
  *     (errorCode not null, else 500), cmd.ExtendLockOnExternalTaskCmd
  *     (newDuration > 0 checked first: 400 BadUserRequestException; a lock that
  *     expired → 400 "Cannot extend a lock that expired"), cmd.UnlockExternalTaskCmd
- *     (no workerId: anyone may unlock)
+ *     (no workerId: anyone may unlock), cmd.LockExternalTaskCmd (lockDuration > 0,
+ *     else 400; refused only while another worker's lock has not expired)
  *   persistence.entity.ExternalTaskEntity   complete/bpmnError delete the task
  *     (later calls 404); failed(): errorMessage cut to MAX_EXCEPTION_MESSAGE_LENGTH
  *     (666), errorDetails kept when the new one is null, lockExpirationTime =
@@ -73,7 +74,7 @@
  * Engine endpoints, under /engine-rest:
  *   POST /external-task/fetchAndLock   GET /external-task/{id}
  *   GET  /external-task/{id}/errorDetails
- *   POST /external-task/{id}/complete|failure|bpmnError|extendLock|unlock
+ *   POST /external-task/{id}/complete|failure|bpmnError|extendLock|unlock|lock
  *
  * Test controls under /emu/, which no engine has (never behind auth):
  *   POST /emu/tasks {topicName, variables?, localVariables?, retries? (absent =
@@ -147,7 +148,7 @@ struct task {
 	enum end end;
 	bool failed_wait; /* the lock is a failure's retryTimeout, not a worker's */
 	uint64_t seq;
-	unsigned fetched, extend_lock, unlock, complete, failure, bpmn, refused;
+	unsigned fetched, extend_lock, unlock, complete, failure, bpmn, refused, lock;
 	long long last_new_duration;
 };
 
@@ -752,6 +753,7 @@ static cJSON *emu_task_json(const struct task *t)
 	cJSON_AddNumberToObject(n, "failure", t->failure);
 	cJSON_AddNumberToObject(n, "bpmnError", t->bpmn);
 	cJSON_AddNumberToObject(n, "refused", t->refused);
+	cJSON_AddNumberToObject(n, "lock", t->lock);
 	return o;
 }
 
@@ -1137,7 +1139,7 @@ static enum MHD_Result h_fetch(struct MHD_Connection *c, const struct req *q)
 
 /* ---------------------------------------------------- task handlers */
 
-enum op { OP_COMPLETE, OP_FAILURE, OP_BPMN_ERROR, OP_EXTEND_LOCK, OP_UNLOCK };
+enum op { OP_COMPLETE, OP_FAILURE, OP_BPMN_ERROR, OP_EXTEND_LOCK, OP_UNLOCK, OP_LOCK };
 
 /* HandleExternalTaskCmd.getErrorMessageOnWrongWorkerAccess, per command. */
 static void wrong_worker(struct err *e, enum op op, const char *id, const char *worker,
@@ -1148,6 +1150,7 @@ static void wrong_worker(struct err *e, enum op op, const char *id, const char *
 	    [OP_FAILURE] = "Failure of External Task %s cannot be reported by worker '%s'",
 	    [OP_BPMN_ERROR] = "Bpmn error of External Task %s cannot be reported by worker '%s'",
 	    [OP_EXTEND_LOCK] = "The lock of the External Task %s cannot be extended by worker '%s'",
+	    [OP_LOCK] = "External Task %s cannot be locked by worker '%s'",
 	};
 	char head[512];
 
@@ -1182,7 +1185,7 @@ static char *message_cap(const char *s)
 struct handle {
 	const char *worker, *error_message, *error_details, *error_code;
 	char wbuf[64], cbuf[64];
-	long long retries, retry_timeout, new_duration;
+	long long retries, retry_timeout, new_duration, lock_duration;
 	cJSON *vars, *local_vars; /* typed, or NULL when absent */
 };
 
@@ -1202,7 +1205,8 @@ static bool handle_parse(enum op op, const cJSON *j, struct handle *h, struct er
 	    !j_str(j, "errorCode", &h->error_code, h->cbuf, sizeof(h->cbuf)) ||
 	    !j_long(j, "retries", 0, &h->retries) ||
 	    !j_long(j, "retryTimeout", 0, &h->retry_timeout) ||
-	    !j_long(j, "newDuration", 0, &h->new_duration)) {
+	    !j_long(j, "newDuration", 0, &h->new_duration) ||
+	    !j_long(j, "lockDuration", 0, &h->lock_duration)) {
 		err_mapping(e);
 		return false;
 	}
@@ -1238,6 +1242,11 @@ static bool handle_validate(enum op op, const struct handle *h, struct err *e)
 	if (op == OP_FAILURE && h->retry_timeout < 0) {
 		err_set(e, 500, "ProcessEngineException", CODE_FALLBACK,
 		        "retryDuration is not greater than or equal to 0");
+		return false;
+	}
+	if (op == OP_LOCK && h->lock_duration <= 0) { /* LockExternalTaskCmd.validateInput */
+		err_set(e, 400, "RestException", CODE_FALLBACK,
+		        "lockDuration is not greater than 0");
 		return false;
 	}
 	if (op == OP_BPMN_ERROR && !h->error_code) {
@@ -1307,6 +1316,12 @@ static bool handle_apply(enum op op, struct task *t, struct handle *h, struct er
 		t->last_new_duration = h->new_duration;
 		t->extend_lock++;
 		break;
+	case OP_LOCK: /* ExternalTaskEntity.lock */
+		set_str(&t->worker, h->worker);
+		t->lock_exp_ms = now + h->lock_duration;
+		t->failed_wait = false;
+		t->lock++;
+		break;
 	case OP_UNLOCK:
 		break;
 	}
@@ -1314,7 +1329,17 @@ static bool handle_apply(enum op op, struct task *t, struct handle *h, struct er
 	return true;
 }
 
-static const char *const op_names[] = {"complete", "failure", "bpmnError", "extendLock", "unlock"};
+static const char *const op_names[] = {"complete",   "failure", "bpmnError",
+                                       "extendLock", "unlock",  "lock"};
+
+/* HandleExternalTaskCmd.validateWorkerViolation; LockExternalTaskCmd's own:
+ * only another worker's lock that has not expired stands in the way. */
+static bool worker_violation(enum op op, const struct task *t, const char *worker)
+{
+	if (op == OP_LOCK)
+		return t->worker && strcmp(worker, t->worker) != 0 && lock_held(t, now_ms());
+	return !t->worker || strcmp(worker, t->worker) != 0;
+}
 
 static enum MHD_Result h_task_op(struct MHD_Connection *c, enum op op, const char *id,
                                  const struct req *q)
@@ -1351,7 +1376,7 @@ static enum MHD_Result h_task_op(struct MHD_Connection *c, enum op op, const cha
 	t = task_live(id);
 	if (!t)
 		not_found(&e, id, CODE_FALLBACK);
-	else if (!t->worker || strcmp(h.worker, t->worker) != 0)
+	else if (worker_violation(op, t, h.worker))
 		wrong_worker(&e, op, id, h.worker, t->worker);
 	else
 		ok = handle_apply(op, t, &h, &e);
@@ -1909,11 +1934,9 @@ static enum MHD_Result route_engine(struct MHD_Connection *c, const char *url, c
 	static const struct {
 		const char *suffix;
 		enum op op;
-	} ops[] = {{"/complete", OP_COMPLETE},
-	           {"/failure", OP_FAILURE},
-	           {"/bpmnError", OP_BPMN_ERROR},
-	           {"/extendLock", OP_EXTEND_LOCK},
-	           {"/unlock", OP_UNLOCK}};
+	} ops[] = {{"/complete", OP_COMPLETE},    {"/failure", OP_FAILURE},
+	           {"/bpmnError", OP_BPMN_ERROR}, {"/extendLock", OP_EXTEND_LOCK},
+	           {"/unlock", OP_UNLOCK},        {"/lock", OP_LOCK}};
 	char seg[1024];
 	const char *s;
 

@@ -73,7 +73,7 @@ double tu_camunda7_stat(const struct tu_camunda7 *c, const char *name);
 /* Until task `id` is in `state`: its view, or NULL at timeout (scaled by tu_timeout). */
 cJSON *tu_camunda7_wait(const struct tu_camunda7 *c, const char *id, const char *state,
                         usec_t timeout);
-/* Until task `id`'s counts[counter] (fetched, extendLock, unlock, complete,
+/* Until task `id`'s counts[counter] (fetched, lock, extendLock, unlock, complete,
  * failure, bpmnError, refused) reaches n: its view, or NULL at timeout. */
 cJSON *tu_camunda7_wait_count(const struct tu_camunda7 *c, const char *id, const char *counter,
                               int n, usec_t timeout);
