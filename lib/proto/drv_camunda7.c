@@ -430,8 +430,10 @@ char *drv_camunda7_input(const char *variables, size_t len)
 	bool bad = false, first = true;
 	int q;
 
-	if (json_scan_ws(variables, end) != end && *json_scan_ws(variables, end) == 'n')
-		return strdup("{}"); /* null */
+	const char *p = json_scan_ws(variables, end);
+
+	if ((size_t)(end - p) >= 4 && memcmp(p, "null", 4) == 0 && json_scan_ws(p + 4, end) == end)
+		return strdup("{}");
 	if (json_iter_open(&it, variables, end, '{', 1) < 0)
 		return NULL;
 	q = buf_appends(&out, "{");

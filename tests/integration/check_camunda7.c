@@ -284,6 +284,32 @@ START_TEST(test_timeout_and_crash)
 }
 END_TEST
 
+/* A task lessee cannot take (its variables are over max_input_bytes) is not
+ * run: an incident at once, saying why. */
+START_TEST(test_refused_input_is_an_incident)
+{
+	char big[3000];
+	_cleanup_free_ char *body = NULL, *id = NULL;
+	cJSON *t;
+
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	body = tu_fmt("{\"topicName\":\"ok\",\"variables\":{\"big\":{\"type\":\"String\","
+	              "\"value\":\"%s\"}}}",
+	              big);
+	id = create(body);
+	start_lessee("[worker]\nmax_input_bytes = 1K\n[workflow.ok]\ncommand = %s/ok.sh\n",
+	             scripts);
+	t = wait_task(id, "INCIDENT");
+	ck_assert_msg(strstr(tu_jstr(t, "errorMessage"), "max_input_bytes"), "%s",
+	              tu_jstr(t, "errorMessage"));
+	ck_assert_int_eq(count_of(t, "failure"), 1);
+	cJSON_Delete(t);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "output: hello from", 500 * USEC_PER_MSEC),
+	                 -ETIMEDOUT); /* never ran */
+}
+END_TEST
+
 /* ---- the lock ---- */
 
 START_TEST(test_lock_extended_past_lock_duration)
@@ -519,6 +545,7 @@ int main(void)
 	ADD(s, failure_retries_to_incident);
 	ADD(s, bpmn_error);
 	ADD(s, timeout_and_crash);
+	ADD(s, refused_input_is_an_incident);
 	ADD(s, lock_extended_past_lock_duration);
 	ADD(s, relocked_by_another_worker);
 	ADD(s, cancelled_process_kills_the_run);
