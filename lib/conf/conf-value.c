@@ -764,14 +764,16 @@ static int parse_text(const struct conf_key *k, void *base, const char *v, char 
 		if (strlen(v) > 255 || strchr(v, ':') ||
 		    strspn(v, "!\"#$%&'()*+,-./0123456789;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
 		              "abcdefghijklmnopqrstuvwxyz{|}~") != strlen(v))
-			r = problem(p, "'%.80s' is not 1..255 bytes of printable ASCII without ':'", v);
+			r = problem(p, "'%.80s' is not 1..255 bytes of printable ASCII without ':'",
+			            v);
 		break;
 	case CONF_PROTOCOL:
 		r = -EINVAL;
 		for (size_t i = 0; conf_protocols[i] && r < 0; i++)
 			r = streq(v, conf_protocols[i]) ? 0 : -EINVAL;
 		if (r < 0)
-			r = problem(p, "'%.80s' is not a protocol: native, conductor or camunda7", v);
+			r = problem(p, "'%.80s' is not a protocol: native, conductor or camunda7",
+			            v);
 		break;
 	case CONF_LISTEN:
 		return parse_listen(base, v, p);

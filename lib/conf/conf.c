@@ -334,9 +334,8 @@ static int workflow_get(struct loader *L, const char *name, const char *origin,
 		char problem[CONF_PROBLEM_MAX];
 		int r;
 
-		if (conf_wf_keys[i].def &&
-		    (r = conf_value_parse(&conf_wf_keys[i], &s->wf, conf_wf_keys[i].def, problem)) <
-		        0)
+		if (conf_wf_keys[i].def && (r = conf_value_parse(&conf_wf_keys[i], &s->wf,
+		                                                 conf_wf_keys[i].def, problem)) < 0)
 			return r;
 	}
 	*ret = s;
@@ -1279,8 +1278,8 @@ static const struct driver_keys driver_keys[] = {
     {"conductor", (const char *const[]){"key_id", "key_secret_file", "domain", NULL},
      (const char *const[]){"task_type", NULL}, "the Conductor task type to poll"},
     {"camunda7", (const char *const[]){"user", "password_file", NULL},
-     (const char *const[]){"topic", "variables", "retries", "retry_backoff",
-                           "retry_backoff_max", "local_variables", NULL},
+     (const char *const[]){"topic", "variables", "retries", "retry_backoff", "retry_backoff_max",
+                           "local_variables", NULL},
      "Camunda 7's external tasks"},
 };
 
@@ -1309,7 +1308,8 @@ static int check_foreign_keys(struct loader *L)
 			for (size_t i = 0; k->wf[i]; i++)
 				if (wf_key_set(L, c->workflows[w].name, wf_key_index(k->wf[i])) &&
 				    warn(L, "workflow.%s.%s is ignored with api.protocol = %s (%s)",
-				         c->workflows[w].name, k->wf[i], c->api.protocol, k->what) < 0)
+				         c->workflows[w].name, k->wf[i], c->api.protocol,
+				         k->what) < 0)
 					return -ENOMEM;
 	}
 	return r;
@@ -1348,11 +1348,12 @@ static int check_unique_names(struct loader *L, const char *key, size_t offset, 
 	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++)
 		for (size_t j = 0; j < i && r != -ENOMEM; j++)
 			if (streq(NAME_OF(i), NAME_OF(j))) {
-				r = fail(L, wf_origin(L, c->workflows[i].name, k),
-				         "workflow.%s.%s '%s' is also the %s of workflow.%s: a task "
-				         "could not be told apart",
-				         c->workflows[i].name, key, NAME_OF(i), what,
-				         c->workflows[j].name);
+				r = fail(
+				    L, wf_origin(L, c->workflows[i].name, k),
+				    "workflow.%s.%s '%s' is also the %s of workflow.%s: a task "
+				    "could not be told apart",
+				    c->workflows[i].name, key, NAME_OF(i), what,
+				    c->workflows[j].name);
 				break;
 			}
 #undef NAME_OF
@@ -1393,16 +1394,18 @@ static int check_camunda7_keys(struct loader *L)
 		static const char *const ignored[] = {"terminal_exit_codes"};
 
 		if (w->retry_backoff_max < w->retry_backoff)
-			r = fail(L, wf_origin(L, w->name, wf_key_index("retry_backoff_max")),
-			         "workflow.%s.retry_backoff_max (%s) is below workflow.%s.retry_backoff "
-			         "(%s)",
-			         w->name, time_format_duration(x, sizeof(x), w->retry_backoff_max),
-			         w->name, time_format_duration(y, sizeof(y), w->retry_backoff));
+			r = fail(
+			    L, wf_origin(L, w->name, wf_key_index("retry_backoff_max")),
+			    "workflow.%s.retry_backoff_max (%s) is below workflow.%s.retry_backoff "
+			    "(%s)",
+			    w->name, time_format_duration(x, sizeof(x), w->retry_backoff_max),
+			    w->name, time_format_duration(y, sizeof(y), w->retry_backoff));
 		for (size_t k = 0; k < ELEMENTSOF(ignored) && r != -ENOMEM; k++)
 			if (wf_key_set(L, w->name, wf_key_index(ignored[k])) &&
 			    warn(L,
 			         "workflow.%s.%s is ignored with api.protocol = camunda7 (every "
-			         "failure but exit 75, a timeout and a crash is an incident already)",
+			         "failure but exit 75, a timeout and a crash is an incident "
+			         "already)",
 			         w->name, ignored[k]) < 0)
 				return -ENOMEM;
 	}
@@ -1655,11 +1658,10 @@ static void loader_done(struct loader *L)
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
 {
 	static int (*const steps[])(struct loader *) = {
-	    loader_init,     load_defaults,      load_main,       load_dropins,
-	    load_env,        load_overrides,     check_url_given, finalize_id,
-	    check_files,     finalize_workflows, check_relations, check_protocol,
-	    check_transport, load_token,         load_key_secret, load_password,
-	    collect_warnings,
+	    loader_init,     load_defaults,    load_main,       load_dropins, load_env,
+	    load_overrides,  check_url_given,  finalize_id,     check_files,  finalize_workflows,
+	    check_relations, check_protocol,   check_transport, load_token,   load_key_secret,
+	    load_password,   collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};

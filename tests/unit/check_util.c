@@ -250,7 +250,8 @@ START_TEST(test_tail)
 	/* bad bytes and NULs: U+FFFD */
 	ck_assert_int_eq(tail_feed(&t, "a\xff\0b", 4), 0);
 	s = tail_text(&t);
-	ck_assert_ptr_nonnull(strstr(s, "a\xef\xbf\xbd\xef\xbf\xbd" "b"));
+	ck_assert_ptr_nonnull(strstr(s, "a\xef\xbf\xbd\xef\xbf\xbd"
+	                                "b"));
 	free(s);
 	/* many small writes: never more than the cap kept */
 	memset(big, 'z', sizeof(big));
