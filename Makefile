@@ -13,7 +13,8 @@
 #   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
 #   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg, the
-#                        Conductor JS SDK for bench/conductor_peers (npm)
+#                        Conductor JS SDK for bench/conductor_peers and the Camunda 7
+#                        JS client for bench/camunda7_peers (npm)
 #   make WERROR=1 SANITIZE=address,undefined check
 #   make fuzz            every libFuzzer harness (fuzz/*.c, clang, ASan+UBSan) for
 #                        FUZZ_TIME seconds each (default 60); make fuzz-short: 10 s
@@ -105,8 +106,10 @@ TESTS     := $(patsubst %.c,$(BUILD)/%,$(TEST_SRC))
 BENCHES   := $(patsubst %.c,$(BUILD)/%,$(BENCH_SRC))
 # tests/chaos/chaos.c: not a check_* test, so `make check` does not run it.
 CHAOS     := $(BUILD)/tests/chaos/chaos
-# tests/conductor/conductor_emu: an emulation of Conductor's task API (docs/conductor.md).
-TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c tests/conductor/*.c))
+# tests/conductor/conductor_emu: an emulation of Conductor's task API (docs/conductor.md);
+# tests/camunda7/camunda7_emu: of the Camunda 7 external-task REST API.
+TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c tests/conductor/*.c \
+	tests/camunda7/*.c))
 
 # `make V=1` shows full command lines.
 Q := $(if $(filter 1,$(V)),,@)
@@ -194,6 +197,11 @@ CONDUCTOR_EMU := $(BUILD)/tests/conductor/conductor_emu
 $(CONDUCTOR_EMU): $(BUILD)/tests/conductor/conductor_emu.o $(LIBLESSEE)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+# The same for the Camunda 7 emulator (make demo PROTOCOL=camunda7).
+CAMUNDA7_EMU := $(BUILD)/tests/camunda7/camunda7_emu
+$(CAMUNDA7_EMU): $(BUILD)/tests/camunda7/camunda7_emu.o $(LIBLESSEE)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS) -lm
 
 # The regression test replays fuzz/corpus/ and fuzz/regress/ through the harnesses.
 $(BUILD)/tests/unit/check_fuzz_regress: $(BUILD)/tests/unit/check_fuzz_regress.o \
@@ -261,19 +269,22 @@ check-deb:
 	@BUILD=$(BUILD) DEB=$(DEB) tests/systemd/run.sh
 
 # PROTOCOL=conductor: the same tour against the Conductor emulator
-# (scripts/demo_conductor.sh, docs/conductor.md).
+# (scripts/demo_conductor.sh, docs/conductor.md); PROTOCOL=camunda7 against
+# the Camunda 7 emulator (scripts/demo_camunda7.sh, docs/camunda7.md).
 PROTOCOL ?= native
 demo:
 	@scripts/deps.sh build
-	@$(MAKE) --no-print-directory build $(if $(filter conductor,$(PROTOCOL)),$(CONDUCTOR_EMU))
+	@$(MAKE) --no-print-directory build $(if $(filter conductor,$(PROTOCOL)),$(CONDUCTOR_EMU)) \
+		$(if $(filter camunda7,$(PROTOCOL)),$(CAMUNDA7_EMU))
 	@BUILD=$(BUILD) PROTOCOL=$(PROTOCOL) scripts/demo.sh
 
 bench:
 	@scripts/deps.sh test
-	@$(MAKE) --no-print-directory build $(BENCHES) $(CONDUCTOR_EMU)
+	@$(MAKE) --no-print-directory build $(BENCHES) $(CONDUCTOR_EMU) $(CAMUNDA7_EMU)
 
 # graphile-worker and pg-boss beside lessor in bench/lessor_pg, and the official
-# Conductor worker beside lessee in bench/conductor_peers (needs node >= 20 and npm)
+# Conductor and Camunda 7 workers beside lessee in bench/conductor_peers and
+# bench/camunda7_peers (needs node >= 20 and npm)
 bench-compare: bench
 	@mkdir -p $(BUILD)/bench/compare
 	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
@@ -282,6 +293,10 @@ bench-compare: bench
 	@cp tests/conductor/sdk/package.json tests/conductor/sdk/package-lock.json \
 		tests/conductor/sdk/.npmrc tests/conductor/sdk/worker.mjs $(BUILD)/bench/conductor-sdk/
 	@cd $(BUILD)/bench/conductor-sdk && npm ci --no-audit --no-fund --silent
+	@mkdir -p $(BUILD)/bench/camunda7-sdk
+	@cp tests/camunda7/sdk/package.json tests/camunda7/sdk/package-lock.json \
+		tests/camunda7/sdk/.npmrc tests/camunda7/sdk/worker.mjs $(BUILD)/bench/camunda7-sdk/
+	@cd $(BUILD)/bench/camunda7-sdk && npm ci --no-audit --no-fund --silent
 
 # Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
 # man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.

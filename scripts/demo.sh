@@ -4,59 +4,27 @@
 # retry, a timeout, and a crashing workflow that trips the poison-pill
 # breaker.  A live summary every second; everything is cleaned up at the end.
 # BUILD=build/default (set by make); PROTOCOL=conductor runs
-# scripts/demo_conductor.sh instead (the same tour on the Conductor emulator).
+# scripts/demo_conductor.sh instead (the same tour on the Conductor emulator),
+# PROTOCOL=camunda7 scripts/demo_camunda7.sh (on the Camunda 7 emulator).
 set -eu
 BUILD=${BUILD:-build/default}
 case ${PROTOCOL:-native} in
 native) ;;
 conductor) exec "$(dirname "$0")/demo_conductor.sh" ;;
-*) echo "demo: PROTOCOL is native or conductor, not '$PROTOCOL'" >&2; exit 2 ;;
+camunda7) exec "$(dirname "$0")/demo_camunda7.sh" ;;
+*) echo "demo: PROTOCOL is native, conductor or camunda7, not '$PROTOCOL'" >&2; exit 2 ;;
 esac
 LESSOR="$(pwd)/$BUILD/lessor"
-LESSEE="$(pwd)/$BUILD/lessee"
-for b in "$LESSOR" "$LESSEE"; do
-	[ -x "$b" ] || { echo "demo: $b is not built (run make)" >&2; exit 1; }
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lessee-demo.XXXXXX")
-chmod 755 "$tmp"
-lessor_pid="" lessee_pid=""
-cleanup() {
-	for p in $lessee_pid $lessor_pid; do
-		if kill -0 "$p" 2>/dev/null; then
-			kill -TERM "$p" 2>/dev/null || true
-			wait "$p" 2>/dev/null || true
-		fi
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ -t 1 ]; then bold='\033[1m' dim='\033[2m' plain='\033[0m'; else bold='' dim='' plain=''; fi
-step() { printf "\n${bold}== %s${plain}\n" "$*"; }
-say() { printf "${dim}%s${plain}\n" "$*"; }
-
-wait_for() { # file pattern what pid
-	i=0
-	until grep -q "$2" "$1" 2>/dev/null; do
-		i=$((i + 1))
-		if [ $i -gt 200 ] || ! kill -0 "$4" 2>/dev/null; then
-			echo "demo: $3 did not start:" >&2
-			cat "$1" >&2
-			exit 1
-		fi
-		sleep 0.05
-	done
-}
+. "$(dirname "$0")/demo_common.sh"
+demo_need "$LESSOR" "$LESSEE"
 
 step "lessor: the reference orchestration API, on a temporary SQLite database"
 echo "demo-token-$(date +%s)" > "$tmp/token"
 chmod 600 "$tmp/token"
 "$LESSOR" serve --db "$tmp/lessor.db" --listen 127.0.0.1:0 --ready-fd 3 \
 	--token-file "$tmp/token" --retry-base 1s 3>"$tmp/ready" 2>"$tmp/lessor.log" &
-lessor_pid=$!
-wait_for "$tmp/ready" . lessor "$lessor_pid"
+server_pid=$!
+wait_for "$tmp/ready" . lessor "$server_pid"
 url="http://$(head -n1 "$tmp/ready")"
 echo "serving $url (token in $tmp/token)"
 lessor() { "$LESSOR" "$@" --url "$url" --token-file "$tmp/token"; }
@@ -138,8 +106,7 @@ timeout = 2s
 command = $tmp/bin/crashy
 CONF
 sed -n '/^\[workflow/,$p' "$tmp/lessee.conf"
-"$LESSEE" --config "$tmp/lessee.conf" --check-config >/dev/null
-say "(lessee --check-config: the configuration is valid)"
+check_config
 
 step "enqueue a mix of runs"
 for i in 1 2 3 4 5 6; do lessor enqueue --workflow hello --input "{\"n\":$i}" >/dev/null; done
@@ -151,52 +118,27 @@ for i in 7 8; do lessor enqueue --workflow hello --input "{\"n\":$i}" >/dev/null
 lessor list
 
 step "start lessee (4 slots)"
-"$LESSEE" --config "$tmp/lessee.conf" 2>"$tmp/lessee.log" &
-lessee_pid=$!
-wait_for "$tmp/lessee.log" "status endpoint on port" lessee "$lessee_pid"
-status_port=$(sed -n 's/.*status endpoint on port \([0-9]*\).*/\1/p' "$tmp/lessee.log" | head -n1)
-sed -i "s/^listen = 127.0.0.1:0$/listen = 127.0.0.1:$status_port/" "$tmp/lessee.conf"
-say "lessee pid $lessee_pid, status endpoint http://127.0.0.1:$status_port/"
+start_lessee
 
 step "live: queue counts each second (lessor stats), and lessee's own words"
 count() { lessor stats | awk -v k="$1" '$1 == k { print $2 }'; }
-seen=0 t=0 shown_status=0
+t=0
 while :; do
 	sleep 1
 	t=$((t + 1))
 	p=$(count pending) r=$(count running) s=$(count succeeded) f=$(count failed)
 	printf "${bold}t=%2ds${plain}  pending %-2s running %-2s succeeded %-2s failed %-2s\n" \
 		"$t" "$p" "$r" "$s" "$f"
-	# lessee's notable log lines since the last second
-	n=$(wc -l < "$tmp/lessee.log")
-	if [ "$n" -gt "$seen" ]; then
-		sed -n "$((seen + 1)),${n}p" "$tmp/lessee.log" | grep -E 'level=(warning|notice|error)|reported' |
-			sed -e 's/^ts=[^ ]* //' -e 's/ worker_id=demo-worker//' | cut -c1-150 | sed 's/^/      /'
-		seen=$n
-	fi
-	if [ "$shown_status" = 0 ] && [ "$t" -ge 4 ]; then
-		shown_status=1
-		step "lessee status (what the daemon says about itself, mid-run)"
-		"$LESSEE" status --config "$tmp/lessee.conf" || true
-		echo
-	fi
+	show_new_log
+	show_status_once
 	[ "$p" = 0 ] && [ "$r" = 0 ] && break
 	[ "$t" -lt 60 ] || { echo "demo: runs did not finish in 60 s" >&2; exit 1; }
 done
 
-if command -v curl >/dev/null 2>&1; then
-	step "lessee's metrics: runs finished by workflow and outcome (curl /metrics)"
-	curl -s "http://127.0.0.1:$status_port/metrics" | grep '^lessee_runs_finished_total'
-	curl -s "http://127.0.0.1:$status_port/metrics" | grep '^lessee_workflow_blocked'
-fi
+show_metrics
 
 step "every run is done: SIGTERM drains lessee (exit code 0 expected)"
-kill -TERM "$lessee_pid"
-rc=0
-wait "$lessee_pid" || rc=$?
-lessee_pid=""
-tail -n 2 "$tmp/lessee.log" | sed -e 's/^ts=[^ ]* //' | cut -c1-150
-echo "lessee exited with $rc"
+drain_lessee
 
 step "results"
 lessor list

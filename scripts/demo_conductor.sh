@@ -11,51 +11,18 @@
 set -eu
 BUILD=${BUILD:-build/default}
 EMU="$(pwd)/$BUILD/tests/conductor/conductor_emu"
-LESSEE="$(pwd)/$BUILD/lessee"
-for b in "$EMU" "$LESSEE"; do
-	[ -x "$b" ] || { echo "demo: $b is not built (run make demo PROTOCOL=conductor)" >&2; exit 1; }
-done
 command -v curl >/dev/null 2>&1 || { echo "demo: needs curl" >&2; exit 1; }
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lessee-demo.XXXXXX")
-chmod 755 "$tmp"
-emu_pid="" lessee_pid=""
-cleanup() {
-	for p in $lessee_pid $emu_pid; do
-		if kill -0 "$p" 2>/dev/null; then
-			kill -TERM "$p" 2>/dev/null || true
-			wait "$p" 2>/dev/null || true
-		fi
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ -t 1 ]; then bold='\033[1m' dim='\033[2m' plain='\033[0m'; else bold='' dim='' plain=''; fi
-step() { printf "\n${bold}== %s${plain}\n" "$*"; }
-say() { printf "${dim}%s${plain}\n" "$*"; }
-
-wait_for() { # file pattern what pid
-	i=0
-	until grep -q "$2" "$1" 2>/dev/null; do
-		i=$((i + 1))
-		if [ $i -gt 200 ] || ! kill -0 "$4" 2>/dev/null; then
-			echo "demo: $3 did not start:" >&2
-			cat "$1" >&2
-			exit 1
-		fi
-		sleep 0.05
-	done
-}
+. "$(dirname "$0")/demo_common.sh"
+demo_need "$EMU" "$LESSEE"
 
 step "the Conductor emulator: Conductor's task API, in memory (not Conductor itself)"
 echo "demo-secret-$(date +%s)" > "$tmp/key-secret"
 chmod 600 "$tmp/key-secret"
 "$EMU" --ready-fd 3 --auth-key-id demo-key --auth-secret-file "$tmp/key-secret" \
 	3>"$tmp/ready" 2>"$tmp/emu.log" &
-emu_pid=$!
-wait_for "$tmp/ready" . "the emulator" "$emu_pid"
+server_pid=$!
+wait_for "$tmp/ready" . "the emulator" "$server_pid"
 url="http://$(head -n1 "$tmp/ready")"
 echo "serving $url (key demo-key, secret in $tmp/key-secret: POST /api/token, X-Authorization)"
 emu() { # METHOD PATH [JSON]
@@ -172,13 +139,7 @@ command = $tmp/bin/cancelme
 command = $tmp/bin/crashy
 CONF
 sed -n '/^\[api\]/,/^request_timeout/p;/^\[workflow/,$p' "$tmp/lessee.conf"
-if ! "$LESSEE" --config "$tmp/lessee.conf" --check-config >"$tmp/check.log" 2>&1; then
-	echo "demo: this lessee does not accept the configuration above:" >&2
-	sed 's/^/  /' "$tmp/check.log" >&2
-	echo "demo: (it needs the conductor driver, [api] protocol = conductor)" >&2
-	exit 1
-fi
-say "(lessee --check-config: the configuration is valid)"
+check_config
 
 step "schedule a mix of tasks (POST /emu/tasks: the emulator's test control)"
 for i in 1 2 3 4 5 6; do
@@ -196,16 +157,11 @@ done
 emu GET '/emu/tasks?format=text' | cut -c1-110
 
 step "start lessee (4 slots)"
-"$LESSEE" --config "$tmp/lessee.conf" 2>"$tmp/lessee.log" &
-lessee_pid=$!
-wait_for "$tmp/lessee.log" "status endpoint on port" lessee "$lessee_pid"
-status_port=$(sed -n 's/.*status endpoint on port \([0-9]*\).*/\1/p' "$tmp/lessee.log" | head -n1)
-sed -i "s/^listen = 127.0.0.1:0$/listen = 127.0.0.1:$status_port/" "$tmp/lessee.conf"
-say "lessee pid $lessee_pid, status endpoint http://127.0.0.1:$status_port/"
+start_lessee
 
 step "live: tasks by status each second (GET /emu/counts), and lessee's own words"
 count() { emu GET /emu/counts | awk -v k="$1" '$1 == k { print $2 }'; }
-seen=0 t=0 shown_status=0 cancelled=0
+t=0 cancelled=0
 while :; do
 	sleep 1
 	t=$((t + 1))
@@ -214,39 +170,22 @@ while :; do
 	x=$(count CANCELED)
 	printf "${bold}t=%2ds${plain}  scheduled %-2s in progress %-2s completed %-2s failed %-2s cancelled %-2s\n" \
 		"$t" "$q" "$r" "$c" "$f" "$x"
-	n=$(wc -l < "$tmp/lessee.log")
-	if [ "$n" -gt "$seen" ]; then
-		sed -n "$((seen + 1)),${n}p" "$tmp/lessee.log" | grep -E 'level=(warning|notice|error)|reported' |
-			sed -e 's/^ts=[^ ]* //' -e 's/ worker_id=demo-worker//' | cut -c1-150 | sed 's/^/      /'
-		seen=$n
-	fi
+	show_new_log
 	if [ "$cancelled" = 0 ] &&
 		emu GET "/emu/tasks/$cancel_id" | grep -q '"status":"IN_PROGRESS"'; then
 		cancelled=1
 		say "      (cancelling task $cancel_id on the server: POST /emu/tasks/$cancel_id/cancel)"
 		emu POST "/emu/tasks/$cancel_id/cancel" '{}' >/dev/null
 	fi
-	if [ "$shown_status" = 0 ] && [ "$t" -ge 4 ]; then
-		shown_status=1
-		step "lessee status (what the daemon says about itself, mid-run)"
-		"$LESSEE" status --config "$tmp/lessee.conf" || true
-		echo
-	fi
+	show_status_once
 	[ "$q" = 0 ] && [ "$r" = 0 ] && break
 	[ "$t" -lt 60 ] || { echo "demo: tasks did not finish in 60 s" >&2; exit 1; }
 done
 
-step "lessee's metrics: runs finished by workflow and outcome (curl /metrics)"
-curl -s "http://127.0.0.1:$status_port/metrics" | grep '^lessee_runs_finished_total' || true
-curl -s "http://127.0.0.1:$status_port/metrics" | grep '^lessee_workflow_blocked' || true
+show_metrics
 
 step "every task is done: SIGTERM drains lessee (exit code 0 expected)"
-kill -TERM "$lessee_pid"
-rc=0
-wait "$lessee_pid" || rc=$?
-lessee_pid=""
-tail -n 2 "$tmp/lessee.log" | sed -e 's/^ts=[^ ]* //' | cut -c1-150
-echo "lessee exited with $rc"
+drain_lessee
 
 step "results (GET /emu/tasks?format=text): a retry is a new task id"
 emu GET '/emu/tasks?format=text' | cut -c1-150

@@ -34,6 +34,8 @@ enum conf_type {
 	CONF_PROTOCOL,   /* char *, one of conf_protocols */
 	CONF_NAME,       /* char *, 1..255 bytes of [A-Za-z0-9._:-]: safe in a URL path */
 	CONF_EXIT_CODES, /* workflow only: terminal_exit_codes, sorted unique 1..255 */
+	CONF_NAMES,      /* char **, CONF_NAME words, sorted and unique, never NULL */
+	CONF_LOGIN,      /* char *, 1..255 bytes of printable ASCII but ':' (HTTP basic) */
 };
 
 /* The drivers lib/proto has (drv_find() knows each name), NULL-terminated. */

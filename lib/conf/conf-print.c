@@ -33,6 +33,13 @@ static void print_key_secret(FILE *f, const struct conf *c)
 		        strlen(c->api.key_secret), c->api.key_secret_file);
 }
 
+static void print_password(FILE *f, const struct conf *c)
+{
+	if (c->api.password)
+		fprintf(f, "# password: set, %zu bytes, read from %s\n", strlen(c->api.password),
+		        c->api.password_file);
+}
+
 int conf_print(const struct conf *c, FILE *f)
 {
 	const char *section = NULL;
@@ -51,6 +58,8 @@ int conf_print(const struct conf *c, FILE *f)
 			print_token(f, c);
 		if (k->offset == offsetof(struct conf, api.key_secret_file))
 			print_key_secret(f, c);
+		if (k->offset == offsetof(struct conf, api.password_file))
+			print_password(f, c);
 	}
 	for (size_t w = 0; w < c->n_workflows; w++) {
 		fprintf(f, "\n[workflow.%s]\n", c->workflows[w].name);
@@ -157,14 +166,17 @@ static int diff_token(struct changes *ch, const struct conf *a, const struct con
 	                                  : "changed");
 }
 
+/* A secret read at load: whether it changed, never what it is. */
+static int diff_secret(struct changes *ch, const char *name, const char *a, const char *b)
+{
+	if (streq_ptr(a, b))
+		return 0;
+	return add_change(ch, false, "api.%s: %s", name, !a ? "set" : !b ? "removed" : "changed");
+}
+
 static int diff_key_secret(struct changes *ch, const struct conf *a, const struct conf *b)
 {
-	if (streq_ptr(a->api.key_secret, b->api.key_secret))
-		return 0;
-	return add_change(ch, false, "api.key_secret: %s",
-	                  !a->api.key_secret   ? "set"
-	                  : !b->api.key_secret ? "removed"
-	                                       : "changed");
+	return diff_secret(ch, "key_secret", a->api.key_secret, b->api.key_secret);
 }
 
 int conf_diff(const struct conf *old, const struct conf *new, struct conf_change **ret,
@@ -179,6 +191,8 @@ int conf_diff(const struct conf *old, const struct conf *new, struct conf_change
 			r = diff_token(&ch, old, new);
 		if (r >= 0 && conf_keys[i].offset == offsetof(struct conf, api.key_secret_file))
 			r = diff_key_secret(&ch, old, new);
+		if (r >= 0 && conf_keys[i].offset == offsetof(struct conf, api.password_file))
+			r = diff_secret(&ch, "password", old->api.password, new->api.password);
 	}
 	if (r >= 0)
 		r = diff_workflows(&ch, old, new);
@@ -220,16 +234,16 @@ static int retain_token(struct conf *next, const struct conf *cur)
 	return 0;
 }
 
-static int retain_key_secret(struct conf *next, const struct conf *cur)
+static int retain_secret(char **next, const char *cur)
 {
-	char *t = cur->api.key_secret ? strdup(cur->api.key_secret) : NULL;
+	char *t = cur ? strdup(cur) : NULL;
 
-	if (cur->api.key_secret && !t)
+	if (cur && !t)
 		return -ENOMEM;
-	if (next->api.key_secret)
-		explicit_bzero(next->api.key_secret, strlen(next->api.key_secret));
-	free(next->api.key_secret);
-	next->api.key_secret = t;
+	if (*next)
+		explicit_bzero(*next, strlen(*next));
+	free(*next);
+	*next = t;
 	return 0;
 }
 
@@ -250,5 +264,7 @@ int conf_retain_restart_fields(struct conf *next, const struct conf *cur)
 	}
 	if (r >= 0)
 		r = retain_token(next, cur);
-	return r < 0 ? r : retain_key_secret(next, cur);
+	if (r >= 0)
+		r = retain_secret(&next->api.key_secret, cur->api.key_secret);
+	return r < 0 ? r : retain_secret(&next->api.password, cur->api.password);
 }

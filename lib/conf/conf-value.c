@@ -547,6 +547,30 @@ static int parse_tags(const char *v, char ***field, char *p)
 	return set_strv(field, tags);
 }
 
+/* camunda7 variable names: what fetchAndLock's topic lists */
+#define NAMES_MAX 256
+
+static int parse_names(const char *v, char ***field, char *p)
+{
+	char **names = NULL;
+	int r = strv_split(v, " ,\t", &names);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; names[i]; i++)
+		if (!str_in_charset(names[i], 1, 255, "._:-")) {
+			r = problem(p, "'%.80s' is not 1..255 bytes of [A-Za-z0-9._:-]", names[i]);
+			strv_free(names);
+			return r;
+		}
+	strv_sort_uniq(names);
+	if (strv_length(names) > NAMES_MAX) {
+		strv_free(names);
+		return problem(p, "more than %d names", NAMES_MAX);
+	}
+	return set_strv(field, names);
+}
+
 static int parse_command(const char *v, char ***field, char *p)
 {
 	char **argv = NULL;
@@ -735,12 +759,21 @@ static int parse_text(const struct conf_key *k, void *base, const char *v, char 
 		if (!str_in_charset(v, 1, 255, "._:-"))
 			r = problem(p, "'%.80s' is not 1..255 bytes of [A-Za-z0-9._:-]", v);
 		break;
+	case CONF_LOGIN:
+		/* HTTP basic's user-id: no ':' (RFC 7617), nothing a header cannot carry */
+		if (strlen(v) > 255 || strchr(v, ':') ||
+		    strspn(v, "!\"#$%&'()*+,-./0123456789;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`"
+		              "abcdefghijklmnopqrstuvwxyz{|}~") != strlen(v))
+			r = problem(p, "'%.80s' is not 1..255 bytes of printable ASCII without ':'",
+			            v);
+		break;
 	case CONF_PROTOCOL:
 		r = -EINVAL;
 		for (size_t i = 0; conf_protocols[i] && r < 0; i++)
 			r = streq(v, conf_protocols[i]) ? 0 : -EINVAL;
 		if (r < 0)
-			r = problem(p, "'%.80s' is not a protocol: native or conductor", v);
+			r = problem(p, "'%.80s' is not a protocol: native, conductor or camunda7",
+			            v);
 		break;
 	case CONF_LISTEN:
 		return parse_listen(base, v, p);
@@ -774,6 +807,8 @@ int conf_value_parse(const struct conf_key *k, void *base, const char *v, char p
 		return parse_size_key(k, v, FIELD(base, k, uint64_t), p);
 	case CONF_TAGS:
 		return parse_tags(v, FIELD(base, k, char **), p);
+	case CONF_NAMES:
+		return parse_names(v, FIELD(base, k, char **), p);
 	case CONF_COMMAND:
 		return parse_command(v, FIELD(base, k, char **), p);
 	case CONF_ENV:
@@ -816,6 +851,7 @@ void conf_value_write(FILE *f, const struct conf_key *k, const void *base, bool 
 		write_size(f, *CFIELD(base, k, uint64_t));
 		break;
 	case CONF_TAGS:
+	case CONF_NAMES:
 	case CONF_COMMAND:
 	case CONF_ENV:
 		write_words(f, *CFIELD(base, k, char **), redact && k->type == CONF_ENV);
@@ -855,6 +891,7 @@ void conf_value_free(const struct conf_key *k, void *base)
 {
 	switch (k->type) {
 	case CONF_TAGS:
+	case CONF_NAMES:
 	case CONF_COMMAND:
 	case CONF_ENV:
 		*FIELD(base, k, char **) = strv_free(*FIELD(base, k, char **));
@@ -865,6 +902,7 @@ void conf_value_free(const struct conf_key *k, void *base)
 	case CONF_LISTEN:
 	case CONF_USER:
 	case CONF_NAME:
+	case CONF_LOGIN:
 	case CONF_PROTOCOL:
 		*FIELD(base, k, char *) = mfree(*FIELD(base, k, char *));
 		break;

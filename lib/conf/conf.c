@@ -61,6 +61,8 @@ const struct conf_key conf_keys[] = {
     {"api", "key_id", CONF_NAME, C(api.key_id), 0, 0, 0, NULL},
     {"api", "key_secret_file", CONF_PATH, C(api.key_secret_file), 0, 0, 0, NULL},
     {"api", "domain", CONF_NAME, C(api.domain), 0, 0, 0, NULL},
+    {"api", "user", CONF_LOGIN, C(api.user), 0, 0, 0, NULL},
+    {"api", "password_file", CONF_PATH, C(api.password_file), 0, 0, 0, NULL},
     {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
     {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
     {"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
@@ -110,12 +112,20 @@ const struct conf_key conf_wf_keys[] = {
     /* the poll loop is made at start: a new task type needs a restart */
     {"workflow", "task_type", CONF_NAME, W(task_type), 0, 0, 0, NULL},
     {"workflow", "terminal_exit_codes", CONF_EXIT_CODES, W(terminal_exit_codes), 0, 0, LIVE, NULL},
+    /* camunda7; the fetch is made at start: a new topic needs a restart */
+    {"workflow", "topic", CONF_NAME, W(topic), 0, 0, 0, NULL},
+    {"workflow", "variables", CONF_NAMES, W(variables), 0, 0, LIVE, ""},
+    {"workflow", "retries", CONF_UINT, W(retries), 0, 1000, LIVE, "3"},
+    {"workflow", "retry_backoff", CONF_DURATION, W(retry_backoff), 0, DAY, LIVE, "10s"},
+    {"workflow", "retry_backoff_max", CONF_DURATION, W(retry_backoff_max), 0, 30 * DAY, LIVE,
+     "10min"},
+    {"workflow", "local_variables", CONF_BOOL, W(local_variables), 0, 0, LIVE, "no"},
 };
 const size_t conf_n_wf_keys = ELEMENTSOF(conf_wf_keys);
 
 static const char *const sections[] = {"api", "worker", "status", "log"};
 
-const char *const conf_protocols[] = {"native", "conductor", NULL};
+const char *const conf_protocols[] = {"native", "conductor", "camunda7", NULL};
 
 struct wf_state {
 	struct conf_workflow wf;
@@ -319,6 +329,15 @@ static int workflow_get(struct loader *L, const char *name, const char *origin,
 	L->n_wfs++;
 	if (!s->wf.name || !s->where || !s->origin || !s->bad || !s->wf.env)
 		return -ENOMEM;
+	/* the built-in defaults a workflow's own keys have (no worker-wide one) */
+	for (size_t i = 0; i < conf_n_wf_keys; i++) {
+		char problem[CONF_PROBLEM_MAX];
+		int r;
+
+		if (conf_wf_keys[i].def && (r = conf_value_parse(&conf_wf_keys[i], &s->wf,
+		                                                 conf_wf_keys[i].def, problem)) < 0)
+			return r;
+	}
 	*ret = s;
 	return 0;
 }
@@ -1186,6 +1205,28 @@ static int load_key_secret(struct loader *L)
 	                   &L->c->api.key_secret);
 }
 
+/* Camunda 7's HTTP basic password, read now like the token. */
+static int load_password(struct loader *L)
+{
+	const char *path = L->c->api.password_file;
+	const char *origin = origin_of(L, "api", "password_file");
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+
+	if (!path || !streq(L->c->api.protocol, "camunda7"))
+		return 0;
+	fd = open_regular(path, &st);
+	if (fd < 0)
+		return fail(L, origin, "api.password_file: %s: %s", path, io_problem(fd, 0));
+	if (st.st_mode & (S_IROTH | S_IWOTH))
+		return fail(L, origin,
+		            "api.password_file: %s is accessible by others (mode %04o): "
+		            "chmod o-rwx it",
+		            path, (unsigned)(st.st_mode & 07777));
+	return secret_take(L, fd, path, origin, "password_file", "an HTTP header",
+	                   &L->c->api.password);
+}
+
 /* ---- the protocol's own keys ---- */
 
 #define WF_TASK_TYPE 8
@@ -1203,33 +1244,74 @@ static const char *wf_origin(const struct loader *L, const char *name, size_t ke
 	return L->path;
 }
 
-/* The keys that mean something to one driver only, and what Conductor needs:
- * both halves of its key, a task type per workflow that names one workflow. */
-static int check_native_keys(struct loader *L)
+/* Where a workflow's own key was set, NULL when it was not. */
+static const char *wf_key_set(const struct loader *L, const char *name, size_t key)
 {
-	static const char *const only[] = {"key_id", "key_secret_file", "domain"};
+	for (size_t i = 0; i < L->n_wfs; i++) {
+		const struct wf_state *s = &L->wfs[i];
+
+		if (streq_ptr(s->wf.name ? s->wf.name : s->moved_name, name))
+			return s->origin[key];
+	}
+	return NULL;
+}
+
+static size_t wf_key_index(const char *name)
+{
+	for (size_t i = 0; i < conf_n_wf_keys; i++)
+		if (streq(conf_wf_keys[i].name, name))
+			return i;
+	assert(!"no such workflow key");
+	return 0;
+}
+
+/* The [api] keys of one driver, an error with another; its [workflow.X] keys
+ * mean nothing to another driver: said once per workflow, not an error. */
+struct driver_keys {
+	const char *protocol;
+	const char *const *api;
+	const char *const *wf;
+	const char *what; /* what its workflow keys are about */
+};
+
+static const struct driver_keys driver_keys[] = {
+    {"conductor", (const char *const[]){"key_id", "key_secret_file", "domain", NULL},
+     (const char *const[]){"task_type", NULL}, "the Conductor task type to poll"},
+    {"camunda7", (const char *const[]){"user", "password_file", NULL},
+     (const char *const[]){"topic", "variables", "retries", "retry_backoff", "retry_backoff_max",
+                           "local_variables", NULL},
+     "Camunda 7's external tasks"},
+};
+
+static int check_foreign_keys(struct loader *L)
+{
 	const struct conf *c = L->c;
 	int r = 0;
 
-	for (size_t i = 0; i < ELEMENTSOF(only); i++) {
-		_cleanup_free_ char *v =
-		    conf_value_format(&conf_keys[key_index("api", only[i])], c, false);
+	for (size_t d = 0; d < ELEMENTSOF(driver_keys); d++) {
+		const struct driver_keys *k = &driver_keys[d];
 
-		if (!v)
-			return -ENOMEM;
-		if (*v &&
-		    (r = fail(L, origin_of(L, "api", only[i]),
-		              "api.%s: only with api.protocol = conductor", only[i])) == -ENOMEM)
-			return r;
+		if (streq(c->api.protocol, k->protocol))
+			continue;
+		for (size_t i = 0; k->api[i]; i++) {
+			_cleanup_free_ char *v =
+			    conf_value_format(&conf_keys[key_index("api", k->api[i])], c, false);
+
+			if (!v)
+				return -ENOMEM;
+			if (*v && (r = fail(L, origin_of(L, "api", k->api[i]),
+			                    "api.%s: only with api.protocol = %s", k->api[i],
+			                    k->protocol)) == -ENOMEM)
+				return r;
+		}
+		for (size_t w = 0; w < c->n_workflows; w++)
+			for (size_t i = 0; k->wf[i]; i++)
+				if (wf_key_set(L, c->workflows[w].name, wf_key_index(k->wf[i])) &&
+				    warn(L, "workflow.%s.%s is ignored with api.protocol = %s (%s)",
+				         c->workflows[w].name, k->wf[i], c->api.protocol,
+				         k->what) < 0)
+					return -ENOMEM;
 	}
-	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++)
-		if (c->workflows[i].task_type &&
-		    warn(
-		        L,
-		        "workflow.%s.task_type is ignored with api.protocol = native (it names the "
-		        "Conductor task type to poll)",
-		        c->workflows[i].name) < 0)
-			return -ENOMEM;
 	return r;
 }
 
@@ -1251,25 +1333,82 @@ static int check_conductor_keys(struct loader *L)
 	return r;
 }
 
-static int check_task_types(struct loader *L)
+/* Each workflow's task type or topic (`key`, a char * at `offset`): the
+ * workflow's name by default, and one workflow's alone. */
+static int check_unique_names(struct loader *L, const char *key, size_t offset, const char *what)
 {
 	struct conf *c = L->c;
+	size_t k = wf_key_index(key);
 	int r = 0;
 
+#define NAME_OF(i) (*(char **)((char *)&c->workflows[i] + offset))
 	for (size_t i = 0; i < c->n_workflows; i++)
-		if (!c->workflows[i].task_type &&
-		    !(c->workflows[i].task_type = strdup(c->workflows[i].name)))
+		if (!NAME_OF(i) && !(NAME_OF(i) = strdup(c->workflows[i].name)))
 			return -ENOMEM;
 	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++)
 		for (size_t j = 0; j < i && r != -ENOMEM; j++)
-			if (streq(c->workflows[i].task_type, c->workflows[j].task_type)) {
-				r = fail(L, wf_origin(L, c->workflows[i].name, WF_TASK_TYPE),
-				         "workflow.%s.task_type '%s' is also the task type of "
-				         "workflow.%s: a task could not be told apart",
-				         c->workflows[i].name, c->workflows[i].task_type,
-				         c->workflows[j].name);
+			if (streq(NAME_OF(i), NAME_OF(j))) {
+				r = fail(
+				    L, wf_origin(L, c->workflows[i].name, k),
+				    "workflow.%s.%s '%s' is also the %s of workflow.%s: a task "
+				    "could not be told apart",
+				    c->workflows[i].name, key, NAME_OF(i), what,
+				    c->workflows[j].name);
 				break;
 			}
+#undef NAME_OF
+	return r;
+}
+
+static int check_task_types(struct loader *L)
+{
+	return check_unique_names(L, "task_type", offsetof(struct conf_workflow, task_type),
+	                          "task type");
+}
+
+/* Camunda 7: HTTP basic (both halves) or a bearer token; a topic per
+ * workflow; a backoff cap not below its base; keys of no meaning warned. */
+static int check_camunda7_keys(struct loader *L)
+{
+	const struct conf *c = L->c;
+	const struct conf_api *a = &c->api;
+	char x[TIME_DURATION_MAX], y[TIME_DURATION_MAX];
+	int r = 0;
+
+	if (a->user && a->token_file)
+		r = fail(L, origin_of(L, "api", "user"),
+		         "api.user and api.token_file: HTTP basic or a bearer token, not both");
+	else if (a->user && !a->password_file)
+		r = fail(L, origin_of(L, "api", "user"),
+		         "api.user is set but api.password_file is not");
+	else if (!a->user && a->password_file)
+		r = fail(L, origin_of(L, "api", "password_file"),
+		         "api.password_file is set but api.user is not");
+	if (r == -ENOMEM || !c->workflows)
+		return r;
+	if (check_unique_names(L, "topic", offsetof(struct conf_workflow, topic), "topic") ==
+	    -ENOMEM)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++) {
+		const struct conf_workflow *w = &c->workflows[i];
+		static const char *const ignored[] = {"terminal_exit_codes"};
+
+		if (w->retry_backoff_max < w->retry_backoff)
+			r = fail(
+			    L, wf_origin(L, w->name, wf_key_index("retry_backoff_max")),
+			    "workflow.%s.retry_backoff_max (%s) is below workflow.%s.retry_backoff "
+			    "(%s)",
+			    w->name, time_format_duration(x, sizeof(x), w->retry_backoff_max),
+			    w->name, time_format_duration(y, sizeof(y), w->retry_backoff));
+		for (size_t k = 0; k < ELEMENTSOF(ignored) && r != -ENOMEM; k++)
+			if (wf_key_set(L, w->name, wf_key_index(ignored[k])) &&
+			    warn(L,
+			         "workflow.%s.%s is ignored with api.protocol = camunda7 (every "
+			         "failure but exit 75, a timeout and a crash is an incident "
+			         "already)",
+			         w->name, ignored[k]) < 0)
+				return -ENOMEM;
+	}
 	return r;
 }
 
@@ -1301,9 +1440,13 @@ static int check_protocol(struct loader *L)
 	assert(streq(conf_wf_keys[WF_TASK_TYPE].name, "task_type"));
 	if (key_bad(L, "api", "protocol"))
 		return 0;
+	if ((r = check_foreign_keys(L)) == -ENOMEM)
+		return r;
+	if (streq(L->c->api.protocol, "camunda7"))
+		return check_camunda7_keys(L) == -ENOMEM ? -ENOMEM : r;
 	if (!streq(L->c->api.protocol, "conductor"))
-		return check_native_keys(L);
-	r = check_conductor_keys(L);
+		return r;
+	r = check_conductor_keys(L) == -ENOMEM ? -ENOMEM : r;
 	if (r != -ENOMEM && L->c->workflows)
 		r = check_task_types(L) == -ENOMEM ? -ENOMEM : r;
 	if (r != -ENOMEM && check_conductor_refresh(L) < 0)
@@ -1515,10 +1658,10 @@ static void loader_done(struct loader *L)
 int conf_load(const struct conf_source *src, struct conf **ret, char **ret_error)
 {
 	static int (*const steps[])(struct loader *) = {
-	    loader_init,     load_defaults,      load_main,       load_dropins,
-	    load_env,        load_overrides,     check_url_given, finalize_id,
-	    check_files,     finalize_workflows, check_relations, check_protocol,
-	    check_transport, load_token,         load_key_secret, collect_warnings,
+	    loader_init,     load_defaults,    load_main,       load_dropins, load_env,
+	    load_overrides,  check_url_given,  finalize_id,     check_files,  finalize_workflows,
+	    check_relations, check_protocol,   check_transport, load_token,   load_key_secret,
+	    load_password,   collect_warnings,
 	};
 	static const struct conf_source none = {0};
 	struct loader L = {.src = src ? src : &none};
@@ -1554,6 +1697,9 @@ struct conf *conf_free(struct conf *c)
 	if (c->api.key_secret)
 		explicit_bzero(c->api.key_secret, strlen(c->api.key_secret));
 	free(c->api.key_secret);
+	if (c->api.password)
+		explicit_bzero(c->api.password, strlen(c->api.password));
+	free(c->api.password);
 	strv_free(c->sources);
 	strv_free(c->warnings);
 	free(c);

@@ -35,8 +35,8 @@ struct conf_api {
 	char *client_key;
 	bool allow_insecure_http; /* accept plain http:// to a host that is not loopback */
 
-	/* The driver (lib/proto/driver.h): "native" (protocol v1) or "conductor";
-	 * never NULL once loaded. */
+	/* The driver (lib/proto/driver.h): "native" (protocol v1), "conductor" or
+	 * "camunda7"; never NULL once loaded. */
 	char *protocol;
 	/* conductor: optional key auth (POST /api/token), the secret read at load
 	 * from key_secret_file (never print it); the task domain.  NULL = unset. */
@@ -44,6 +44,12 @@ struct conf_api {
 	char *key_secret_file;
 	char *key_secret;
 	char *domain;
+	/* camunda7: optional HTTP basic auth, the password read at load from
+	 * password_file (never print it); NULL = unset.  The bearer token
+	 * (token_file) is the other way, never both. */
+	char *user;
+	char *password_file;
+	char *password;
 };
 
 struct conf_worker {
@@ -103,6 +109,17 @@ struct conf_workflow {
 	/* exit codes that fail the run for good (conductor: FAILED_WITH_TERMINAL_ERROR) */
 	int *terminal_exit_codes;
 	size_t n_terminal_exit_codes;
+	/* camunda7: the topic fetched for this workflow (effective: own, else the
+	 * workflow's name); the variables fetched (sorted, unique, never NULL;
+	 * empty = all); the retries a task gets when the engine has none yet; the
+	 * base and cap of retryTimeout, doubling per failed attempt; the result's
+	 * keys as local variables instead of process variables. */
+	char *topic;
+	char **variables;
+	unsigned retries;
+	usec_t retry_backoff;
+	usec_t retry_backoff_max;
+	bool local_variables;
 };
 
 struct conf {

@@ -57,3 +57,11 @@ void drv_req_free(drv_req_t *rq);
 bool drv_answer_common(const struct http_response *resp, struct drv_answer *a);
 /* "HTTP 503", or the transport error's text. */
 const char *drv_describe(const struct http_response *resp, char *buf, size_t len);
+
+/* n bytes of s as valid UTF-8 (a NUL or a byte that is not UTF-8 becomes
+ * U+FFFD), at most max_units UTF-16 code units (Java's chars, what the
+ * servers' length limits count; 0 = no cap), appended to out. */
+struct buf;
+int drv_text_clean(const char *s, size_t n, size_t max_units, struct buf *out);
+/* The same of a whole string, as a new one; NULL = out of memory. */
+char *drv_text_dup(const char *s, size_t max_units);

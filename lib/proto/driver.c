@@ -12,6 +12,7 @@
 #include "conf/conf.h"
 #include "log/log.h"
 #include "proto/driver-int.h"
+#include "util/buf.h"
 #include "util/macro.h"
 #include "util/random.h"
 #include "util/strutil.h"
@@ -20,6 +21,7 @@
 static const struct drv_ops *const drivers[] = {
     &drv_native_ops,
     &drv_conductor_ops,
+    &drv_camunda7_ops,
 };
 
 const struct drv_ops *drv_find(const char *name)
@@ -299,6 +301,40 @@ bool drv_answer_common(const struct http_response *resp, struct drv_answer *a)
 usec_t drv_retry_delay(const struct drv_answer *a, unsigned attempt, usec_t base, usec_t cap)
 {
 	return backoff_full_jitter(base, cap, attempt, a ? a->retry_after : 0);
+}
+
+/* ---------------------------------------------------------------- text */
+
+/* n bytes of s as valid UTF-8 (a NUL or a byte that is not UTF-8 becomes
+ * U+FFFD), at most max_units UTF-16 code units (Java's chars; 0 = no cap). */
+int drv_text_clean(const char *s, size_t n, size_t max_units, struct buf *out)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t units = 0;
+	int q = 0;
+
+	for (size_t i = 0; i < n && q >= 0;) {
+		size_t l = u[i] ? utf8_seq_len(u + i, n - i) : 0;
+		size_t w = l == 4 ? 2 : 1;
+
+		if (max_units && units + w > max_units)
+			break;
+		units += w;
+		q = l ? buf_append(out, u + i, l) : buf_append(out, "\xef\xbf\xbd", 3);
+		i += l ? l : 1;
+	}
+	return q;
+}
+
+char *drv_text_dup(const char *s, size_t max_units)
+{
+	struct buf b = BUF_INIT(0);
+
+	if (drv_text_clean(s, strlen(s), max_units, &b) < 0 || buf_append(&b, "", 0) < 0) {
+		buf_done(&b);
+		return NULL;
+	}
+	return b.data ? buf_steal(&b) : strdup("");
 }
 
 /* ---------------------------------------------------------------- grants */

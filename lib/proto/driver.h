@@ -5,6 +5,7 @@
  *
  *   native     protocol v1 (docs/protocol.md), spoken by lessor
  *   conductor  Netflix/Orkes Conductor's task API (docs/conductor.md)
+ *   camunda7   Camunda 7 / Operaton / CIB seven external tasks (docs/camunda7.md)
  *
  * A driver instance (drv_t) owns its HTTP client, its credentials and the
  * accounting every request gets (lessee_api_requests_total by endpoint and
@@ -217,6 +218,7 @@ struct drv_ops {
 
 extern const struct drv_ops drv_native_ops;
 extern const struct drv_ops drv_conductor_ops;
+extern const struct drv_ops drv_camunda7_ops;
 
 /* The driver named by conf->api.protocol (NULL or "native": native). */
 int drv_new(ev_t *e, const struct conf *c, metrics_t *m, drv_t **ret);

@@ -106,37 +106,8 @@ static double now_ms(void)
 
 /* ---------------------------------------------------------------- text */
 
-/* n bytes of s as valid UTF-8 (a NUL or a byte that is not UTF-8 becomes
- * U+FFFD), at most max_units UTF-16 code units (Java's chars; 0 = no cap). */
-static int text_clean(const char *s, size_t n, size_t max_units, struct buf *out)
-{
-	const unsigned char *u = (const unsigned char *)s;
-	size_t units = 0;
-	int q = 0;
-
-	for (size_t i = 0; i < n && q >= 0;) {
-		size_t l = u[i] ? utf8_seq_len(u + i, n - i) : 0;
-		size_t w = l == 4 ? 2 : 1;
-
-		if (max_units && units + w > max_units)
-			break;
-		units += w;
-		q = l ? buf_append(out, u + i, l) : buf_append(out, "\xef\xbf\xbd", 3);
-		i += l ? l : 1;
-	}
-	return q;
-}
-
-static char *text_dup(const char *s, size_t max_units)
-{
-	struct buf b = BUF_INIT(0);
-
-	if (text_clean(s, strlen(s), max_units, &b) < 0 || buf_append(&b, "", 0) < 0) {
-		buf_done(&b);
-		return NULL;
-	}
-	return b.data ? buf_steal(&b) : strdup("");
-}
+#define text_clean drv_text_clean
+#define text_dup drv_text_dup
 
 bool drv_conductor_valid_id(const char *s)
 {

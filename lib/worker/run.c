@@ -44,6 +44,9 @@
 #include "util/strutil.h"
 #include "worker/run.h"
 
+/* drv_outcome.log_tail: the last 4 KiB of the run's output */
+#define RUN_TAIL_MAX 4096
+
 #define RETRY_BASE (500 * USEC_PER_MSEC)
 #define REPORT_RETRY_CAP (30 * USEC_PER_SEC)
 #define LOG_FLUSH_TIMEOUT (60 * USEC_PER_SEC)
@@ -469,6 +472,8 @@ static void on_output(exec_proc_t *p, int stream, const void *data, size_t len, 
 
 	if (r->log)
 		logship_write(r->log, data, len);
+	if (tail_feed(&r->tail, data, len) < 0)
+		log_debug("run=%s: out of memory keeping its output's tail, ignoring", r->id);
 }
 
 static void on_exit_cb(exec_proc_t *p, const struct exec_result *res, void *userdata)
@@ -805,6 +810,9 @@ static int build_body(struct run *r)
 	}
 	r->outcome.error = r->error;
 	r->outcome.output = r->output;
+	if (!r->log_tail && !(r->log_tail = tail_text(&r->tail)))
+		return -ENOMEM;
+	r->outcome.log_tail = r->log_tail;
 	if (!r->priv)
 		return -EINVAL;
 	return run_drv(r)->complete_body(r->h->drv, r->priv, &r->outcome, &r->body);
@@ -1339,6 +1347,8 @@ static void run_free(struct run *r)
 	free(r->error);
 	free(r->output);
 	free(r->body);
+	free(r->log_tail);
+	tail_done(&r->tail);
 	free(r);
 }
 
@@ -1443,6 +1453,7 @@ struct run *run_new(struct run_host *h, struct conf_ref *conf, struct drv_grant 
 	r->reject_reason = TAKE_PTR(g->invalid);
 	r->claimed_at = ev_now(h->ev);
 	r->collect_then = -1;
+	tail_init(&r->tail, RUN_TAIL_MAX);
 	r->wf = conf_find_workflow(r->cref->conf, r->workflow);
 	if (!r->workflow || ev_timer_add(h->ev, USEC_INFINITY, on_renew_timer, r,
 					 &r->renew_timer) < 0 ||

@@ -15,6 +15,7 @@
 #include "obs/metrics.h"
 #include "offload/offload.h"
 #include "proto/driver.h"
+#include "util/tail.h"
 #include "worker/breaker.h"
 
 /* A configuration shared by the runs that started under it (SIGHUP swaps the
@@ -129,6 +130,7 @@ struct run {
 	cgroup_run_t *cg; /* the run's own cgroup in cgroup kill mode */
 	exec_proc_t *proc;
 	logship_t *log;
+	struct tail tail; /* the output's end, for drv_outcome.log_tail */
 	struct exec_result result;
 
 	offload_job_t *collect_job; /* reading the result file (runfiles.c) */
@@ -137,6 +139,7 @@ struct run {
 
 	struct drv_outcome outcome;
 	char *error, *output, *body;
+	char *log_tail; /* tail's text once the run ended */
 	char signame[24];
 	char note[96]; /* detail for the next state-change log line */
 };

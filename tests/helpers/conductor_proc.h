@@ -9,11 +9,11 @@
  *   ck_assert_int_eq(tu_conductor_stop(c), 0);   // exit status: also catches leaks
  *   tu_conductor_free(c);
  *
- * As tu_lessor: run from $LESSEE_TEST_AUX/../conductor/conductor_emu under
- * tu_wrap_argv() (valgrind in `make valgrind-check`), bound to 127.0.0.1 on a
- * port the kernel picks, reported on --ready-fd (no polling, no port race);
- * its stderr goes to <dir>/conductor.log, copied to our stderr when it exits
- * other than 0.  Functions return 0 / a pointer, or -errno / NULL; none
+ * On tests/helpers/emu_proc: run from $LESSEE_TEST_AUX/../conductor/conductor_emu
+ * under tu_wrap_argv() (valgrind in `make valgrind-check`), bound to 127.0.0.1
+ * on a port the kernel picks, reported on --ready-fd (no polling, no port
+ * race); its stderr goes to <dir>/conductor.log, copied to our stderr when it
+ * exits other than 0.  Functions return 0 / a pointer, or -errno / NULL; none
  * asserts, so benchmarks use them too. */
 #pragma once
 
@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "emu_proc.h"
 #include "util/time.h"
 
 struct tu_conductor;
@@ -46,16 +47,6 @@ const char *tu_conductor_log(const struct tu_conductor *c);
 pid_t tu_conductor_pid(const struct tu_conductor *c);
 /* The emulator binary's path (free it). */
 char *tu_conductor_bin(void);
-
-/* One HTTP answer, whatever its status. */
-struct tu_http_answer {
-	long status;
-	char *body; /* NUL-terminated */
-	size_t len;
-	char *ctype; /* Content-Type, or NULL */
-	bool chunked_sent;
-};
-void tu_http_answer_done(struct tu_http_answer *a);
 
 /* One request to tu_conductor_url(c) + path; headers NULL or a NULL-terminated
  * list of "Name: value"; body NULL = none; chunked: send the body with

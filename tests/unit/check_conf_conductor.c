@@ -146,7 +146,7 @@ END_TEST
 START_TEST(test_protocol_refused)
 {
 	load_fails(API "protocol = grpc\n" WF,
-	           "api.protocol: 'grpc' is not a protocol: native or conductor");
+	           "api.protocol: 'grpc' is not a protocol: native, conductor or camunda7");
 	load_fails(API "protocol = \n" WF, "api.protocol: must not be empty");
 }
 END_TEST

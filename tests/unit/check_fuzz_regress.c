@@ -20,6 +20,7 @@
 #define HARNESSES(X)                                                                               \
 	X(answers)                                                                                 \
 	X(claim)                                                                                   \
+	X(camunda7_answers)                                                                        \
 	X(conductor_answers)                                                                       \
 	X(conf_load)                                                                               \
 	X(conf_value)                                                                              \

@@ -14,6 +14,7 @@
 #include "util/macro.h"
 #include "util/random.h"
 #include "util/strutil.h"
+#include "util/tail.h"
 #include "util/time.h"
 
 START_TEST(test_duration_parse)
@@ -218,6 +219,49 @@ START_TEST(test_files)
 }
 END_TEST
 
+/* The last output of a run: bounded, whole lines once cut, valid UTF-8. */
+START_TEST(test_tail)
+{
+	struct tail t;
+	char *s;
+	char big[100];
+
+	tail_init(&t, 16);
+	s = tail_text(&t);
+	ck_assert_str_eq(s, "");
+	free(s);
+	ck_assert_int_eq(tail_feed(&t, "ab", 2), 0);
+	ck_assert_int_eq(tail_feed(&t, "c\nd", 3), 0);
+	s = tail_text(&t);
+	ck_assert_str_eq(s, "abc\nd"); /* all of it: nothing cut */
+	free(s);
+	/* past the cap: the newest 16 bytes, from the first line that starts in them */
+	ck_assert_int_eq(tail_feed(&t, "ef\nline two\nend\n", 16), 0);
+	s = tail_text(&t);
+	ck_assert_str_eq(s, "line two\nend\n");
+	free(s);
+	/* one line longer than the cap: its end, not nothing; never half a character */
+	tail_done(&t);
+	tail_init(&t, 8);
+	ck_assert_int_eq(tail_feed(&t, "xx\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 10), 0);
+	s = tail_text(&t);
+	ck_assert_str_eq(s, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9");
+	free(s);
+	/* bad bytes and NULs: U+FFFD */
+	ck_assert_int_eq(tail_feed(&t, "a\xff\0b", 4), 0);
+	s = tail_text(&t);
+	ck_assert_ptr_nonnull(strstr(s, "a\xef\xbf\xbd\xef\xbf\xbd"
+	                                "b"));
+	free(s);
+	/* many small writes: never more than the cap kept */
+	memset(big, 'z', sizeof(big));
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(tail_feed(&t, big, sizeof(big)), 0);
+	ck_assert_uint_le(t.b.len, 2 * 8);
+	tail_done(&t);
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
 	Suite *s = suite_create("util");
@@ -227,6 +271,7 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_duration_format);
 	tcase_add_test(tc, test_uuid_v7);
 	tcase_add_test(tc, test_utf8_seq_len);
+	tcase_add_test(tc, test_tail);
 	tcase_add_test(tc, test_backoff);
 	tcase_add_test(tc, test_buf_cap);
 	tcase_add_test(tc, test_buf_cap_size_max);

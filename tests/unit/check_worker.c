@@ -167,9 +167,13 @@ static int fake_log(drv_t *d, drv_run_t *run, uint64_t offset, const void *data,
 	return fake_req(d, OP_LOG, cb, ud, ret);
 }
 
+static char *last_tail; /* the log_tail of the last completion body made */
+
 static int fake_body(drv_t *d, drv_run_t *run, const struct drv_outcome *o, char **ret)
 {
 	act(op_names[OP_BODY]);
+	free(last_tail);
+	last_tail = o->log_tail ? strdup(o->log_tail) : NULL;
 	*ret = strdup("{\"log_length\":0}");
 	return *ret ? 0 : -ENOMEM;
 }
@@ -270,6 +274,9 @@ static void setup(void)
 	write_script("sleep.sh", "exec sleep 30");
 	write_script("say.sh", "echo said");                      /* output, then exit */
 	write_script("say_sleep.sh", "echo said; exec sleep 30"); /* output, then wait */
+	/* 500 lines (over 4 KiB) on stdout, the last on stderr, a failure */
+	write_script("chatty.sh", "i=0; while [ $i -lt 500 ]; do echo \"line $i\"; i=$((i+1)); "
+	                          "done; echo bye >&2; exit 3");
 	ck_assert_int_ge(asprintf(&path, "%s/lessee.conf", dir), 0);
 	ck_assert_int_ge(asprintf(&text,
 	                          "[api]\nurl = http://127.0.0.1:9\n"
@@ -277,7 +284,8 @@ static void setup(void)
 	                          "lease_ttl = 60s\nlease_refresh = 20s\nkill_grace = 5s\n"
 	                          "[workflow.sleep]\ncommand = %1$s/sleep.sh\n"
 	                          "[workflow.say]\ncommand = %1$s/say.sh\n"
-	                          "[workflow.say_sleep]\ncommand = %1$s/say_sleep.sh\n",
+	                          "[workflow.say_sleep]\ncommand = %1$s/say_sleep.sh\n"
+	                          "[workflow.chatty]\ncommand = %1$s/chatty.sh\n",
 	                          dir),
 	                 0);
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0644), 0);
@@ -309,6 +317,8 @@ static void setup(void)
 
 static void teardown(void)
 {
+	free(last_tail);
+	last_tail = NULL;
 	offload_drain(O, 10 * SEC);
 	O = offload_free(O);
 	metrics_free(M);
@@ -725,6 +735,47 @@ static void claim_for(const struct drv_ops *ops, usec_t how_long)
 /* Without DRV_CAP_MULTI_WORKFLOW: a claim per workflow, never more runs asked
  * for at once than there are free slots, and none of the three starves
  * although only two fit at a time. */
+/* The outcome carries the end of the run's output (drv_outcome.log_tail), for
+ * APIs without a log: bounded, from a line's start, stdout and stderr both. */
+START_TEST(test_log_tail)
+{
+	drv_run_t *priv = calloc(1, sizeof(*priv));
+	struct drv_grant g = {.id = strdup("r-1"),
+	                      .workflow = strdup("chatty"),
+	                      .attempt = 1,
+	                      .ttl_s = 60,
+	                      .input = strdup("null"),
+	                      .input_len = 4,
+	                      .lease_key = strdup("lease-1"),
+	                      .usable_for_reject = true,
+	                      .priv = priv};
+	usec_t end = time_mono() + tu_timeout(10 * SEC);
+	size_t n;
+
+	for (int i = 0; i < _OP_MAX; i++)
+		script[i] = DRV_OK;
+	/* no log offsets, as the APIs that want a tail have none */
+	ck_assert_int_eq(drv_new_ops(E, CR->conf, M, &bare_ops, &D), 0);
+	H.drv = D;
+	R = run_new(&H, CR, &g, ev_now(E));
+	ck_assert_ptr_nonnull(R);
+	drv_grant_done(&g);
+	dispatch(RE_START);
+	while (R) {
+		ck_assert_msg(time_mono() < end, "the run stays %s", run_state_name(R->state));
+		ck_assert_int_ge(ev_run_once(E, 10 * MSEC), 0);
+	}
+	D = drv_free(D);
+	ck_assert_ptr_nonnull(last_tail);
+	n = strlen(last_tail);
+	ck_assert_uint_le(n, 4096);
+	ck_assert_uint_ge(n, 4000 - 16);
+	ck_assert_ptr_nonnull(startswith(last_tail, "line "));
+	ck_assert_ptr_nonnull(strstr(last_tail, "line 499\nbye\n"));
+	ck_assert_str_eq(last_tail + n - 4, "bye\n");
+}
+END_TEST
+
 START_TEST(test_claim_lanes)
 {
 	claim_for(&bare_ops, 1 * SEC);
@@ -760,6 +811,7 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(tcc, setup, teardown);
 	tcase_add_test(tcc, test_claim_lanes);
+	tcase_add_test(tcc, test_log_tail);
 	tcase_add_test(tcc, test_claim_one);
 	suite_add_tcase(s, tcc);
 	return tu_run(s);
