@@ -1070,16 +1070,40 @@ static bool bpmn_error_valid(const cJSON *e)
 	return cJSON_IsObject(e) && cJSON_IsString(code) && *code->valuestring;
 }
 
+/* The text is one JSON value as json_scan reads it (stricter than cJSON, which
+ * takes any byte below 0x21 for blank). */
+static bool json_strict(const char *text)
+{
+	const char *p = text, *end = text + strlen(text);
+	bool bad = false;
+
+	return json_scan_value(&p, end, JSON_SCAN_DEPTH_MAX, &bad) == 0 && !bad &&
+	       json_scan_ws(p, end) == end;
+}
+
+/* The result as the run wrote it, so numbers keep every digit; or cJSON's
+ * reprint of it when only cJSON's lenient parser took it (a control byte
+ * between tokens): the variables still go, never the whole result lost. */
+static const char *result_text(const cJSON *out, const char *raw, char **canon)
+{
+	if (!out || json_strict(raw))
+		return raw;
+	*canon = cJSON_PrintUnformatted(out);
+	return *canon;
+}
+
 int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **ret)
 {
 	_cleanup_json_ cJSON *j = cJSON_CreateObject();
 	_cleanup_json_ cJSON *out = o->output ? cJSON_Parse(o->output) : NULL;
+	_cleanup_free_ char *canon = NULL;
+	const char *raw = result_text(out, o->output, &canon);
 	const cJSON *e = cJSON_GetObjectItemCaseSensitive(out, "bpmn_error");
 	cJSON *req = cJSON_CreateObject();
 	const char *endpoint = "failure";
 	int q;
 
-	if (!j || !req || !cJSON_AddItemToObject(j, "request", req)) {
+	if (!j || !req || (out && !raw) || !cJSON_AddItemToObject(j, "request", req)) {
 		cJSON_Delete(req);
 		return -ENOMEM;
 	}
@@ -1087,14 +1111,14 @@ int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **
 		return -ENOMEM;
 	if (o->status == DRV_SUCCEEDED && e && bpmn_error_valid(e)) {
 		endpoint = "bpmnError";
-		q = bpmn_error_request(req, e, o->output);
+		q = bpmn_error_request(req, e, raw);
 	} else if (o->status == DRV_SUCCEEDED && e)
 		q = failure_request(req, run, o,
 		                    "the result's bpmn_error is not an object with a non-empty "
 		                    "string code");
 	else if (o->status == DRV_SUCCEEDED) {
 		endpoint = "complete";
-		q = result_variables(req, run, out, o->output);
+		q = result_variables(req, run, out, raw);
 	} else
 		q = failure_request(req, run, o, NULL);
 	if (q < 0 || !cJSON_AddStringToObject(j, "taskId", run->task_id) ||

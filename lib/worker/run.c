@@ -924,12 +924,14 @@ static enum run_state act_spool(struct run *r);
 
 static enum run_state enter_reporting(struct run *r)
 {
+	int q;
+
 	if (collect_defer(r, RE_LOG_FLUSHED))
 		return RUN_FLUSHING;
 	if (r->h->stopping)
 		return act_spool(r);
-	if (build_body(r) < 0) {
-		run_log(r, LOG_ERR, "cannot build the completion (out of memory)");
+	if ((q = build_body(r)) < 0) {
+		run_log(r, LOG_ERR, "cannot build the completion: %s", strerrordesc_np(-q));
 		return RUN_DONE;
 	}
 	r->req_attempts = 0;
