@@ -9,6 +9,8 @@
 #   QUICK=1 scripts/bench_report.sh         small counts: checks the pipeline
 #   scripts/bench_report.sh render DIR DOC  only the markdown, from DIR/all.tsv,
 #                                           DIR/machine.tsv, DIR/params.tsv
+#   scripts/bench_report.sh parse-e2e       bench/e2e's stdout -> TSV rows
+# (tests/unit/check_bench_report runs these two on fixtures)
 #
 # Every TSV row: bench, system, slots, metric, median, floor, ratio (see
 # tests/helpers/benchutil.h); e2e prints a table only, parsed here (the parser
@@ -146,10 +148,16 @@ render() {
 	splice "$dir" "$doc"
 }
 
-if [ "${1:-}" = render ]; then
+case "${1:-}" in
+render)
 	render "$2" "$3"
 	exit 0
-fi
+	;;
+parse-e2e)
+	parse_e2e
+	exit
+	;;
+esac
 
 # ------------------------------------------------------------ the runs
 
@@ -266,6 +274,7 @@ set grid
 set logscale x 2
 set xlabel 'slots (concurrent runs)'
 set xtics (1, 2, 4, 8, 16, 32, 64)
+set xrange [0.8:80]
 set output '$PLOTS/runs_per_s.$term'
 set title '/bin/true runs per second against slots ($mode set)'
 set ylabel 'runs/s (median)'
@@ -286,6 +295,7 @@ plot '$OUT/cpu_lessee.dat' w lp lw 2 t 'lessee + lessor (normal)', \
      '$OUT/cpu_c7_sdk.dat' w lp t 'Camunda 7 JS client'
 unset logscale
 set xtics autofreq
+set autoscale x
 set yrange [0:*]
 set output '$PLOTS/rss.$term'
 set title 'lessee memory against sleeping runs alive ($mode set)'
