@@ -11,7 +11,8 @@
  *   peak RSS     the worker process's VmHWM at the end of the round
  *
  * next to the machine's floor for the same command and width (posix_spawn +
- * waitpid).  Each round starts a fresh emulator and worker; medians of the
+ * waitpid), sampled before every round and after them all, its median (a
+ * load that comes and goes on a shared machine moves both alike).  Each round starts a fresh emulator and worker; medians of the
  * rounds; lessee's figures also as ratios to the SDK worker's from the same
  * run.  Figures only, no verdict.
  *
@@ -325,14 +326,18 @@ out:
 /* --tsv: the same medians, and the floor beside the rate. */
 static void write_tsv(const struct figures *med, double floor)
 {
-	static const char *const names[] = {"Conductor official JS client", "lessee, conductor driver"};
+	static const char *const names[] = {"Conductor official JS client",
+	                                    "lessee, conductor driver"};
 
 	for (size_t i = 0; i < ELEMENTSOF(names); i++) {
 		if (med[i].runs_per_s <= 0)
 			continue;
-		tu_tsv_row("conductor_peers", names[i], (int)width, "runs_per_s", med[i].runs_per_s, floor);
-		tu_tsv_row("conductor_peers", names[i], (int)width, "cpu_us_per_run", med[i].cpu_us_per_run, -1);
-		tu_tsv_row("conductor_peers", names[i], (int)width, "peak_rss_kib", med[i].peak_rss_kib, -1);
+		tu_tsv_row("conductor_peers", names[i], (int)width, "runs_per_s", med[i].runs_per_s,
+		           floor);
+		tu_tsv_row("conductor_peers", names[i], (int)width, "cpu_us_per_run",
+		           med[i].cpu_us_per_run, -1);
+		tu_tsv_row("conductor_peers", names[i], (int)width, "peak_rss_kib",
+		           med[i].peak_rss_kib, -1);
 	}
 }
 
@@ -362,7 +367,8 @@ int main(int argc, char **argv)
 	};
 	struct figures med[ELEMENTSOF(peers)] = {{0}};
 	const char *given_sdk = NULL;
-	double load[1], floor = -1;
+	double load[1], floor = -1, fl[3 * MAX_ROUNDS];
+	size_t n_fl = 0;
 	_cleanup_(strv_freep) char **cmd_argv = NULL;
 	int o;
 
@@ -419,6 +425,8 @@ int main(int argc, char **argv)
 		for (unsigned k = 0; k < n_rounds; k++) {
 			struct figures f = {0};
 
+			if (cmd_argv && cmd_argv[0]) /* the floor beside every round */
+				fl[n_fl++] = tu_spawn_rate(NULL, cmd_argv, (int)n_runs, (int)width);
 			if (round_run(&peers[i], &f) < 0)
 				continue;
 			rate[ok] = f.runs_per_s;
@@ -441,11 +449,9 @@ int main(int argc, char **argv)
 		printf("%s\n", ok < n_rounds ? "  (some rounds failed)" : "");
 	}
 	if (cmd_argv && cmd_argv[0]) {
-		double fl[MAX_ROUNDS];
-
 		for (unsigned k = 0; k < n_rounds; k++)
-			fl[k] = tu_spawn_rate(NULL, cmd_argv, (int)n_runs, (int)width);
-		floor = tu_median(fl, n_rounds);
+			fl[n_fl++] = tu_spawn_rate(NULL, cmd_argv, (int)n_runs, (int)width);
+		floor = tu_median(fl, n_fl);
 		printf("  %-10s %10.0f   (posix_spawn + waitpid of the same command, same width)\n",
 		       "floor", floor);
 	}
