@@ -12,9 +12,10 @@
  *
  * next to the machine's floor for the same command and width (posix_spawn +
  * waitpid), sampled before every round and after them all, its median (a
- * load that comes and goes on a shared machine moves both alike).  Each round starts a fresh emulator and worker; medians of the
- * rounds; lessee's figures also as ratios to the SDK worker's from the same
- * run.  Figures only, no verdict.
+ * load that comes and goes on a shared machine moves both alike).  Each
+ * round starts a fresh emulator and worker; medians of the rounds; lessee's
+ * figures also as ratios to the SDK worker's from the same run.  Figures
+ * only, no verdict.
  *
  * Both long-poll (asyncResponseTimeout 5 s) and fetch at most the free slots
  * (lessee: maxTasks = free slots; the client: maxParallelExecutions = W); the

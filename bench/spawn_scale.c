@@ -256,8 +256,8 @@ static void print_table(int n_ns, const int *ns, int reps)
 			}
 			for (int c = 0; c < N_CONF; c++)
 				if (m[c] > 0)
-					tu_tsv_row("spawn_scale", configs[c].name, ns[i], tsv_metrics[what],
-					           m[c], c ? m[0] : -1);
+					tu_tsv_row("spawn_scale", configs[c].name, ns[i],
+					           tsv_metrics[what], m[c], c ? m[0] : -1);
 			printf("%-6d %-5s %20.1f", ns[i], whats[what], m[0]);
 			for (int c = 1; c < N_CONF; c++)
 				if (m[c] > 0)

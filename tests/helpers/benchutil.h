@@ -21,6 +21,6 @@ double tu_spawn_rate(ev_t *e, char *const *argv, int runs, int width);
  * floor, ratio (median / floor; "-" in both when the figure has no floor).
  * tu_tsv_open writes the header; rows go nowhere until it is called. */
 int tu_tsv_open(const char *path);
-void tu_tsv_row(const char *bench, const char *system, int slots, const char *metric,
-                double median, double floor);
+void tu_tsv_row(const char *bench, const char *system, int slots, const char *metric, double median,
+                double floor);
 int tu_tsv_close(void);
