@@ -290,7 +290,8 @@ bench:
 # bench/camunda7_peers (needs node >= 20 and npm)
 bench-compare: bench
 	@mkdir -p $(BUILD)/bench/compare
-	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
+	@cp bench/compare/package.json bench/compare/queues.mjs bench/compare/graphile_spawn.mjs \
+		$(BUILD)/bench/compare/
 	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
 	@mkdir -p $(BUILD)/bench/conductor-sdk
 	@cp tests/conductor/sdk/package.json tests/conductor/sdk/package-lock.json \

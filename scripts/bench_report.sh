@@ -92,7 +92,8 @@ md_peers() {
 		row("Camunda 7 official JS client ³", "camunda7_peers", "Camunda 7 official JS client", 16,
 			"camunda7_peers|Camunda 7 official JS client|16|peak_rss_kib")
 		row("lessee + lessor (`normal`), 1 slot ¹", "e2e", "lessee + lessor (normal)", 1, "-")
-		print "| graphile-worker on PostgreSQL | not measured yet ⁴ | | |"
+		row("graphile-worker on PostgreSQL ⁴", "graphile_peers", "graphile-worker on PostgreSQL", 16,
+			"graphile_peers|graphile-worker on PostgreSQL|16|peak_rss_kib")
 	}' "$1"
 }
 
@@ -194,6 +195,7 @@ fi
 	printf 'spawn_scale %s\trepetitions, N children alive at once\n' "$SPAWN"
 	printf 'conductor_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
 	printf 'camunda7_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
+	printf 'graphile_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
 } >"$OUT/params.tsv"
 
 run() {
@@ -225,13 +227,15 @@ B=$BUILD/bench
 			--tsv "$OUT/conductor_peers-$w.tsv"
 		run "camunda7_peers-$w" "$B/camunda7_peers" $PEERS --concurrency "$w" \
 			--tsv "$OUT/camunda7_peers-$w.tsv"
+		run "graphile_peers-$w" "$B/graphile_peers" $PEERS --concurrency "$w" \
+			--tsv "$OUT/graphile_peers-$w.tsv"
 	done
 }
 
 # One table: the header once, then every bench's rows in the order run.
 awk 'FNR == 1 && NR > 1 { next } { print }' "$OUT/e2e.tsv" "$OUT/latency.tsv" \
 	"$OUT/spawn_scale.tsv" "$OUT"/conductor_peers-*.tsv "$OUT"/camunda7_peers-*.tsv \
-	>"$OUT/all.tsv"
+	"$OUT"/graphile_peers-*.tsv >"$OUT/all.tsv"
 
 # ------------------------------------------------------------ plots
 
@@ -247,7 +251,8 @@ series e2e "lessee + lessor (normal)" cpu_us_per_run 5 >"$OUT/cpu_lessee.dat"
 for p in "conductor_peers|lessee, conductor driver|cond_lessee" \
 	"conductor_peers|Conductor official JS client|cond_sdk" \
 	"camunda7_peers|lessee, camunda7 driver|c7_lessee" \
-	"camunda7_peers|Camunda 7 official JS client|c7_sdk"; do
+	"camunda7_peers|Camunda 7 official JS client|c7_sdk" \
+	"graphile_peers|graphile-worker on PostgreSQL|graphile"; do
 	b=${p%%|*} rest=${p#*|}
 	s=${rest%%|*} f=${rest#*|}
 	series "$b" "$s" runs_per_s 5 >"$OUT/runs_$f.dat"
@@ -284,7 +289,8 @@ plot '$OUT/runs_floor.dat' w lp dt 2 lw 2 t 'posix\\_spawn floor', \
      '$OUT/runs_cond_lessee.dat' w lp t 'lessee, Conductor driver', \
      '$OUT/runs_cond_sdk.dat' w lp t 'Conductor JS client', \
      '$OUT/runs_c7_lessee.dat' w lp t 'lessee, Camunda 7 driver', \
-     '$OUT/runs_c7_sdk.dat' w lp t 'Camunda 7 JS client'
+     '$OUT/runs_c7_sdk.dat' w lp t 'Camunda 7 JS client', \
+     '$OUT/runs_graphile.dat' w lp t 'graphile-worker'
 set output '$PLOTS/cpu_per_run.$term'
 set title 'worker CPU per run (user + system, the commands excluded; $mode set)'
 set ylabel 'µs per run (median)'
@@ -292,7 +298,8 @@ plot '$OUT/cpu_lessee.dat' w lp lw 2 t 'lessee + lessor (normal)', \
      '$OUT/cpu_cond_lessee.dat' w lp t 'lessee, Conductor driver', \
      '$OUT/cpu_cond_sdk.dat' w lp t 'Conductor JS client', \
      '$OUT/cpu_c7_lessee.dat' w lp t 'lessee, Camunda 7 driver', \
-     '$OUT/cpu_c7_sdk.dat' w lp t 'Camunda 7 JS client'
+     '$OUT/cpu_c7_sdk.dat' w lp t 'Camunda 7 JS client', \
+     '$OUT/cpu_graphile.dat' w lp t 'graphile-worker'
 unset logscale
 set xtics autofreq
 set autoscale x
