@@ -67,6 +67,8 @@ struct http {
 	char *client_cert;
 	char *client_key;
 	char *user_agent;
+	char *basic_user;
+	char *basic_password;
 	bool insecure;
 	void (*observer)(const char *label, const struct http_response *resp, void *ctx);
 	void *observer_ctx;
@@ -516,6 +518,11 @@ static int req_set_transport(const http_t *h, http_req_t *req, const struct http
 	SETOPT(e, CURLOPT_FOLLOWLOCATION, 0L);
 	SETOPT(e, CURLOPT_USERAGENT, h->user_agent);
 	SETOPT(e, CURLOPT_HTTPHEADER, req->headers);
+	if (h->basic_user) {
+		SETOPT(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		SETOPT(e, CURLOPT_USERNAME, h->basic_user);
+		SETOPT(e, CURLOPT_PASSWORD, h->basic_password);
+	}
 	SETOPT(
 	    e, CURLOPT_CONNECTTIMEOUT_MS,
 	    ms_from_usec(rq->connect_timeout ? rq->connect_timeout : HTTP_DEFAULT_CONNECT_TIMEOUT));
@@ -814,6 +821,12 @@ static int http_set_opts(http_t *h, const struct http_opts *opts)
 		if (!h->client_cert || !h->client_key)
 			return -ENOMEM;
 	}
+	if (opts && opts->basic_user) {
+		h->basic_user = strdup(opts->basic_user);
+		h->basic_password = strdup(opts->basic_password ? opts->basic_password : "");
+		if (!h->basic_user || !h->basic_password)
+			return -ENOMEM;
+	}
 	h->user_agent =
 	    opts && opts->user_agent ? strdup(opts->user_agent) : strdup("lessee/" LESSEE_VERSION);
 	if (!h->user_agent)
@@ -879,6 +892,10 @@ http_t *http_free(http_t *h)
 	free(h->client_cert);
 	free(h->client_key);
 	free(h->user_agent);
+	free(h->basic_user);
+	if (h->basic_password)
+		explicit_bzero(h->basic_password, strlen(h->basic_password));
+	free(h->basic_password);
 	if (h->dispatching > 0)
 		h->freed = true; /* the dispatcher up the stack frees h */
 	else

@@ -21,6 +21,10 @@ struct http_opts {
 	bool insecure;               /* disable TLS verification: tests only, logged loudly */
 	const char *user_agent;      /* NULL = "lessee/<version>" */
 	long max_host_connections;   /* 0 = unlimited */
+	/* HTTP basic auth on every request, the header made by libcurl; NULL = none.
+	 * Both are copied (the password wiped at http_free). */
+	const char *basic_user;
+	const char *basic_password;
 	/* Called for every request that completes (never for cancelled ones), just
 	 * before its callback: accounting in one place. */
 	void (*observer)(const char *label, const struct http_response *resp, void *ctx);

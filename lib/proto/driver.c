@@ -80,6 +80,8 @@ static int drv_common_init(drv_t *d, ev_t *e, const struct conf *c, metrics_t *m
 	struct http_opts o = {.ca_file = c->api.ca_file,
 	                      .client_cert = c->api.client_cert,
 	                      .client_key = c->api.client_key,
+	                      .basic_user = c->api.user,
+	                      .basic_password = c->api.password,
 	                      .observer = drv_observe,
 	                      .observer_ctx = d};
 

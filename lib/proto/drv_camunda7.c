@@ -136,44 +136,6 @@ static const char *c7_run_lease_key(const drv_run_t *run)
 
 /* ---------------------------------------------------------------- init */
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static int basic_auth(drv_t *d, const char *user, const char *password)
-{
-	_cleanup_free_ char *plain = NULL;
-	struct buf b = BUF_INIT(0);
-	size_t n;
-	int q;
-
-	if ((q = asprintf(&plain, "%s:%s", user, password)) < 0)
-		return -ENOMEM;
-	n = (size_t)q;
-	q = buf_appends(&b, "Authorization: Basic ");
-	for (size_t i = 0; i < n && q >= 0; i += 3) {
-		unsigned v = (unsigned char)plain[i] << 16;
-		char out[4];
-
-		v |= i + 1 < n ? (unsigned char)plain[i + 1] << 8 : 0;
-		v |= i + 2 < n ? (unsigned char)plain[i + 2] : 0;
-		out[0] = b64[(v >> 18) & 63];
-		out[1] = b64[(v >> 12) & 63];
-		out[2] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-		out[3] = i + 2 < n ? b64[v & 63] : '=';
-		q = buf_append(&b, out, 4);
-	}
-	explicit_bzero(plain, n);
-	if (q >= 0)
-		q = buf_append(&b, "", 0);
-	if (q < 0) {
-		if (b.data)
-			explicit_bzero(b.data, b.len);
-		buf_done(&b);
-		return -ENOMEM;
-	}
-	d->auth = buf_steal(&b);
-	return 0;
-}
-
 static void c7_done(drv_t *d)
 {
 	struct camunda7 *n = d->priv;
@@ -231,14 +193,6 @@ static int c7_init(drv_t *d, const struct conf *c)
 	}
 	log_emit(LOG_NOTICE, NULL, "camunda7: workerId %s (worker.id and a nonce of this process)",
 	         n->worker_id);
-	if (c->api.user && c->api.password) {
-		if (d->auth) {
-			explicit_bzero(d->auth, strlen(d->auth));
-			d->auth = mfree_str(d->auth);
-		}
-		if (basic_auth(d, c->api.user, c->api.password) < 0)
-			return -ENOMEM;
-	}
 	return topics_init(n, c);
 }
 
