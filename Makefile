@@ -12,6 +12,9 @@
 #   make uninstall       the same variables: removes what install put, but the configuration
 #   make deb             $(BUILD)/deb/lessee_$(VERSION)-1_ARCH.deb: dpkg-buildpackage (debian/), lintian
 #   make check-deb       that .deb installed in the systemd-nspawn container, run as a service
+#   make bench-report    runs the benchmarks behind docs/performance.md, plots them
+#                        (gnuplot) into docs/performance/ and rewrites the doc's
+#                        generated parts; QUICK=1: small counts, a few minutes
 #   make bench-compare   also graphile-worker and pg-boss for bench/lessor_pg, the
 #                        Conductor JS SDK for bench/conductor_peers and the Camunda 7
 #                        JS client for bench/camunda7_peers (npm)
@@ -115,7 +118,7 @@ TEST_AUX  := $(patsubst %.c,$(BUILD)/%,$(wildcard tests/aux/*.c tests/conductor/
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 
-.PHONY: all deps build check check-build demo bench bench-compare install uninstall clean \
+.PHONY: all deps build check check-build demo bench bench-compare bench-report install uninstall clean \
 	valgrind-check check-systemd check-deb deb format chaos chaos-short fuzz fuzz-build fuzz-short
 .DEFAULT_GOAL := all
 
@@ -287,7 +290,8 @@ bench:
 # bench/camunda7_peers (needs node >= 20 and npm)
 bench-compare: bench
 	@mkdir -p $(BUILD)/bench/compare
-	@cp bench/compare/package.json bench/compare/queues.mjs $(BUILD)/bench/compare/
+	@cp bench/compare/package.json bench/compare/queues.mjs bench/compare/graphile_spawn.mjs \
+		$(BUILD)/bench/compare/
 	@cd $(BUILD)/bench/compare && npm install --no-audit --no-fund --silent
 	@mkdir -p $(BUILD)/bench/conductor-sdk
 	@cp tests/conductor/sdk/package.json tests/conductor/sdk/package-lock.json \
@@ -297,6 +301,12 @@ bench-compare: bench
 	@cp tests/camunda7/sdk/package.json tests/camunda7/sdk/package-lock.json \
 		tests/camunda7/sdk/.npmrc tests/camunda7/sdk/worker.mjs $(BUILD)/bench/camunda7-sdk/
 	@cd $(BUILD)/bench/camunda7-sdk && npm ci --no-audit --no-fund --silent
+
+# scripts/bench_report.sh: the TSVs in build/bench-report/, the plots in
+# docs/performance/, the generated parts of docs/performance.md.
+bench-report: bench-compare
+	@scripts/deps.sh bench
+	@BUILD=$(BUILD) QUICK=$(QUICK) scripts/bench_report.sh
 
 # Installed: the daemons (section 8) in $(SBINDIR), units, sysusers/tmpfiles,
 # man pages, docs/ in $(DOCDIR), and lessee.conf unless one is there already.

@@ -11,9 +11,11 @@
  *   peak RSS     the worker process's VmHWM at the end of the round
  *
  * next to the machine's floor for the same command and width (posix_spawn +
- * waitpid).  Each round starts a fresh emulator and worker; medians of the
- * rounds; lessee's figures also as ratios to the SDK worker's from the same
- * run.  Figures only, no verdict.
+ * waitpid), sampled before every round and after them all, its median (a
+ * load that comes and goes on a shared machine moves both alike).  Each
+ * round starts a fresh emulator and worker; medians of the rounds; lessee's
+ * figures also as ratios to the SDK worker's from the same run.  Figures
+ * only, no verdict.
  *
  * Both long-poll (asyncResponseTimeout 5 s) and fetch at most the free slots
  * (lessee: maxTasks = free slots; the client: maxParallelExecutions = W); the
@@ -22,6 +24,7 @@
  *
  *   camunda7_peers [--runs N] [--rounds R] [--concurrency W] [--sdk-dir DIR]
  *                  [--command "ARGV..."]
+ *                   [--tsv FILE]
  *
  * The client comes from `make bench-compare` ($(BUILD)/bench/camunda7-sdk,
  * next to this binary) or --sdk-dir; without it (or without node) its column
@@ -335,12 +338,30 @@ out:
 	return r;
 }
 
+/* --tsv: the same medians, and the floor beside the rate. */
+static void write_tsv(const struct figures *med, double floor)
+{
+	static const char *const names[] = {"Camunda 7 official JS client",
+	                                    "lessee, camunda7 driver"};
+
+	for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+		if (med[i].runs_per_s <= 0)
+			continue;
+		tu_tsv_row("camunda7_peers", names[i], (int)width, "runs_per_s", med[i].runs_per_s,
+		           floor);
+		tu_tsv_row("camunda7_peers", names[i], (int)width, "cpu_us_per_run",
+		           med[i].cpu_us_per_run, -1);
+		tu_tsv_row("camunda7_peers", names[i], (int)width, "peak_rss_kib",
+		           med[i].peak_rss_kib, -1);
+	}
+}
+
 /* ------------------------------------------------------------ main */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: camunda7_peers [--runs N] [--rounds R] [--concurrency W] "
-	           "[--sdk-dir DIR] [--command \"ARGV...\"]\n");
+	           "[--sdk-dir DIR] [--command \"ARGV...\"] [--tsv FILE]\n");
 }
 
 int main(int argc, char **argv)
@@ -351,6 +372,7 @@ int main(int argc, char **argv)
 	    {"concurrency", required_argument, NULL, 'w'},
 	    {"sdk-dir", required_argument, NULL, 's'},
 	    {"command", required_argument, NULL, 'c'},
+	    {"tsv", required_argument, NULL, 't'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -360,7 +382,8 @@ int main(int argc, char **argv)
 	};
 	struct figures med[ELEMENTSOF(peers)] = {{0}};
 	const char *given_sdk = NULL;
-	double load[1];
+	double load[1], floor = -1, fl[3 * MAX_ROUNDS];
+	size_t n_fl = 0;
 	_cleanup_(strv_freep) char **cmd_argv = NULL;
 	int o;
 
@@ -380,6 +403,12 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			command = optarg;
+			break;
+		case 't':
+			if (tu_tsv_open(optarg) < 0) {
+				perror(optarg);
+				return 1;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -411,6 +440,8 @@ int main(int argc, char **argv)
 		for (unsigned k = 0; k < n_rounds; k++) {
 			struct figures f = {0};
 
+			if (cmd_argv && cmd_argv[0]) /* the floor beside every round */
+				fl[n_fl++] = tu_spawn_rate(NULL, cmd_argv, (int)n_runs, (int)width);
 			if (round_run(&peers[i], &f) < 0)
 				continue;
 			rate[ok] = f.runs_per_s;
@@ -433,12 +464,12 @@ int main(int argc, char **argv)
 		printf("%s\n", ok < n_rounds ? "  (some rounds failed)" : "");
 	}
 	if (cmd_argv && cmd_argv[0]) {
-		double fl[MAX_ROUNDS];
-
 		for (unsigned k = 0; k < n_rounds; k++)
-			fl[k] = tu_spawn_rate(NULL, cmd_argv, (int)n_runs, (int)width);
+			fl[n_fl++] = tu_spawn_rate(NULL, cmd_argv, (int)n_runs, (int)width);
+		floor = tu_median(fl, n_fl);
 		printf("  %-11s %10.0f   (posix_spawn + waitpid of the same command, same width)\n",
-		       "floor", tu_median(fl, n_rounds));
+		       "floor", floor);
 	}
-	return 0;
+	write_tsv(med, floor);
+	return tu_tsv_close() < 0 ? 1 : 0;
 }

@@ -139,7 +139,7 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: spawn_scale [--reps R] [--only NAME,...] [N...]\n"
+	    "usage: spawn_scale [--reps R] [--only NAME,...] [--tsv FILE] [N...]\n"
 	    "  Starts N sleeping children (default 1000 4096 10000) R times (default 3)\n"
 	    "  per configuration (--only: posix_spawn, io_uring, epoll, io_uring/old, epoll/old);\n"
 	    "  prints median microseconds per start and per stop.\n");
@@ -163,6 +163,7 @@ static int parse_args(int argc, char **argv, int *reps, int *ns, int *n_ns)
 	static const struct option opts[] = {
 	    {"reps", required_argument, NULL, 'r'},
 	    {"only", required_argument, NULL, 'o'},
+	    {"tsv", required_argument, NULL, 't'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -173,6 +174,11 @@ static int parse_args(int argc, char **argv, int *reps, int *ns, int *n_ns)
 			*reps = atoi(optarg);
 		else if (c == 'o')
 			only = optarg;
+		else if (c == 't' && tu_tsv_open(optarg) < 0) {
+			perror(optarg);
+			return -errno;
+		} else if (c == 't')
+			continue;
 		else {
 			usage(c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : -EINVAL;
@@ -226,6 +232,7 @@ static void print_table(int n_ns, const int *ns, int reps)
 {
 	enum { N_CONF = ELEMENTSOF(configs) };
 	static const char *const whats[] = {"start", "cpu", "stop"};
+	static const char *const tsv_metrics[] = {"start_us", "start_cpu_us", "stop_us"};
 
 	printf("%s started N times, all alive at once, then killed and reaped; %d repetitions,\n"
 	       "median microseconds per child (ratio to the posix_spawn floor): start = wall\n"
@@ -247,6 +254,10 @@ static void print_table(int n_ns, const int *ns, int reps)
 					v[k] = sample_field(&samples[i][c][k], what);
 				m[c] = tu_median(v, (size_t)reps);
 			}
+			for (int c = 0; c < N_CONF; c++)
+				if (m[c] > 0)
+					tu_tsv_row("spawn_scale", configs[c].name, ns[i],
+					           tsv_metrics[what], m[c], c ? m[0] : -1);
 			printf("%-6d %-5s %20.1f", ns[i], whats[what], m[0]);
 			for (int c = 1; c < N_CONF; c++)
 				if (m[c] > 0)
@@ -280,5 +291,5 @@ int main(int argc, char **argv)
 				}
 			}
 	print_table(n_ns, ns, reps);
-	return 0;
+	return tu_tsv_close() < 0 ? 1 : 0;
 }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Install the Debian 12 packages a target needs, when they are missing.
 # As root: apt-get installs them.  Otherwise: print the exact command and fail.
-# Usage: scripts/deps.sh build|test|systemd|deb|fuzz ...
-# Only make deps, check, demo, bench, chaos, check-systemd and deb call it:
+# Usage: scripts/deps.sh build|test|systemd|deb|fuzz|bench ...
+# Only make deps, check, demo, bench, bench-report, chaos, check-systemd and deb call it:
 # make, make build and make install never install packages.
 set -eu
 
@@ -20,6 +20,8 @@ pkgs_systemd="systemd-container debootstrap"
 # are pkgs_build), and lintian to judge the result.
 pkgs_deb="debhelper dpkg-dev fakeroot lintian"
 pkgs_fuzz="clang libclang-rt-14-dev"
+# make bench-report: gnuplot draws docs/performance/*.{png,svg}.
+pkgs_bench="gnuplot-nox"
 
 want=""
 for group in "$@"; do
@@ -33,6 +35,7 @@ for group in "$@"; do
 	systemd) want="$want $pkgs_systemd" ;;
 	deb) want="$want $pkgs_deb" ;;
 	fuzz) want="$want $pkgs_fuzz" ;;
+	bench) want="$want $pkgs_bench" ;;
 	*) echo "deps.sh: unknown group '$group'" >&2; exit 2 ;;
 	esac
 done

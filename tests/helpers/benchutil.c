@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -92,4 +93,37 @@ double tu_spawn_rate(ev_t *e, char *const *argv, int runs, int width)
 	if (r < 0)
 		return r;
 	return (double)runs * (double)USEC_PER_SEC / (double)(t0 ? t0 : 1);
+}
+
+static FILE *tsv;
+
+int tu_tsv_open(const char *path)
+{
+	tsv = fopen(path, "we");
+	if (!tsv)
+		return -errno;
+	fputs("bench\tsystem\tslots\tmetric\tmedian\tfloor\tratio\n", tsv);
+	return 0;
+}
+
+void tu_tsv_row(const char *bench, const char *system, int slots, const char *metric, double median,
+                double floor)
+{
+	if (!tsv)
+		return;
+	fprintf(tsv, "%s\t%s\t%d\t%s\t%.6g", bench, system, slots, metric, median);
+	if (floor > 0)
+		fprintf(tsv, "\t%.6g\t%.4f\n", floor, median / floor);
+	else
+		fputs("\t-\t-\n", tsv);
+}
+
+int tu_tsv_close(void)
+{
+	int r = 0;
+
+	if (tsv && (ferror(tsv) | fclose(tsv)))
+		r = -EIO;
+	tsv = NULL;
+	return r;
 }

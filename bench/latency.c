@@ -1,0 +1,422 @@
+/* latency: enqueue -> child start through lessor + lessee, next to the
+ * machine's floor in the same run, and the daemon's RSS against the number
+ * of runs alive at once.
+ *
+ *   enqueue -> start  one run at a time: POST /v1/runs, and the child (`dd`
+ *                     writing one byte into a FIFO this bench reads) marks
+ *                     its start.  Before each enqueue the previous run has
+ *                     succeeded and 20 ms have passed, so the daemon is idle
+ *                     with its claim parked (the long poll).  The floor:
+ *                     posix_spawn of the same `dd` here, to the same byte.
+ *                     p50 / p90 / p99 of the samples, each beside the floor's.
+ *   RSS               the daemon's VmRSS and RssAnon with K `sleep` runs
+ *                     alive, K stepping up (--rss 0,100,500,1000), and its
+ *                     VmHWM at the end; also its VmHWM after the latency
+ *                     samples (the "peak RSS" of a daemon working W slots).
+ *
+ * lessor runs with --synchronous full unless --sync normal.  Figures only,
+ * no verdict.  --tsv FILE writes the figures (benchutil.h), --cdf FILE the
+ * sorted samples for a CDF plot (gnuplot: index 0 floor, index 1 lessee).
+ *
+ *   latency [--samples N] [--slots W] [--sync full|normal] [--rss K,K,...]
+ *           [--tsv FILE] [--cdf FILE] */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "benchutil.h"
+#include "lessee_proc.h"
+#include "lessor_proc.h"
+#include "testutil.h"
+#include "util/fileio.h"
+#include "util/macro.h"
+
+#define MAX_SAMPLES 10000
+#define MAX_STEPS 16
+
+static int n_samples = 200, slots = 16, rss_steps[MAX_STEPS] = {0, 100, 500, 1000}, n_steps = 4;
+static char *sync_mode = "full";
+static char fifo[4096];
+static int fifo_fd = -1;
+static char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+
+/* ------------------------------------------------------------ /proc */
+
+static long proc_status_kib(pid_t pid, const char *key)
+{
+	char path[64], *s = NULL, *p;
+	long kib = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (read_file_capped(path, 1 << 16, &s, NULL) < 0)
+		return -1;
+	p = strstr(s, key);
+	if (p)
+		kib = strtol(p + strlen(key), NULL, 10);
+	free(s);
+	return kib;
+}
+
+static long stat_count(struct tu_lessor *l, const char *key)
+{
+	long status = 0, n = -1;
+	cJSON *o = NULL;
+
+	if (tu_lessor_json(l, "GET", "/v1/stats", NULL, &status, &o) == 0 && status == 200) {
+		const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+
+		n = cJSON_IsNumber(j) ? (long)j->valuedouble : -1;
+	}
+	cJSON_Delete(o);
+	return n;
+}
+
+static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t timeout)
+{
+	usec_t end = time_mono() + timeout;
+
+	while (stat_count(l, key) < want) {
+		if (time_mono() > end)
+			return -ETIMEDOUT;
+		tu_sleep(2 * USEC_PER_MSEC);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ the mark */
+
+/* The byte a child writes when it starts; the time it arrived. */
+static int wait_mark(usec_t *ret)
+{
+	struct pollfd p = {.fd = fifo_fd, .events = POLLIN};
+	char c;
+	int r;
+
+	do
+		r = poll(&p, 1, 30 * 1000);
+	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return -ETIMEDOUT;
+	*ret = time_mono();
+	if (r < 0 || read(fifo_fd, &c, 1) != 1)
+		return -errno;
+	return 0;
+}
+
+static double floor_sample(void)
+{
+	char of[sizeof(fifo) + 4];
+	char *argv[] = {"/bin/dd", "if=/dev/zero", of, "bs=1", "count=1", "status=none", NULL};
+	usec_t t0, t1;
+	pid_t pid;
+	int r;
+
+	snprintf(of, sizeof(of), "of=%s", fifo);
+	t0 = time_mono();
+	if (posix_spawn(&pid, argv[0], NULL, NULL, argv, envp) != 0)
+		return -1;
+	r = wait_mark(&t1);
+	waitpid(pid, NULL, 0);
+	return r < 0 ? -1 : (double)(t1 - t0) / USEC_PER_MSEC;
+}
+
+static double lessee_sample(struct tu_lessor *l, long done)
+{
+	usec_t t0, t1;
+	char *id;
+
+	if (wait_count(l, "succeeded", done, 30 * USEC_PER_SEC) < 0)
+		return -1;
+	tu_sleep(20 * USEC_PER_MSEC);
+	t0 = time_mono();
+	id = tu_lessor_enqueue(l, "{\"workflow\":\"mark\",\"max_attempts\":1}");
+	if (!id)
+		return -1;
+	free(id);
+	return wait_mark(&t1) < 0 ? -1 : (double)(t1 - t0) / USEC_PER_MSEC;
+}
+
+/* ------------------------------------------------------------ daemons */
+
+static int start_pair(int concurrency, struct tu_lessor **l, struct tu_lessee **d)
+{
+	char *const args[] = {"--synchronous", sync_mode, NULL};
+	_cleanup_free_ char *conf = NULL;
+	int r;
+
+	if (asprintf(&conf,
+	             "[worker]\nconcurrency = %d\nlease_ttl = 300s\nlease_refresh = 100s\n"
+	             "long_poll = 30s\n[log]\nlevel = warning\n"
+	             "[workflow.mark]\ncommand = /bin/dd if=/dev/zero of=%s bs=1 count=1 "
+	             "status=none\n[workflow.sleep]\ncommand = /bin/sleep 600\n",
+	             concurrency, fifo) < 0)
+		return -ENOMEM;
+	r = tu_lessor_start(&(struct tu_lessor_opts){.args = args}, l);
+	return r < 0 ? r : tu_lessee_start(&(struct tu_lessee_opts){.lessor = *l, .conf = conf}, d);
+}
+
+/* SIGKILL to every process whose parent is pid. */
+static void kill_children(pid_t pid)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+
+	while (proc && (de = readdir(proc))) {
+		char path[300], *s = NULL, *p;
+		int ppid = 0;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		if (read_file_capped(path, 4096, &s, NULL) < 0)
+			continue;
+		p = strrchr(s, ')');
+		if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == pid)
+			kill(atoi(de->d_name), SIGKILL);
+		free(s);
+	}
+	if (proc)
+		closedir(proc);
+}
+
+/* ------------------------------------------------------------ figures */
+
+static void write_cdf(FILE *f, const char *name, const double *v, int n)
+{
+	fprintf(f, "# %s: ms fraction\n", name);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%.4f\t%.5f\n", v[i], (double)(i + 1) / n);
+	fprintf(f, "\n\n");
+}
+
+static double pct(const double *sorted, int n, double p)
+{
+	int i = (int)(p * n + 0.999999) - 1;
+
+	return sorted[CLAMP(i, 0, n - 1)];
+}
+
+static int bench_latency(const char *cdf_path)
+{
+	static double fl[MAX_SAMPLES], ls[MAX_SAMPLES];
+	static const double ps[] = {0.50, 0.90, 0.99};
+	static const char *const names[] = {"p50_ms", "p90_ms", "p99_ms"};
+	struct tu_lessor *l = NULL;
+	struct tu_lessee *d = NULL;
+	char system[64];
+	int r = start_pair(slots, &l, &d);
+
+	for (int i = 0; r >= 0 && i < n_samples; i++) {
+		fl[i] = floor_sample();
+		ls[i] = lessee_sample(l, i);
+		if (fl[i] < 0 || ls[i] < 0)
+			r = -EIO;
+	}
+	if (r < 0) {
+		fprintf(stderr, "latency: the enqueue -> start samples failed: %s\n", strerror(-r));
+		goto out;
+	}
+	tu_median(fl, (size_t)n_samples); /* sorts */
+	tu_median(ls, (size_t)n_samples);
+	snprintf(system, sizeof(system), "lessee + lessor (%s)", sync_mode);
+	printf("enqueue -> child start, %d samples, one at a time, %d slots, lessor --synchronous "
+	       "%s\n  %-8s %12s %12s %8s\n",
+	       n_samples, slots, sync_mode, "", "lessee ms", "floor ms", "ratio");
+	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
+		double a = pct(ls, n_samples, ps[k]), b = pct(fl, n_samples, ps[k]);
+
+		printf("  %-8s %12.2f %12.2f %7.2fx\n", names[k], a, b, a / b);
+		tu_tsv_row("latency", system, slots, names[k], a, b);
+	}
+	printf("  daemon VmHWM after the samples: %ld KiB\n",
+	       proc_status_kib(tu_lessee_pid(d), "VmHWM:"));
+	tu_tsv_row("latency", system, slots, "peak_rss_kib",
+	           (double)proc_status_kib(tu_lessee_pid(d), "VmHWM:"), -1);
+	if (cdf_path) {
+		FILE *f = fopen(cdf_path, "we");
+
+		if (!f) {
+			r = -errno;
+			goto out;
+		}
+		write_cdf(f, "posix_spawn floor", fl, n_samples);
+		write_cdf(f, system, ls, n_samples);
+		if (ferror(f) | fclose(f))
+			r = -EIO;
+	}
+out:
+	tu_lessee_free(d);
+	tu_lessor_free(l);
+	return r;
+}
+
+static int enqueue_sleeps(struct tu_lessor *l, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char *id = tu_lessor_enqueue(l, "{\"workflow\":\"sleep\",\"max_attempts\":1}");
+
+		if (!id)
+			return -EIO;
+		free(id);
+	}
+	return 0;
+}
+
+static int bench_rss(void)
+{
+	struct tu_lessor *l = NULL;
+	struct tu_lessee *d = NULL;
+	int top = 1, alive = 0, r;
+	char system[64];
+
+	for (int i = 0; i < n_steps; i++)
+		top = MAX(top, rss_steps[i]);
+	r = start_pair(top, &l, &d);
+	snprintf(system, sizeof(system), "lessee + lessor (%s)", sync_mode);
+	printf("\ndaemon memory with K `sleep` runs alive (KiB)\n  %-8s %10s %10s\n", "K", "VmRSS",
+	       "RssAnon");
+	for (int i = 0; r >= 0 && i < n_steps; i++) {
+		pid_t pid = tu_lessee_pid(d);
+		long rss, anon;
+
+		if (rss_steps[i] > alive) {
+			r = enqueue_sleeps(l, rss_steps[i] - alive);
+			if (r >= 0)
+				r = wait_count(l, "running", rss_steps[i], 300 * USEC_PER_SEC);
+			alive = rss_steps[i];
+		}
+		if (r < 0)
+			break;
+		tu_sleep(USEC_PER_SEC); /* the starts' last reports settle */
+		rss = proc_status_kib(pid, "VmRSS:");
+		anon = proc_status_kib(pid, "RssAnon:");
+		printf("  %-8d %10ld %10ld\n", alive, rss, anon);
+		tu_tsv_row("latency", system, alive, "rss_kib", (double)rss, -1);
+		tu_tsv_row("latency", system, alive, "rss_anon_kib", (double)anon, -1);
+	}
+	if (r >= 0) {
+		long hwm = proc_status_kib(tu_lessee_pid(d), "VmHWM:");
+
+		printf("  VmHWM at the end: %ld KiB\n", hwm);
+		tu_tsv_row("latency", system, top, "hwm_kib", (double)hwm, -1);
+	} else {
+		fprintf(stderr, "latency: the RSS steps failed: %s\n", strerror(-r));
+	}
+	/* SIGQUIT takes the daemon down; its `sleep`s would outlive it. */
+	if (d)
+		kill_children(tu_lessee_pid(d));
+	tu_lessee_free(d);
+	tu_lessor_free(l);
+	return r;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int parse_steps(const char *s)
+{
+	n_steps = 0;
+	for (char *end; *s && n_steps < MAX_STEPS; s = end + (*end == ',')) {
+		rss_steps[n_steps++] = (int)strtol(s, &end, 10);
+		if (end == s || rss_steps[n_steps - 1] < 0)
+			return -EINVAL;
+	}
+	return n_steps > 0 ? 0 : -EINVAL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: latency [--samples N] [--slots W] [--sync full|normal] "
+	           "[--rss K,K,...] [--tsv FILE] [--cdf FILE]\n");
+}
+
+static int raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	rl.rlim_cur = rl.rlim_max;
+	return setrlimit(RLIMIT_NOFILE, &rl) < 0 ? -errno : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"samples", required_argument, NULL, 'n'}, {"slots", required_argument, NULL, 'w'},
+	    {"sync", required_argument, NULL, 's'},    {"rss", required_argument, NULL, 'k'},
+	    {"tsv", required_argument, NULL, 't'},     {"cdf", required_argument, NULL, 'c'},
+	    {"help", no_argument, NULL, 'h'},          {0},
+	};
+	_cleanup_free_ char *dir = NULL;
+	const char *cdf = NULL;
+	double load[1];
+	int o, r;
+
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n':
+			n_samples = CLAMP(atoi(optarg), 1, MAX_SAMPLES);
+			break;
+		case 'w':
+			slots = MAX(atoi(optarg), 1);
+			break;
+		case 's':
+			sync_mode = optarg;
+			break;
+		case 'k':
+			if (parse_steps(optarg) < 0) {
+				usage(stderr);
+				return 2;
+			}
+			break;
+		case 't':
+			if (tu_tsv_open(optarg) < 0) {
+				perror(optarg);
+				return 1;
+			}
+			break;
+		case 'c':
+			cdf = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	(void)raise_nofile();
+	dir = tu_tmpdir("latency");
+	if (!dir)
+		return 1;
+	snprintf(fifo, sizeof(fifo), "%s/mark", dir);
+	if (mkfifo(fifo, 0600) < 0 || (fifo_fd = open(fifo, O_RDWR | O_CLOEXEC)) < 0) {
+		perror(fifo);
+		return 1;
+	}
+	if (getloadavg(load, 1) < 1)
+		load[0] = -1;
+	printf("latency: %ld cores, load average %.1f at the start, loop backend %s\n",
+	       sysconf(_SC_NPROCESSORS_ONLN), load[0], tu_backend());
+	r = bench_latency(cdf);
+	if (r >= 0)
+		r = bench_rss();
+	close(fifo_fd);
+	rm_rf(dir);
+	if (tu_tsv_close() < 0)
+		r = -EIO;
+	return r < 0 ? 1 : 0;
+}
