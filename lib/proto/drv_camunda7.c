@@ -1081,31 +1081,40 @@ static bool json_strict(const char *text)
 	       json_scan_ws(p, end) == end;
 }
 
-/* The result as the run wrote it, so numbers keep every digit; or cJSON's
- * reprint of it when only cJSON's lenient parser took it (a control byte
- * between tokens): the variables still go, never the whole result lost. */
-static const char *result_text(const cJSON *out, const char *raw, char **canon)
+/* The result as the run wrote it, so numbers keep every digit; or, when only
+ * cJSON's lenient parser took it (a control byte between tokens, bytes that
+ * are not UTF-8), cJSON's reprint of it made valid UTF-8 and parsed again:
+ * the variables still go, the result is never lost for its bytes. */
+static int result_text(const char *raw, cJSON **out, char **canon)
 {
-	if (!out || json_strict(raw))
-		return raw;
-	*canon = cJSON_PrintUnformatted(out);
-	return *canon;
+	_cleanup_free_ char *printed = NULL;
+
+	*out = raw ? cJSON_Parse(raw) : NULL;
+	if (!*out || json_strict(raw))
+		return 0;
+	printed = cJSON_PrintUnformatted(*out);
+	cJSON_Delete(*out);
+	*out = NULL;
+	if (!printed || !(*canon = drv_text_dup(printed, 0)))
+		return -ENOMEM;
+	*out = cJSON_Parse(*canon);
+	return *out ? 0 : -EBADMSG;
 }
 
 int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **ret)
 {
 	_cleanup_json_ cJSON *j = cJSON_CreateObject();
-	_cleanup_json_ cJSON *out = o->output ? cJSON_Parse(o->output) : NULL;
+	_cleanup_json_ cJSON *out = NULL;
 	_cleanup_free_ char *canon = NULL;
-	const char *raw = result_text(out, o->output, &canon);
+	int q = result_text(o->output, &out, &canon);
+	const char *raw = canon ? canon : o->output;
 	const cJSON *e = cJSON_GetObjectItemCaseSensitive(out, "bpmn_error");
 	cJSON *req = cJSON_CreateObject();
 	const char *endpoint = "failure";
-	int q;
 
-	if (!j || !req || (out && !raw) || !cJSON_AddItemToObject(j, "request", req)) {
+	if (q < 0 || !j || !req || !cJSON_AddItemToObject(j, "request", req)) {
 		cJSON_Delete(req);
-		return -ENOMEM;
+		return q < 0 ? q : -ENOMEM;
 	}
 	if (!cJSON_AddStringToObject(req, "workerId", run->worker_id))
 		return -ENOMEM;
