@@ -6,11 +6,14 @@
  *  - the daemon's RSS idle, and with 1,000 concurrent `sleep 30` runs.
  * Medians of several rounds; figures only, no verdict.
  * lessor runs with --synchronous normal so the figure is lessee's, not fsync's
- * (bench/lessor_claims measures lessor itself). */
+ * (bench/lessor_claims measures lessor itself); --sync full runs it as issue
+ * 15's table does, each claim and completion durable before it is answered.
+ * LESSEE_BIN picks the daemon, so two builds compare in one run. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +119,7 @@ static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t ti
 /* Run directories on tmpfs, as under systemd (RuntimeDirectory=): the test
  * helper's default is beside the daemon's log, on whatever /tmp is. */
 static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
+static const char *sync_mode = "normal"; /* lessor's --synchronous */
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
@@ -139,7 +143,7 @@ static int e2e_round(int concurrency, int n, struct round *ret)
 {
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
-	char *const args[] = {"--synchronous", "normal", NULL};
+	char *const args[] = {"--synchronous", (char *)sync_mode, NULL};
 	double cpu0, cpu1;
 	usec_t t0, t1;
 	int r;
@@ -172,8 +176,9 @@ static void bench_throughput(int n, int reps)
 {
 	static const int widths[] = {1, 16, 64};
 
-	printf("end-to-end /bin/true runs through lessor + lessee (%d runs x %d rounds, medians)\n",
-	       n, reps);
+	printf("end-to-end /bin/true runs through lessor (--synchronous %s) + lessee (%d runs x %d "
+	       "rounds, medians)\n",
+	       sync_mode, n, reps);
 	printf("%-6s %12s %14s %12s %12s %10s %10s\n", "slots", "lessee run/s", "cpu us/run",
 	       "floor run/s", "exec run/s", "vs floor", "vs exec");
 	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
@@ -234,23 +239,47 @@ out:
 
 int main(int argc, char **argv)
 {
-	int n = 300, reps = 3, rss_runs = 1000;
+	static const struct option opts[] = {
+		{"sync", required_argument, NULL, 's'},
+		{"no-rss", no_argument, NULL, 'R'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{},
+	};
+	int n = 300, reps = 3, rss_runs = 1000, c;
+	bool rss = true;
 
-	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		printf("usage: e2e [RUNS [ROUNDS [CONCURRENT_SLEEPS]]]\n"
-		       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS (1000)\n");
-		return 0;
-	}
-	if (argc > 1 && !strcmp(argv[1], "--version")) {
-		printf("e2e %s\n", LESSEE_VERSION);
-		return 0;
-	}
-	if (argc > 1)
-		n = atoi(argv[1]);
-	if (argc > 2)
-		reps = MIN(atoi(argv[2]), 32);
-	if (argc > 3)
-		rss_runs = atoi(argv[3]);
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0)
+		switch (c) {
+		case 's':
+			if (strcmp(optarg, "full") && strcmp(optarg, "normal") &&
+			    strcmp(optarg, "off"))
+				return 2;
+			sync_mode = optarg;
+			break;
+		case 'R':
+			rss = false;
+			break;
+		case 'h':
+			printf("usage: e2e [--sync full|normal|off] [--no-rss] [RUNS [ROUNDS "
+			       "[CONCURRENT_SLEEPS]]]\n"
+			       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS "
+			       "(1000)\n"
+			       "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
+			       "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n");
+			return 0;
+		case 'V':
+			printf("e2e %s\n", LESSEE_VERSION);
+			return 0;
+		default:
+			return 2;
+		}
+	if (optind < argc)
+		n = atoi(argv[optind]);
+	if (optind + 1 < argc)
+		reps = MIN(atoi(argv[optind + 1]), 32);
+	if (optind + 2 < argc)
+		rss_runs = atoi(argv[optind + 2]);
 	if (n <= 0 || reps <= 0 || rss_runs <= 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
@@ -258,9 +287,11 @@ int main(int argc, char **argv)
 		perror("mkdtemp /dev/shm");
 		return 1;
 	}
-	printf("loop backend: %s; run directories on tmpfs (%s)\n", tu_backend(), run_dir);
+	printf("loop backend: %s; run directories on tmpfs (%s); lessee %s\n", tu_backend(),
+	       run_dir, tu_lessee_bin());
 	bench_throughput(n, reps);
-	bench_rss(rss_runs);
+	if (rss)
+		bench_rss(rss_runs);
 	rm_rf(run_dir);
 	return 0;
 }
