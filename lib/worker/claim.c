@@ -70,21 +70,28 @@ static struct breaker *claimer_breaker(const struct claimer *cl, const char *wor
 	return cl->p.ops->breaker(cl->p.host, workflow);
 }
 
+/* Runs a claim may bring now: the execution slots no run holds, none while the
+ * reporting queue is full (a dead API stops claims), and never so many that
+ * more than concurrency + max_reporting runs would be held at once. */
 static unsigned free_slots(const struct claimer *w)
 {
-	unsigned c = claimer_conf(w)->worker.concurrency;
+	const struct conf_worker *c = &claimer_conf(w)->worker;
+	const struct run_table *t = w->p.table;
+	unsigned rep_max = conf_max_reporting(c), held_max = c->concurrency + rep_max;
 
-	return w->p.table->n >= c ? 0 : MIN(c - w->p.table->n, CLAIM_MAX_RUNS);
+	if (t->running >= c->concurrency || t->reporting >= rep_max || t->n >= held_max)
+		return 0;
+	return MIN(MIN(c->concurrency - t->running, held_max - t->n), CLAIM_MAX_RUNS);
 }
 
-/* The runs of a workflow that hold one of its slots: every one in the table
- * but those being given back. */
+/* The runs of a workflow that hold one of its slots: claimed, waiting or
+ * running (its child alive), as the worker's slots count them. */
 static unsigned wf_in_use(const struct claimer *w, const char *name)
 {
 	unsigned n = 0;
 
 	for (const struct run *r = w->p.table->head; r; r = r->next)
-		if (r->state != RUN_RELEASING && streq_ptr(r->workflow, name))
+		if (run_holds_slot(r->state) && streq_ptr(r->workflow, name))
 			n++;
 	return n;
 }
@@ -623,7 +630,7 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	if (w->p.table->n > claimer_conf(w)->worker.concurrency) {
+	if (w->p.table->running > claimer_conf(w)->worker.concurrency) {
 		/* more than we asked for: not ours to run */
 		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;

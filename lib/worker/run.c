@@ -1262,6 +1262,59 @@ bool run_cell(enum run_state s, enum run_event ev)
 	return table[s][ev] != NULL;
 }
 
+/* ---------------------------------------------------------------- places */
+
+bool run_holds_slot(enum run_state s)
+{
+	return s == RUN_CLAIMED || s == RUN_WAITING || s == RUN_RUNNING || s == RUN_KILLING;
+}
+
+static unsigned *run_place(struct run_table *t, enum run_state s)
+{
+	if (s == RUN_DONE)
+		return NULL;
+	return run_holds_slot(s) ? &t->running : &t->reporting;
+}
+
+void run_table_add(struct run_table *t, struct run *r)
+{
+	unsigned *place = run_place(t, r->state);
+
+	r->prev = NULL;
+	r->next = t->head;
+	if (t->head)
+		t->head->prev = r;
+	t->head = r;
+	t->n++;
+	if (place)
+		(*place)++;
+}
+
+void run_table_remove(struct run_table *t, struct run *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		t->head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+	t->n--;
+}
+
+bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before)
+{
+	unsigned *from = run_place(t, before), *to = run_place(t, r->state);
+
+	if (from == to)
+		return false;
+	if (from)
+		(*from)--;
+	if (to)
+		(*to)++;
+	return from != NULL;
+}
+
 /* ---------------------------------------------------------------- life */
 
 /* Lease loss, shutdown and cancellation say nothing about the workflow. */
@@ -1412,6 +1465,8 @@ void run_dispatch(struct run *r, enum run_event ev)
 	if (after == before)
 		return;
 	r->state = after;
+	if (r->h->ops->moved)
+		r->h->ops->moved(r->h->host, r, before);
 	if (after != RUN_DONE) {
 		log_transition(r, before, ev);
 		return;
