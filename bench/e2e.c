@@ -8,7 +8,8 @@
  * lessor runs with --synchronous normal so the figure is lessee's, not fsync's
  * (bench/lessor_claims measures lessor itself); --sync full runs it as issue
  * 15's table does, each claim and completion durable before it is answered.
- * LESSEE_BIN picks the daemon, so two builds compare in one run. */
+ * LESSEE_BIN picks the daemon; --baseline OTHER_LESSEE runs both in every
+ * round, back to back, so two builds compare on a shared machine. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -39,8 +40,8 @@ static double proc_cpu_us(pid_t pid)
 	if (read_file_capped(path, 4096, &s, NULL) < 0)
 		return -1;
 	p = strrchr(s, ')'); /* the comm field may hold blanks */
-	if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			&st) == 2)
+	if (p &&
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
 		r = (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
 	free(s);
 	return r;
@@ -119,18 +120,19 @@ static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t ti
 /* Run directories on tmpfs, as under systemd (RuntimeDirectory=): the test
  * helper's default is beside the daemon's log, on whatever /tmp is. */
 static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
-static const char *sync_mode = "normal"; /* lessor's --synchronous */
+static char sync_mode[8] = "normal"; /* lessor's --synchronous */
+static const char *baseline;             /* --baseline: another lessee to compare with */
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
 	char conf[512];
 
 	snprintf(conf, sizeof(conf),
-		 "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
-		 "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
-		 "[workflow.true]\ncommand = /bin/true\n"
-		 "[workflow.sleep]\ncommand = /bin/sleep 30\n",
-		 concurrency, run_dir);
+	         "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
+	         "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
+	         "[workflow.true]\ncommand = /bin/true\n"
+	         "[workflow.sleep]\ncommand = /bin/sleep 30\n",
+	         concurrency, run_dir);
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
 }
 
@@ -143,7 +145,7 @@ static int e2e_round(int concurrency, int n, struct round *ret)
 {
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
-	char *const args[] = {"--synchronous", (char *)sync_mode, NULL};
+	char *const args[] = {"--synchronous", sync_mode, NULL};
 	double cpu0, cpu1;
 	usec_t t0, t1;
 	int r;
@@ -169,6 +171,22 @@ out:
 		r = -EIO;
 	tu_lessee_free(d);
 	tu_lessor_free(l);
+	return r;
+}
+
+/* One round of the daemon at path (NULL: tu_lessee_bin()'s). */
+static int e2e_round_of(const char *path, int concurrency, int n, struct round *ret)
+{
+	_cleanup_free_ char *saved = getenv("LESSEE_BIN") ? strdup(getenv("LESSEE_BIN")) : NULL;
+	int r;
+
+	if (path)
+		setenv("LESSEE_BIN", path, 1);
+	r = e2e_round(concurrency, n, ret);
+	if (saved)
+		setenv("LESSEE_BIN", saved, 1);
+	else
+		unsetenv("LESSEE_BIN");
 	return r;
 }
 
@@ -202,6 +220,39 @@ static void bench_throughput(int n, int reps)
 		double f = tu_median(fl, reps), x = tu_median(ex, reps);
 		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx\n", widths[w], r, c, f, x,
 		       r / f, r / x);
+	}
+}
+
+/* --baseline: in each round the spawn floor, then the baseline daemon, then
+ * this one, back to back, so a machine shared with other work loads both
+ * alike; the ratios are of medians. */
+static void bench_paired(const char *base_bin, int n, int reps)
+{
+	static const int widths[] = {1, 16, 64};
+
+	printf("end-to-end /bin/true runs through lessor (--synchronous %s): baseline %s against "
+	       "%s, paired rounds (%d runs x %d rounds, medians)\n",
+	       sync_mode, base_bin, tu_lessee_bin(), n, reps);
+	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s\n", "slots", "floor/s", "base run/s",
+	       "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r");
+	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
+		double fl[32], rb[32], rn[32], cb[32], cn[32];
+
+		for (int i = 0; i < reps; i++) {
+			struct round b = {0}, a = {0};
+
+			fl[i] = tu_spawn_rate(NULL, true_argv, n, widths[w]);
+			if (e2e_round_of(base_bin, widths[w], n, &b) < 0 ||
+			    e2e_round_of(NULL, widths[w], n, &a) < 0)
+				fprintf(stderr, "round failed\n");
+			rb[i] = b.runs_per_s;
+			rn[i] = a.runs_per_s;
+			cb[i] = b.cpu_us_per_run;
+			cn[i] = a.cpu_us_per_run;
+		}
+		double f = tu_median(fl, reps), b = tu_median(rb, reps), a = tu_median(rn, reps);
+		printf("%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f\n", widths[w],
+		       f, b, a, b / f, a / f, a / b, tu_median(cb, reps), tu_median(cn, reps));
 	}
 }
 
@@ -240,11 +291,9 @@ out:
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"sync", required_argument, NULL, 's'},
-		{"no-rss", no_argument, NULL, 'R'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{},
+	    {"sync", required_argument, NULL, 's'},     {"no-rss", no_argument, NULL, 'R'},
+	    {"baseline", required_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},        {},
 	};
 	int n = 300, reps = 3, rss_runs = 1000, c;
 	bool rss = true;
@@ -252,21 +301,25 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0)
 		switch (c) {
 		case 's':
-			if (strcmp(optarg, "full") && strcmp(optarg, "normal") &&
-			    strcmp(optarg, "off"))
+			if (strcmp(optarg, "full") && strcmp(optarg, "normal"))
 				return 2;
-			sync_mode = optarg;
+			snprintf(sync_mode, sizeof(sync_mode), "%s", optarg);
 			break;
 		case 'R':
 			rss = false;
 			break;
+		case 'b':
+			baseline = optarg;
+			break;
 		case 'h':
-			printf("usage: e2e [--sync full|normal|off] [--no-rss] [RUNS [ROUNDS "
-			       "[CONCURRENT_SLEEPS]]]\n"
-			       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS "
-			       "(1000)\n"
-			       "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
-			       "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n");
+			printf(
+			    "usage: e2e [--sync full|normal] [--no-rss] [--baseline LESSEE] [RUNS "
+			    "[ROUNDS [CONCURRENT_SLEEPS]]]\n"
+			    "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS "
+			    "(1000)\n"
+			    "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
+			    "  --baseline: each round also runs that lessee binary, back to back\n"
+			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n");
 			return 0;
 		case 'V':
 			printf("e2e %s\n", LESSEE_VERSION);
@@ -289,7 +342,10 @@ int main(int argc, char **argv)
 	}
 	printf("loop backend: %s; run directories on tmpfs (%s); lessee %s\n", tu_backend(),
 	       run_dir, tu_lessee_bin());
-	bench_throughput(n, reps);
+	if (baseline)
+		bench_paired(baseline, n, reps);
+	else
+		bench_throughput(n, reps);
 	if (rss)
 		bench_rss(rss_runs);
 	rm_rf(run_dir);
