@@ -133,6 +133,10 @@ static int fake_req(drv_t *d, enum op op, drv_cb cb, void *ud, drv_req_t **ret)
 static const char *const claim_wfs[] = {"a", "b", "c"};
 static unsigned claims_of[3], claims_all, claim_inflight, claim_inflight_max;
 static unsigned grant_left, granted;
+/* Claims for runs from the claim_hold-th on (1 = the first) are held open
+ * until release_claims(); 0 = none. */
+static unsigned claim_hold, claims_sent;
+static struct fake_claim *held_claims[16];
 static const char *grant_wf = "say";
 
 static void grant_runs(struct drv_claim_answer *ans, unsigned max_runs)
@@ -181,6 +185,9 @@ static void fake_claim_free(void *state)
 {
 	struct fake_claim *f = state;
 
+	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+		if (held_claims[i] == f)
+			held_claims[i] = NULL;
 	ev_defer_cancel(f->ev, claim_deliver, f);
 	claim_inflight -= f->n;
 	free(f);
@@ -211,8 +218,38 @@ static int fake_claim(drv_t *d, const struct drv_claim *rq, drv_claim_cb cb, voi
 	r->ret = ret;
 	if (ret)
 		*ret = r;
+	claims_sent += rq->max_runs > 0;
+	if (rq->max_runs > 0 && claim_hold && claims_sent >= claim_hold) {
+		for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+			if (!held_claims[i]) {
+				held_claims[i] = f;
+				return 0;
+			}
+		ck_abort_msg("too many claims held");
+	}
 	ck_assert_int_eq(ev_defer(d->ev, claim_deliver, f), 0);
 	return 0;
+}
+
+static unsigned claims_held(void)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+		n += held_claims[i] != NULL;
+	return n;
+}
+
+/* Answer every held claim (with runs while grant_left lasts). */
+static void release_claims(void)
+{
+	claim_hold = 0;
+	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+		if (held_claims[i]) {
+			ck_assert_int_eq(ev_defer(held_claims[i]->ev, claim_deliver, held_claims[i]),
+			                 0);
+			held_claims[i] = NULL;
+		}
 }
 
 static int fake_claim_cancel(drv_t *d, drv_cb cb, void *ud, drv_req_t **ret)
@@ -727,6 +764,13 @@ static bool ch_true(void *host)
 	return true;
 }
 
+static bool ch_running = true; /* false: draining */
+
+static bool ch_is_running(void *host)
+{
+	return ch_running;
+}
+
 static void ch_add(void *host, struct run *r)
 {
 	run_table_add(&T, r);
@@ -739,7 +783,7 @@ static void ch_idle(void *host)
 static const struct claimer_host_ops claimer_ops = {
     .conf = ch_conf,
     .breaker = host_breaker,
-    .running = ch_true,
+    .running = ch_is_running,
     .may_start = ch_true,
     .add = ch_add,
     .idle = ch_idle,
@@ -852,7 +896,7 @@ static void queue_start(const char *worker_extra, unsigned runs)
 	ck_assert_int_ge(asprintf(&text,
 	                          "[api]\nurl = http://127.0.0.1:9\n"
 	                          "[worker]\nrun_dir = %1$s/run\nspool_dir = %1$s/spool\n"
-	                          "concurrency = 1\nlong_poll = 0\npoll_interval = 10ms\n"
+	                          "long_poll = 0\npoll_interval = 10ms\n"
 	                          "lease_ttl = 60s\nlease_refresh = 20s\n%2$s\n"
 	                          "[workflow.say]\ncommand = %1$s/say.sh\n",
 	                          dir, worker_extra),
@@ -874,7 +918,8 @@ static void queue_start(const char *worker_extra, unsigned runs)
 	H.ops = &queue_host_ops;
 	T = (struct run_table){0};
 	grant_left = runs;
-	granted = 0;
+	granted = claims_sent = 0;
+	ch_running = true;
 	claim_inflight = claim_inflight_max = 0;
 	ck_assert_int_eq(
 	    claimer_new(
@@ -914,6 +959,7 @@ static unsigned in_state(enum run_state s)
 static void queue_finish(void)
 {
 	grant_left = 0;
+	release_claims();
 	STEP_UNTIL((answer_held(OP_COMPLETE, DRV_OK), T.n == 0));
 	CL = claimer_free(CL);
 	step(20 * MSEC);
@@ -926,7 +972,7 @@ static void queue_finish(void)
  * claimed and runs; its completion does not wait for the first one's. */
 START_TEST(test_slot_free_while_reporting)
 {
-	queue_start("", 2);
+	queue_start("concurrency = 1", 2);
 	STEP_UNTIL(in_state(RUN_REPORTING) == 2);
 	ck_assert_uint_eq(granted, 2);
 	ck_assert_uint_eq(T.reporting, 2);
@@ -939,7 +985,7 @@ END_TEST
  * makes room for one more run. */
 START_TEST(test_reporting_queue_full)
 {
-	queue_start("max_reporting = 2", 10);
+	queue_start("concurrency = 1\nmax_reporting = 2", 10);
 	STEP_UNTIL(T.reporting == 2);
 	step(300 * MSEC); /* claims would have gone out by now */
 	ck_assert_uint_eq(granted, 2);
@@ -950,6 +996,53 @@ START_TEST(test_reporting_queue_full)
 	STEP_UNTIL(granted == 3 && T.reporting == 2);
 	step(100 * MSEC);
 	ck_assert_uint_eq(granted, 3);
+	queue_finish();
+}
+END_TEST
+
+/* Four slots, the first claim's four runs exit one by one while the claim
+ * for the first freed slot is still out: each freed slot is claimed at once
+ * by a claim ahead, the claims in flight never ask for more runs than there
+ * are free slots, and what they bring fits. */
+START_TEST(test_claim_ahead)
+{
+	claim_hold = 2; /* the first claim is answered, the next ones held */
+	queue_start("concurrency = 4", 100);
+	script[OP_COMPLETE] = DRV_OK;
+	STEP_UNTIL(T.running == 0 && granted == 4 && claim_inflight == 4);
+	ck_assert_uint_ge(claims_held(), 2); /* more than one claim was out at once */
+	ck_assert_uint_le(claim_inflight_max, 4);
+	step(100 * MSEC);
+	ck_assert_uint_eq(claim_inflight, 4); /* no claim beyond the free slots */
+	release_claims();
+	STEP_UNTIL(granted >= 8);
+	ck_assert_uint_le(T.running, 4);
+	ck_assert_uint_le(claim_inflight_max, 4);
+	queue_finish();
+}
+END_TEST
+
+/* A drain with claims ahead out: the one with the long poll is cancelled on
+ * the server; the claims ahead are left to end and what they bring is given
+ * back unstarted. */
+START_TEST(test_claim_ahead_stop)
+{
+	claim_hold = 2;
+	queue_start("concurrency = 4", 100);
+	script[OP_COMPLETE] = DRV_OK;
+	STEP_UNTIL(T.n == 0 && granted == 4 && claim_inflight == 4);
+	ck_assert_uint_ge(claims_held(), 2);
+	actions[0] = '\0';
+	ch_running = false;
+	claim_stop(CL);
+	ck_assert_str_eq(actions, "claim_cancel");
+	ck_assert(claimer_busy(CL)); /* the claims ahead, left to end */
+	release_claims();
+	STEP_UNTIL(!claimer_busy(CL) && T.n == 0);
+	ck_assert_uint_eq(T.running, 0);
+	ck_assert_msg(strstr(actions, "release"), "actions: %s", actions);
+	ck_assert_msg(!strstr(actions, "complete"), "a run claimed ahead was started: %s",
+	              actions);
 	queue_finish();
 }
 END_TEST
@@ -974,6 +1067,8 @@ int main(void)
 	tcase_set_timeout(tq, 60);
 	tcase_add_test(tq, test_slot_free_while_reporting);
 	tcase_add_test(tq, test_reporting_queue_full);
+	tcase_add_test(tq, test_claim_ahead);
+	tcase_add_test(tq, test_claim_ahead_stop);
 	suite_add_tcase(s, tq);
 	return tu_run(s);
 }
