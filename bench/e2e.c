@@ -121,7 +121,8 @@ static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t ti
  * helper's default is beside the daemon's log, on whatever /tmp is. */
 static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
 static char sync_mode[8] = "normal"; /* lessor's --synchronous */
-static const char *baseline;             /* --baseline: another lessee to compare with */
+static const char *baseline;         /* --baseline: another lessee to compare with */
+static unsigned claim_delay_ms;      /* --claim-delay: every claim answered this late */
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
@@ -140,17 +141,33 @@ struct round {
 	double runs_per_s, cpu_us_per_run;
 };
 
+/* --claim-delay: lessor answers every claim that much later (its test
+ * faults), as an API farther away than the loopback would. */
+static int delay_claims(struct tu_lessor *l)
+{
+	char body[128];
+	long status = 0;
+
+	snprintf(body, sizeof(body),
+	         "{\"endpoint\":\"claims\",\"count\":1000000,\"delay_ms\":%u}", claim_delay_ms);
+	if (tu_lessor_json(l, "POST", "/v1/admin/faults", body, &status, NULL) < 0 || status != 200)
+		return -EIO;
+	return 0;
+}
+
 /* One round: n runs queued first, then the daemon works them off. */
 static int e2e_round(int concurrency, int n, struct round *ret)
 {
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
-	char *const args[] = {"--synchronous", sync_mode, NULL};
+	char *const args[] = {"--synchronous", sync_mode, "--enable-faults", NULL};
 	double cpu0, cpu1;
 	usec_t t0, t1;
 	int r;
 
 	r = tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &l);
+	if (r >= 0 && claim_delay_ms)
+		r = delay_claims(l);
 	if (r >= 0)
 		r = enqueue_n(l, "true", n);
 	if (r >= 0)
@@ -230,9 +247,11 @@ static void bench_paired(const char *base_bin, int n, int reps)
 {
 	static const int widths[] = {1, 16, 64};
 
-	printf("end-to-end /bin/true runs through lessor (--synchronous %s): baseline %s against "
+	printf("end-to-end /bin/true runs through lessor (--synchronous %s, claims %u ms late): "
+	       "baseline "
+	       "%s against "
 	       "%s, paired rounds (%d runs x %d rounds, medians)\n",
-	       sync_mode, base_bin, tu_lessee_bin(), n, reps);
+	       sync_mode, claim_delay_ms, base_bin, tu_lessee_bin(), n, reps);
 	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s\n", "slots", "floor/s", "base run/s",
 	       "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r");
 	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
@@ -291,9 +310,13 @@ out:
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"sync", required_argument, NULL, 's'},     {"no-rss", no_argument, NULL, 'R'},
-	    {"baseline", required_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},        {},
+	    {"sync", required_argument, NULL, 's'},
+	    {"no-rss", no_argument, NULL, 'R'},
+	    {"baseline", required_argument, NULL, 'b'},
+	    {"claim-delay", required_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {},
 	};
 	int n = 300, reps = 3, rss_runs = 1000, c;
 	bool rss = true;
@@ -311,6 +334,9 @@ int main(int argc, char **argv)
 		case 'b':
 			baseline = optarg;
 			break;
+		case 'd':
+			claim_delay_ms = (unsigned)atoi(optarg);
+			break;
 		case 'h':
 			printf(
 			    "usage: e2e [--sync full|normal] [--no-rss] [--baseline LESSEE] [RUNS "
@@ -319,6 +345,8 @@ int main(int argc, char **argv)
 			    "(1000)\n"
 			    "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
 			    "  --baseline: each round also runs that lessee binary, back to back\n"
+			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
+			    "API)\n"
 			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n");
 			return 0;
 		case 'V':
