@@ -6,11 +6,15 @@
  *  - the daemon's RSS idle, and with 1,000 concurrent `sleep 30` runs.
  * Medians of several rounds; figures only, no verdict.
  * lessor runs with --synchronous normal so the figure is lessee's, not fsync's
- * (bench/lessor_claims measures lessor itself). */
+ * (bench/lessor_claims measures lessor itself); --sync full runs it as issue
+ * 15's table does, each claim and completion durable before it is answered.
+ * LESSEE_BIN picks the daemon; --baseline OTHER_LESSEE runs both in every
+ * round, back to back, so two builds compare on a shared machine. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +40,8 @@ static double proc_cpu_us(pid_t pid)
 	if (read_file_capped(path, 4096, &s, NULL) < 0)
 		return -1;
 	p = strrchr(s, ')'); /* the comm field may hold blanks */
-	if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			&st) == 2)
+	if (p &&
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
 		r = (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
 	free(s);
 	return r;
@@ -116,17 +120,20 @@ static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t ti
 /* Run directories on tmpfs, as under systemd (RuntimeDirectory=): the test
  * helper's default is beside the daemon's log, on whatever /tmp is. */
 static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
+static char sync_mode[8] = "normal"; /* lessor's --synchronous */
+static const char *baseline;         /* --baseline: another lessee to compare with */
+static unsigned claim_delay_ms;      /* --claim-delay: every claim answered this late */
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
 	char conf[512];
 
 	snprintf(conf, sizeof(conf),
-		 "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
-		 "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
-		 "[workflow.true]\ncommand = /bin/true\n"
-		 "[workflow.sleep]\ncommand = /bin/sleep 30\n",
-		 concurrency, run_dir);
+	         "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
+	         "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
+	         "[workflow.true]\ncommand = /bin/true\n"
+	         "[workflow.sleep]\ncommand = /bin/sleep 30\n",
+	         concurrency, run_dir);
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
 }
 
@@ -134,17 +141,33 @@ struct round {
 	double runs_per_s, cpu_us_per_run;
 };
 
+/* --claim-delay: lessor answers every claim that much later (its test
+ * faults), as an API farther away than the loopback would. */
+static int delay_claims(struct tu_lessor *l)
+{
+	char body[128];
+	long status = 0;
+
+	snprintf(body, sizeof(body),
+	         "{\"endpoint\":\"claims\",\"count\":1000000,\"delay_ms\":%u}", claim_delay_ms);
+	if (tu_lessor_json(l, "POST", "/v1/admin/faults", body, &status, NULL) < 0 || status != 200)
+		return -EIO;
+	return 0;
+}
+
 /* One round: n runs queued first, then the daemon works them off. */
 static int e2e_round(int concurrency, int n, struct round *ret)
 {
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
-	char *const args[] = {"--synchronous", "normal", NULL};
+	char *const args[] = {"--synchronous", sync_mode, "--enable-faults", NULL};
 	double cpu0, cpu1;
 	usec_t t0, t1;
 	int r;
 
 	r = tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &l);
+	if (r >= 0 && claim_delay_ms)
+		r = delay_claims(l);
 	if (r >= 0)
 		r = enqueue_n(l, "true", n);
 	if (r >= 0)
@@ -168,12 +191,29 @@ out:
 	return r;
 }
 
+/* One round of the daemon at path (NULL: tu_lessee_bin()'s). */
+static int e2e_round_of(const char *path, int concurrency, int n, struct round *ret)
+{
+	_cleanup_free_ char *saved = getenv("LESSEE_BIN") ? strdup(getenv("LESSEE_BIN")) : NULL;
+	int r;
+
+	if (path)
+		setenv("LESSEE_BIN", path, 1);
+	r = e2e_round(concurrency, n, ret);
+	if (saved)
+		setenv("LESSEE_BIN", saved, 1);
+	else
+		unsetenv("LESSEE_BIN");
+	return r;
+}
+
 static void bench_throughput(int n, int reps)
 {
 	static const int widths[] = {1, 16, 64};
 
-	printf("end-to-end /bin/true runs through lessor + lessee (%d runs x %d rounds, medians)\n",
-	       n, reps);
+	printf("end-to-end /bin/true runs through lessor (--synchronous %s) + lessee (%d runs x %d "
+	       "rounds, medians)\n",
+	       sync_mode, n, reps);
 	printf("%-6s %12s %14s %12s %12s %10s %10s\n", "slots", "lessee run/s", "cpu us/run",
 	       "floor run/s", "exec run/s", "vs floor", "vs exec");
 	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
@@ -197,6 +237,41 @@ static void bench_throughput(int n, int reps)
 		double f = tu_median(fl, reps), x = tu_median(ex, reps);
 		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx\n", widths[w], r, c, f, x,
 		       r / f, r / x);
+	}
+}
+
+/* --baseline: in each round the spawn floor, then the baseline daemon, then
+ * this one, back to back, so a machine shared with other work loads both
+ * alike; the ratios are of medians. */
+static void bench_paired(const char *base_bin, int n, int reps)
+{
+	static const int widths[] = {1, 16, 64};
+
+	printf("end-to-end /bin/true runs through lessor (--synchronous %s, claims %u ms late): "
+	       "baseline "
+	       "%s against "
+	       "%s, paired rounds (%d runs x %d rounds, medians)\n",
+	       sync_mode, claim_delay_ms, base_bin, tu_lessee_bin(), n, reps);
+	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s\n", "slots", "floor/s", "base run/s",
+	       "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r");
+	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
+		double fl[32], rb[32], rn[32], cb[32], cn[32];
+
+		for (int i = 0; i < reps; i++) {
+			struct round b = {0}, a = {0};
+
+			fl[i] = tu_spawn_rate(NULL, true_argv, n, widths[w]);
+			if (e2e_round_of(base_bin, widths[w], n, &b) < 0 ||
+			    e2e_round_of(NULL, widths[w], n, &a) < 0)
+				fprintf(stderr, "round failed\n");
+			rb[i] = b.runs_per_s;
+			rn[i] = a.runs_per_s;
+			cb[i] = b.cpu_us_per_run;
+			cn[i] = a.cpu_us_per_run;
+		}
+		double f = tu_median(fl, reps), b = tu_median(rb, reps), a = tu_median(rn, reps);
+		printf("%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f\n", widths[w],
+		       f, b, a, b / f, a / f, a / b, tu_median(cb, reps), tu_median(cn, reps));
 	}
 }
 
@@ -234,23 +309,58 @@ out:
 
 int main(int argc, char **argv)
 {
-	int n = 300, reps = 3, rss_runs = 1000;
+	static const struct option opts[] = {
+	    {"sync", required_argument, NULL, 's'},
+	    {"no-rss", no_argument, NULL, 'R'},
+	    {"baseline", required_argument, NULL, 'b'},
+	    {"claim-delay", required_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {},
+	};
+	int n = 300, reps = 3, rss_runs = 1000, c;
+	bool rss = true;
 
-	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		printf("usage: e2e [RUNS [ROUNDS [CONCURRENT_SLEEPS]]]\n"
-		       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS (1000)\n");
-		return 0;
-	}
-	if (argc > 1 && !strcmp(argv[1], "--version")) {
-		printf("e2e %s\n", LESSEE_VERSION);
-		return 0;
-	}
-	if (argc > 1)
-		n = atoi(argv[1]);
-	if (argc > 2)
-		reps = MIN(atoi(argv[2]), 32);
-	if (argc > 3)
-		rss_runs = atoi(argv[3]);
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0)
+		switch (c) {
+		case 's':
+			if (strcmp(optarg, "full") && strcmp(optarg, "normal"))
+				return 2;
+			snprintf(sync_mode, sizeof(sync_mode), "%s", optarg);
+			break;
+		case 'R':
+			rss = false;
+			break;
+		case 'b':
+			baseline = optarg;
+			break;
+		case 'd':
+			claim_delay_ms = (unsigned)atoi(optarg);
+			break;
+		case 'h':
+			printf(
+			    "usage: e2e [--sync full|normal] [--no-rss] [--baseline LESSEE] [RUNS "
+			    "[ROUNDS [CONCURRENT_SLEEPS]]]\n"
+			    "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS "
+			    "(1000)\n"
+			    "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
+			    "  --baseline: each round also runs that lessee binary, back to back\n"
+			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
+			    "API)\n"
+			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n");
+			return 0;
+		case 'V':
+			printf("e2e %s\n", LESSEE_VERSION);
+			return 0;
+		default:
+			return 2;
+		}
+	if (optind < argc)
+		n = atoi(argv[optind]);
+	if (optind + 1 < argc)
+		reps = MIN(atoi(argv[optind + 1]), 32);
+	if (optind + 2 < argc)
+		rss_runs = atoi(argv[optind + 2]);
 	if (n <= 0 || reps <= 0 || rss_runs <= 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
@@ -258,9 +368,14 @@ int main(int argc, char **argv)
 		perror("mkdtemp /dev/shm");
 		return 1;
 	}
-	printf("loop backend: %s; run directories on tmpfs (%s)\n", tu_backend(), run_dir);
-	bench_throughput(n, reps);
-	bench_rss(rss_runs);
+	printf("loop backend: %s; run directories on tmpfs (%s); lessee %s\n", tu_backend(),
+	       run_dir, tu_lessee_bin());
+	if (baseline)
+		bench_paired(baseline, n, reps);
+	else
+		bench_throughput(n, reps);
+	if (rss)
+		bench_rss(rss_runs);
 	rm_rf(run_dir);
 	return 0;
 }

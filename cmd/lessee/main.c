@@ -259,11 +259,15 @@ static void conf_warnings(const struct conf *c, FILE *f)
 static void update_status(struct daemon *d)
 {
 	struct worker_info i;
+	char rep[32] = "";
 
 	worker_get_info(d->worker, &i);
+	if (i.reporting)
+		snprintf(rep, sizeof(rep), ", %u reporting", i.reporting);
 	d->status_seen = i;
-	notify_status(d->notify, "%u/%u runs, %llu done%s%s%s", i.runs_in_flight, i.slots,
-		      (unsigned long long)i.runs_done,
+	/* X/Y: execution slots in use (runs whose child is gone report outside them) */
+	notify_status(d->notify, "%u/%u runs, %llu done%s%s%s%s", i.slots_busy, i.slots,
+		      (unsigned long long)i.runs_done, rep,
 		      i.phase == WORKER_DRAINING ? ", draining"
 		      : i.phase == WORKER_STOPPING ? ", stopping"
 						   : "",
@@ -312,6 +316,7 @@ static bool status_stale(struct daemon *d)
 
 	worker_get_info(d->worker, &i);
 	return i.phase != o->phase || i.runs_in_flight != o->runs_in_flight ||
+	       i.slots_busy != o->slots_busy || i.reporting != o->reporting ||
 	       i.slots != o->slots || i.runs_done != o->runs_done ||
 	       i.api_ready != o->api_ready || i.spool_pending != o->spool_pending ||
 	       ev_orphans_reaped(d->ev) != d->orphans_seen;

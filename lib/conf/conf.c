@@ -65,6 +65,7 @@ const struct conf_key conf_keys[] = {
     {"api", "password_file", CONF_PATH, C(api.password_file), 0, 0, 0, NULL},
     {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
     {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
+    {"worker", "max_reporting", CONF_UINT, C(worker.max_reporting), 0, 65536, LIVE, "0"},
     {"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
     {"worker", "lease_ttl", CONF_DURATION, C(worker.lease_ttl), SEC, HOUR, LIVE | WHOLE, "90s"},
     {"worker", "lease_refresh", CONF_DURATION, C(worker.lease_refresh), 100 * MS, HOUR / 2, LIVE,

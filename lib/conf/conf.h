@@ -55,6 +55,7 @@ struct conf_api {
 struct conf_worker {
 	char *id; /* configured, or "<hostname>-<8 hex>" */
 	unsigned concurrency;
+	unsigned max_reporting; /* runs waiting for the API after their child, 0 = 2 x concurrency */
 	char **tags;          /* sorted, unique, never NULL (may be empty) */
 	usec_t lease_ttl;     /* whole seconds */
 	usec_t lease_refresh; /* <= lease_ttl / 2 */
@@ -77,6 +78,13 @@ struct conf_worker {
 	uid_t run_uid; /* resolved at load when run_user is set */
 	gid_t run_gid;
 };
+
+/* The reporting queue's bound: runs whose child is gone and whose log, result
+ * or release the API has not taken yet; while it is full nothing is claimed. */
+static inline unsigned conf_max_reporting(const struct conf_worker *w)
+{
+	return w->max_reporting ? w->max_reporting : 2 * w->concurrency;
+}
 
 struct conf_status {
 	char *listen; /* "addr:port"; NULL = no status endpoint */

@@ -126,6 +126,11 @@ struct drv_claim {
 	bool send_held;           /* name the held leases (DRV_CAP_SERVER_CANCEL) */
 	const struct drv_held *held;
 	size_t n_held;
+	char *claim_id;           /* NULL: the driver keeps the claim's id (the one
+				   * claim_cancel cancels); else the caller's buffer
+				   * of UUID_STRING_MAX bytes, one per claim in
+				   * flight: set for a new claim, reused for a repeat
+				   * (drivers without claim ids ignore it) */
 };
 
 struct drv_claim_answer {

@@ -227,6 +227,7 @@ static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, vo
 	_cleanup_free_ char *url = NULL, *body = NULL;
 	_cleanup_free_ struct proto_held *held = held_of(c);
 	char fresh[UUID_STRING_MAX];
+	char *id = c->claim_id ? c->claim_id : n->claim_id; /* the caller's: a claim ahead */
 	struct claim_state *st;
 	drv_req_t *rq;
 	int q;
@@ -235,10 +236,10 @@ static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, vo
 		return -ENOMEM;
 	if (c->max_runs == 0)
 		uuid_v7(fresh); /* nothing is granted to it: never repeated, never cancelled */
-	else if (!c->repeat || !n->claim_id[0])
-		uuid_v7(n->claim_id);
+	else if (!c->repeat || !id[0])
+		uuid_v7(id);
 	q = proto_claim_body(
-	    &(struct proto_claim_req){.claim_id = c->max_runs ? n->claim_id : fresh,
+	    &(struct proto_claim_req){.claim_id = c->max_runs ? id : fresh,
 	                              .worker_id = n->worker_id,
 	                              .max_runs = c->max_runs,
 	                              .lease_ttl_s = c->lease_ttl_s,

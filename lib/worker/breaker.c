@@ -3,11 +3,11 @@
 void breaker_init(struct breaker *b, unsigned threshold, usec_t cooldown, usec_t cooldown_max)
 {
 	*b = (struct breaker){
-		.state = BREAKER_CLOSED,
-		.threshold = threshold,
-		.cooldown_base = cooldown,
-		.cooldown_max = cooldown_max < cooldown ? cooldown : cooldown_max,
-		.cooldown = cooldown,
+	    .state = BREAKER_CLOSED,
+	    .threshold = threshold,
+	    .cooldown_base = cooldown,
+	    .cooldown_max = cooldown_max < cooldown ? cooldown : cooldown_max,
+	    .cooldown = cooldown,
 	};
 }
 
@@ -23,7 +23,7 @@ bool breaker_allows(const struct breaker *b)
 {
 	switch (b->state) {
 	case BREAKER_CLOSED:
-		return true;
+		return !b->threshold || b->failures + b->pending < b->threshold;
 	case BREAKER_HALF_OPEN:
 		return b->trials == 0;
 	default:
@@ -41,6 +41,17 @@ void breaker_run_abandoned(struct breaker *b)
 {
 	if (b->state == BREAKER_HALF_OPEN && b->trials > 0)
 		b->trials--;
+}
+
+void breaker_pending(struct breaker *b)
+{
+	b->pending++;
+}
+
+void breaker_settled(struct breaker *b)
+{
+	if (b->pending > 0)
+		b->pending--;
 }
 
 static void trip(struct breaker *b, usec_t now)

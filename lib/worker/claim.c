@@ -1,8 +1,12 @@
 /* Claiming: only into free slots, batched, with long poll, through the
- * driver.  With DRV_CAP_MULTI_WORKFLOW one claim at most is in flight and it
- * names every claimable workflow; without it each claimable workflow has its
+ * driver.  With DRV_CAP_MULTI_WORKFLOW one claim with the long poll is in
+ * flight and it names every claimable workflow; a slot that frees while it is
+ * out is claimed at once by a claim ahead (no long poll, its own claim id, up
+ * to CLAIM_AHEAD_MAX of them), so it never waits for the first one's answer.
+ * Without it each claimable workflow has its
  * own lane, one claim in flight each, sharing the free slots (their sum never
- * exceeds them, and who goes first rotates so no workflow starves).  A claim
+ * exceeds them, and who goes first rotates so no workflow starves).  The
+ * claims in flight never ask for more runs than there are free slots.  A claim
  * that got no definitive answer is asked again as a repeat (the driver reuses
  * its claim id where it has idempotent claims), so a lost response never
  * strands a run. */
@@ -27,6 +31,8 @@
 #define CLAIM_SUMMARY_EVERY (60 * USEC_PER_SEC)
 #define CLAIM_MAX_RUNS 256 /* struct drv_claim's bound */
 #define HELD_MAX 4096
+/* Claims ahead in flight at once (DRV_CAP_MULTI_WORKFLOW and DRV_CAP_RELEASE). */
+#define CLAIM_AHEAD_MAX 3
 
 /* One claim in flight at most per lane: one lane with DRV_CAP_MULTI_WORKFLOW,
  * else one per workflow. */
@@ -39,6 +45,8 @@ struct claim_lane {
 	bool repeat;       /* sent without a definitive answer: the next asks again */
 	bool held_only;    /* the claim in flight asks for no runs, only for cancels */
 	bool finishing;    /* stopped, but left to end: what it brings is released */
+	bool ahead;        /* a claim ahead: no long poll, its own claim id */
+	char claim_id[UUID_STRING_MAX]; /* a claim ahead's, kept for its repeat */
 };
 
 struct claimer {
@@ -58,6 +66,7 @@ struct claimer {
 	usec_t claim_fail_logged_at;
 	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
 	bool cancels_known;    /* the API's claim answers carry cancel events */
+	bool ahead_idle;       /* a claim ahead came back empty: none until one brings runs */
 };
 
 static const struct conf *claimer_conf(const struct claimer *cl)
@@ -70,21 +79,28 @@ static struct breaker *claimer_breaker(const struct claimer *cl, const char *wor
 	return cl->p.ops->breaker(cl->p.host, workflow);
 }
 
+/* Runs a claim may bring now: the execution slots no run holds, none while the
+ * reporting queue is full (a dead API stops claims), and never so many that
+ * more than concurrency + max_reporting runs would be held at once. */
 static unsigned free_slots(const struct claimer *w)
 {
-	unsigned c = claimer_conf(w)->worker.concurrency;
+	const struct conf_worker *c = &claimer_conf(w)->worker;
+	const struct run_table *t = w->p.table;
+	unsigned rep_max = conf_max_reporting(c), held_max = c->concurrency + rep_max;
 
-	return w->p.table->n >= c ? 0 : MIN(c - w->p.table->n, CLAIM_MAX_RUNS);
+	if (t->running >= c->concurrency || t->reporting >= rep_max || t->n >= held_max)
+		return 0;
+	return MIN(MIN(c->concurrency - t->running, held_max - t->n), CLAIM_MAX_RUNS);
 }
 
-/* The runs of a workflow that hold one of its slots: every one in the table
- * but those being given back. */
+/* The runs of a workflow that hold one of its slots: claimed, waiting or
+ * running (its child alive), as the worker's slots count them. */
 static unsigned wf_in_use(const struct claimer *w, const char *name)
 {
 	unsigned n = 0;
 
 	for (const struct run *r = w->p.table->head; r; r = r->next)
-		if (r->state != RUN_RELEASING && streq_ptr(r->workflow, name))
+		if (run_holds_slot(r->state) && streq_ptr(r->workflow, name))
 			n++;
 	return n;
 }
@@ -250,6 +266,17 @@ static void on_claim_ok(struct claim_lane *l, struct drv_claim_answer *ans)
 	if (drv_has(w->p.runs->drv, DRV_CAP_SERVER_CANCEL))
 		cancels_arrived(w, ans);
 	claim_runs_arrived(w, ans, l->sent_at);
+	if (ans->n_runs > 0)
+		w->ahead_idle = false;
+	if (l->ahead) {
+		/* the claim with the long poll waits for new work; this one only
+		 * filled slots that were free */
+		if (ans->n_runs == 0)
+			w->ahead_idle = true;
+		else
+			claim_later(w, 0);
+		return;
+	}
 	if (ans->n_runs == 0 && !(ans->cancels && ans->cancels[0]) && !ans->no_wait)
 		after_empty(w, ev_now(w->p.runs->ev) - l->sent_at);
 	else {
@@ -352,13 +379,10 @@ static void on_claim(struct drv_claim_answer *ans, void *userdata)
 
 /* ---- lanes ---- */
 
-static struct claim_lane *lane_get(struct claimer *w, const char *workflow)
+static struct claim_lane *lane_new(struct claimer *w, const char *workflow)
 {
 	struct claim_lane **v, *l;
 
-	for (size_t i = 0; i < w->n_lanes; i++)
-		if (streq_ptr(w->lanes[i]->workflow, workflow))
-			return w->lanes[i];
 	v = realloc(w->lanes, (w->n_lanes + 1) * sizeof(*v));
 	if (!v)
 		return NULL;
@@ -370,6 +394,39 @@ static struct claim_lane *lane_get(struct claimer *w, const char *workflow)
 	}
 	l->cl = w;
 	w->lanes[w->n_lanes++] = l;
+	return l;
+}
+
+static struct claim_lane *lane_get(struct claimer *w, const char *workflow)
+{
+	for (size_t i = 0; i < w->n_lanes; i++)
+		if (!w->lanes[i]->ahead && streq_ptr(w->lanes[i]->workflow, workflow))
+			return w->lanes[i];
+	return lane_new(w, workflow);
+}
+
+/* A lane for a claim ahead with none in flight, or NULL (CLAIM_AHEAD_MAX busy). */
+static struct claim_lane *lane_ahead(struct claimer *w)
+{
+	struct claim_lane *l, *idle = NULL;
+	unsigned n = 0;
+
+	for (size_t i = 0; i < w->n_lanes; i++) {
+		l = w->lanes[i];
+		if (!l->ahead)
+			continue;
+		n++;
+		if (l->req || l->finishing)
+			continue;
+		if (l->repeat) /* its last claim got no answer: ask again first */
+			return l;
+		idle = idle ? idle : l;
+	}
+	if (idle)
+		return idle;
+	if (n >= CLAIM_AHEAD_MAX || !(l = lane_new(w, NULL)))
+		return NULL;
+	l->ahead = true;
 	return l;
 }
 
@@ -401,6 +458,7 @@ static int claim_send(struct claimer *w, struct claim_lane *l, char *const *wfs,
 	const struct conf *c = claimer_conf(w);
 	bool cancels = drv_has(w->p.runs->drv, DRV_CAP_SERVER_CANCEL);
 	_cleanup_free_ struct drv_held *held = NULL;
+	usec_t wait = l->ahead ? 0 : c->worker.long_poll;
 	size_t n_held = 0;
 	struct drv_claim rq;
 	int q;
@@ -412,13 +470,14 @@ static int claim_send(struct claimer *w, struct claim_lane *l, char *const *wfs,
 		.workflows = wfs,
 		.tags = c->worker.tags,
 		.lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
-		.wait = c->worker.long_poll,
-		.timeout = c->api.request_timeout + c->worker.long_poll,
+		.wait = wait,
+		.timeout = c->api.request_timeout + wait,
 		.max_input = c->worker.max_input_bytes,
 		.repeat = max_runs > 0 && l->repeat,
 		.send_held = cancels,
 		.held = held,
 		.n_held = n_held,
+		.claim_id = l->ahead ? l->claim_id : NULL,
 	};
 	l->sent_at = ev_now(w->p.runs->ev);
 	q = drv_ops(w->p.runs->drv)->claim(w->p.runs->drv, &rq, on_claim, l, &l->req);
@@ -461,12 +520,22 @@ static void claim_for_cancels_stop(struct claim_lane *l)
 	l->held_only = false;
 }
 
-/* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW). */
+/* A claim ahead can be stopped by letting it end (it has no long poll) and
+ * releasing what it brings: its own claim id is not the one claim_cancel
+ * cancels. */
+static bool ahead_allowed(const struct claimer *w)
+{
+	return drv_has(w->p.runs->drv, DRV_CAP_RELEASE) && !w->ahead_idle;
+}
+
+/* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW): on the
+ * lane with the long poll, or, while that one is out, a claim ahead for the
+ * slots freed since it was sent. */
 static void claim_kick_one(struct claimer *w)
 {
 	struct claim_lane *l = lane_get(w, NULL);
 	char **wfs = NULL;
-	unsigned slots = free_slots(w), room = 0;
+	unsigned slots = free_slots(w), room = 0, want, reserved;
 	int q;
 
 	if (!l)
@@ -474,22 +543,29 @@ static void claim_kick_one(struct claimer *w)
 	wfs = slots ? claimable_workflows(w, &room) : NULL;
 	if (wfs && wfs[0])
 		claim_for_cancels_stop(l);
-	if (l->req) {
-		strv_free(wfs);
-		return;
-	}
 	if (!wfs || !wfs[0]) {
 		/* every slot busy or every workflow blocked (the breaker timer or a
 		 * run's end kicks us): only cancels to wait for */
 		strv_free(wfs);
-		claim_for_cancels(w, l);
+		if (!l->req)
+			claim_for_cancels(w, l);
 		return;
 	}
-	/* never more than the workflows asked for can take (workflow.concurrency) */
-	q = claim_send(w, l, wfs, MIN(slots, room));
+	/* never more than the free slots, less what the claims in flight may
+	 * bring, nor than the workflows asked for can take (workflow.concurrency) */
+	want = MIN(slots, room);
+	reserved = lanes_reserved(w);
+	if (want > reserved) {
+		if (!l->req)
+			q = claim_send(w, l, wfs, want - reserved);
+		else if (ahead_allowed(w) && (l = lane_ahead(w)))
+			q = claim_send(w, l, wfs, want - reserved);
+		else
+			q = 0;
+		if (q < 0)
+			claim_send_failed(w, q);
+	}
 	strv_free(wfs);
-	if (q < 0)
-		claim_send_failed(w, q);
 }
 
 /* A claim per workflow (drivers without DRV_CAP_MULTI_WORKFLOW): the free
@@ -560,7 +636,7 @@ static bool claim_finish_instead(struct claimer *w, const struct claim_lane *l)
 {
 	drv_t *d = w->p.runs->drv;
 
-	return l->req && !l->held_only && !drv_has(d, DRV_CAP_CLAIM_CANCEL) &&
+	return l->req && !l->held_only && (l->ahead || !drv_has(d, DRV_CAP_CLAIM_CANCEL)) &&
 	       drv_has(d, DRV_CAP_RELEASE);
 }
 
@@ -578,8 +654,9 @@ void claim_stop(struct claimer *w)
 			l->finishing = true;
 			continue;
 		}
-		/* a claim for cancels only is granted nothing: no cancel on the server */
-		open = open || (l->req && !l->held_only) || l->repeat;
+		/* a claim for cancels only is granted nothing: no cancel on the server;
+		 * a claim ahead's id is not the one claim_cancel cancels */
+		open = open || (!l->ahead && ((l->req && !l->held_only) || l->repeat));
 		drv_cancel(l->req);
 		l->req = NULL;
 		l->held_only = false;
@@ -587,8 +664,8 @@ void claim_stop(struct claimer *w)
 		l->max_runs = 0;
 	}
 	if (finishing)
-		log_info("%u claim%s in flight left to end (the API cannot cancel a claim); "
-			 "what %s brings is given back at once",
+		log_info("%u claim%s in flight left to end (a claim ahead, or the API cannot "
+			 "cancel a claim); what %s brings is given back at once",
 			 finishing, finishing == 1 ? "" : "s", finishing == 1 ? "it" : "they");
 	/* the server may have granted runs to the claim whose answer we dropped */
 	if (!open || !drv_has(w->p.runs->drv, DRV_CAP_CLAIM_CANCEL) ||
@@ -623,7 +700,7 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	if (w->p.table->n > claimer_conf(w)->worker.concurrency) {
+	if (w->p.table->running > claimer_conf(w)->worker.concurrency) {
 		/* more than we asked for: not ours to run */
 		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;

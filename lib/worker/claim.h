@@ -14,12 +14,6 @@
 
 typedef struct claimer claimer_t;
 
-/* The runs the owner holds (its table: r->next order). */
-struct run_table {
-	struct run *head;
-	unsigned n;
-};
-
 struct claimer_host_ops {
 	/* The configuration new runs start under. */
 	struct conf_ref *(*conf)(void *host);

@@ -307,6 +307,7 @@ static usec_t result_offer_bound(const struct run *r)
 }
 
 static enum run_state act_spool(struct run *r);
+static void run_verdict(struct run *r);
 
 /* RE_DEADLINE once the child is gone (FLUSHING, REPORTING): the result is
  * offered until the bound, then spooled. */
@@ -928,6 +929,7 @@ static enum run_state enter_reporting(struct run *r)
 
 	if (collect_defer(r, RE_LOG_FLUSHED))
 		return RUN_FLUSHING;
+	run_verdict(r);
 	if (r->h->stopping)
 		return act_spool(r);
 	if ((q = build_body(r)) < 0) {
@@ -1182,6 +1184,11 @@ static enum run_state act_flush_bound(struct run *r)
 static enum run_state act_abandon(struct run *r)
 {
 	if (r->h->tearing_down) {
+		struct breaker *b = r->h->ops->breaker(r->h->host, r->workflow);
+
+		if (b && r->verdict_pending)
+			breaker_settled(b);
+		r->verdict_pending = false;
 		r->breaker_started = false;
 		free(r->reject_reason);
 		r->reject_reason = NULL;
@@ -1272,6 +1279,59 @@ bool run_cell(enum run_state s, enum run_event ev)
 	return table[s][ev] != NULL;
 }
 
+/* ---------------------------------------------------------------- places */
+
+bool run_holds_slot(enum run_state s)
+{
+	return s == RUN_CLAIMED || s == RUN_WAITING || s == RUN_RUNNING || s == RUN_KILLING;
+}
+
+static unsigned *run_place(struct run_table *t, enum run_state s)
+{
+	if (s == RUN_DONE)
+		return NULL;
+	return run_holds_slot(s) ? &t->running : &t->reporting;
+}
+
+void run_table_add(struct run_table *t, struct run *r)
+{
+	unsigned *place = run_place(t, r->state);
+
+	r->prev = NULL;
+	r->next = t->head;
+	if (t->head)
+		t->head->prev = r;
+	t->head = r;
+	t->n++;
+	if (place)
+		(*place)++;
+}
+
+void run_table_remove(struct run_table *t, struct run *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		t->head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+	t->n--;
+}
+
+bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before)
+{
+	unsigned *from = run_place(t, before), *to = run_place(t, r->state);
+
+	if (from == to)
+		return false;
+	if (from)
+		(*from)--;
+	if (to)
+		(*to)++;
+	return from != NULL;
+}
+
 /* ---------------------------------------------------------------- life */
 
 /* Lease loss, shutdown and cancellation say nothing about the workflow. */
@@ -1286,6 +1346,52 @@ static const char *no_verdict_label(const struct run *r)
 	return NULL;
 }
 
+/* The verdict of a started run for its workflow's breaker: none for a
+ * retry or a run that ended without one.  Returns true when the state changed. */
+static bool breaker_verdict(struct run *r, struct breaker *b)
+{
+	bool changed = false;
+
+	if (r->verdict_given)
+		return false;
+	r->verdict_given = true;
+	if (no_verdict_label(r) || outcome_is_retry(r))
+		breaker_run_abandoned(b);
+	else
+		changed = breaker_record(b, outcome_is_failure(r), ev_now(r->h->ev));
+	if (r->verdict_pending)
+		breaker_settled(b);
+	r->verdict_pending = false;
+	return changed;
+}
+
+/* The child is gone: until the verdict is in, its workflow's breaker counts
+ * it as one that may fail, so the slot it freed is not refilled past the
+ * threshold while the run flushes its log and reads its result. */
+static void run_verdict_pending(struct run *r)
+{
+	struct breaker *b = r->h->ops->breaker(r->h->host, r->workflow);
+
+	if (r->breaker_started && b && !r->verdict_pending && !r->verdict_given) {
+		breaker_pending(b);
+		r->verdict_pending = true;
+	}
+}
+
+/* The verdict is final (the child gone, its result read): to the breaker now,
+ * not when the API answers the report. */
+static void run_verdict(struct run *r)
+{
+	struct breaker *b = r->h->ops->breaker(r->h->host, r->workflow);
+
+	if (!r->breaker_started || !b || r->verdict_given)
+		return;
+	if (breaker_verdict(r, b))
+		r->h->ops->breaker_changed(r->h->host, r->workflow);
+	else if (r->h->ops->settled)
+		r->h->ops->settled(r->h->host, r->workflow);
+}
+
 static void run_record_outcome(struct run *r)
 {
 	struct breaker *b = r->h->ops->breaker(r->h->host, r->workflow);
@@ -1298,18 +1404,13 @@ static void run_record_outcome(struct run *r)
 		return;
 	}
 	label = no_verdict_label(r);
-	if (label) {
-		breaker_run_abandoned(b);
-		metric_add(r->h->m.finished, 1, r->workflow, label);
-		return;
+	if (!label) {
+		metric_observe(r->h->m.duration,
+			       (double)(ev_now(r->h->ev) - r->started_at) / USEC_PER_SEC, r->workflow);
+		label = run_outcome_label(r);
 	}
-	label = run_outcome_label(r);
 	metric_add(r->h->m.finished, 1, r->workflow, label);
-	metric_observe(r->h->m.duration, (double)(ev_now(r->h->ev) - r->started_at) / USEC_PER_SEC,
-		       r->workflow);
-	if (outcome_is_retry(r))
-		breaker_run_abandoned(b);
-	else if (breaker_record(b, outcome_is_failure(r), ev_now(r->h->ev)))
+	if (breaker_verdict(r, b))
 		r->h->ops->breaker_changed(r->h->host, r->workflow);
 }
 
@@ -1424,6 +1525,10 @@ void run_dispatch(struct run *r, enum run_event ev)
 	if (after == before)
 		return;
 	r->state = after;
+	if (run_holds_slot(before) && !run_holds_slot(after))
+		run_verdict_pending(r);
+	if (r->h->ops->moved)
+		r->h->ops->moved(r->h->host, r, before);
 	if (after != RUN_DONE) {
 		log_transition(r, before, ev);
 		return;

@@ -73,6 +73,12 @@ struct run_host_ops {
 	void (*spool)(void *host, struct run *r);
 	/* r reached DONE: it leaves the host's table (and is freed right after). */
 	void (*done)(void *host, struct run *r);
+	/* r changed state (before: the one it left), DONE included, before done;
+	 * NULL: the host does not count its runs by place. */
+	void (*moved)(void *host, struct run *r, enum run_state before);
+	/* A run's verdict reached the workflow's breaker without changing its
+	 * state: claims held back for it may go; NULL = nothing to do. */
+	void (*settled)(void *host, const char *workflow);
 };
 
 struct run_metrics {
@@ -111,6 +117,8 @@ struct run {
 	enum run_state state; /* written by run_dispatch only */
 	enum kill_reason kill_reason;
 	bool breaker_started; /* counted by breaker_run_started */
+	bool verdict_pending; /* counted by breaker_pending: the child is gone */
+	bool verdict_given;   /* its verdict is recorded (the breaker is done with it) */
 	bool lost;            /* the lease is gone: nothing more is written */
 	bool spool_log;       /* the spooled result carries the unshipped log */
 
@@ -143,6 +151,27 @@ struct run {
 	char signame[24];
 	char note[96]; /* detail for the next state-change log line */
 };
+
+/* Where a run is held (docs/architecture.md, "Slots and the reporting
+ * queue"): an execution slot from its claim until its child is gone (CLAIMED,
+ * WAITING, RUNNING, KILLING); then, while only the API is waited for (its log
+ * flush, its completion and the retries of it, a release: FLUSHING,
+ * REPORTING, RELEASING), a place in the reporting queue. */
+bool run_holds_slot(enum run_state s);
+
+/* The runs a host holds (r->next order), counted by place. */
+struct run_table {
+	struct run *head;
+	unsigned n;         /* every run held */
+	unsigned running;   /* of those, holding an execution slot */
+	unsigned reporting; /* of those, in the reporting queue */
+};
+void run_table_add(struct run_table *t, struct run *r);
+/* r reached DONE: out of the table (its place was given back by run_table_moved). */
+void run_table_remove(struct run_table *t, struct run *r);
+/* r left state before (ops->moved).  Returns true when that freed an
+ * execution slot or a place in the reporting queue (time to claim). */
+bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before);
 
 /* Takes what it keeps of g (TAKE_PTR); conf is the configuration it runs under. */
 struct run *run_new(struct run_host *h, struct conf_ref *conf, struct drv_grant *g,

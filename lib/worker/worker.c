@@ -124,30 +124,43 @@ static void on_breaker_timer(ev_timer_t *t, void *userdata)
 
 /* ---------------------------------------------------------------- runs */
 
+static void worker_places_metrics(worker_t *w)
+{
+	metric_set(w->m_in_flight, w->table.n);
+	metric_set(w->m_slots_busy, w->table.running);
+	metric_set(w->m_reporting, w->table.reporting);
+}
+
 void worker_run_add(worker_t *w, struct run *r)
 {
-	r->next = w->table.head;
-	if (w->table.head)
-		w->table.head->prev = r;
-	w->table.head = r;
-	w->table.n++;
-	metric_set(w->m_in_flight, w->table.n);
+	run_table_add(&w->table, r);
+	worker_places_metrics(w);
 }
 
 static void worker_run_done(worker_t *w, struct run *r)
 {
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		w->table.head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	w->table.n--;
+	run_table_remove(&w->table, r);
 	w->runs_done++;
-	metric_set(w->m_in_flight, w->table.n);
+	worker_places_metrics(w);
 	claim_run_unblocked(w->claimer, r->id);
 	claim_kick(w->claimer);
 	worker_maybe_exit(w);
+}
+
+/* A run changed state: its child gone, it gives its execution slot back (and
+ * a run of the same id waiting for that child may start); out of the
+ * reporting queue, it makes room there.  Either way a claim may go out now,
+ * while the run still reports.  (DONE: worker_run_done does the rest.) */
+static void worker_run_moved(worker_t *w, struct run *r, enum run_state before)
+{
+	bool freed = run_table_moved(&w->table, r, before);
+
+	worker_places_metrics(w);
+	if (!freed || r->state == RUN_DONE)
+		return;
+	if (run_holds_slot(before) && !run_holds_slot(r->state))
+		claim_run_unblocked(w->claimer, r->id);
+	claim_kick(w->claimer);
 }
 
 /* ---------------------------------------------------------------- hosts */
@@ -167,6 +180,13 @@ static void host_breaker_changed(void *host, const char *workflow)
 		worker_breaker_changed(host, s);
 }
 
+static void host_settled(void *host, const char *workflow)
+{
+	worker_t *w = host;
+
+	claim_kick(w->claimer);
+}
+
 static void host_spool(void *host, struct run *r)
 {
 	worker_t *w = host;
@@ -179,11 +199,18 @@ static void host_run_done(void *host, struct run *r)
 	worker_run_done(host, r);
 }
 
+static void host_run_moved(void *host, struct run *r, enum run_state before)
+{
+	worker_run_moved(host, r, before);
+}
+
 static const struct run_host_ops run_host_ops = {
 	.breaker = host_breaker,
 	.breaker_changed = host_breaker_changed,
 	.spool = host_spool,
 	.done = host_run_done,
+	.moved = host_run_moved,
+	.settled = host_settled,
 };
 
 static struct conf_ref *host_conf(void *host)
@@ -385,6 +412,17 @@ static int worker_metrics_init(worker_t *w)
 					"Runs finished by workflow and outcome", "workflow,outcome");
 	w->m_in_flight = metrics_gauge(m, "lessee_runs_in_flight", "Runs held now", NULL);
 	w->m_slots = metrics_gauge(m, "lessee_slots", "Configured concurrency", NULL);
+	w->m_slots_busy = metrics_gauge(m, "lessee_slots_busy",
+					"Execution slots in use: runs claimed, waiting or running",
+					NULL);
+	w->m_reporting = metrics_gauge(m, "lessee_runs_reporting",
+				       "Runs in the reporting queue: child gone, log flush, "
+				       "completion or release still in flight",
+				       NULL);
+	w->m_reporting_max = metrics_gauge(m, "lessee_reporting_max",
+					   "Bound of the reporting queue (worker.max_reporting): "
+					   "no claims while it is full",
+					   NULL);
 	w->m_claims = metrics_counter(m, "lessee_claims_total", "Claim requests by result",
 				      "result");
 	w->m_leases_lost = metrics_counter(m, "lessee_leases_lost_total", "Leases lost", NULL);
@@ -418,7 +456,8 @@ static int worker_metrics_init(worker_t *w)
 	w->m_kill_mode = metrics_gauge(m, "lessee_kill_mode",
 				       "1 for the way runs are stopped: cgroup or process_group",
 				       "mode");
-	if (!w->m_kill_mode || !w->m_log_dropped || !w->m_build_info)
+	if (!w->m_kill_mode || !w->m_log_dropped || !w->m_build_info || !w->m_slots_busy ||
+	    !w->m_reporting || !w->m_reporting_max)
 		return -ENOMEM;
 	if (!w->m_started || !w->m_finished || !w->m_in_flight || !w->m_slots || !w->m_claims ||
 	    !w->m_leases_lost || !w->m_renewals || !w->m_duration || !w->m_blocked ||
@@ -427,7 +466,8 @@ static int worker_metrics_init(worker_t *w)
 		return -ENOMEM;
 	metric_add(w->m_leases_lost, 0);
 	metric_add(w->m_log_bytes, 0);
-	metric_set(w->m_in_flight, 0);
+	worker_places_metrics(w);
+	metric_set(w->m_reporting_max, conf_max_reporting(&worker_cur_conf(w)->worker));
 	metric_set(w->m_draining, 0);
 	metric_set(w->m_spool, 0);
 	metric_add(w->m_spool_delivered, 0);
@@ -587,6 +627,7 @@ int worker_reload(worker_t *w, struct conf *next)
 	w->cref = nr;
 	log_set_max_level(next->log.level);
 	metric_set(w->m_slots, next->worker.concurrency);
+	metric_set(w->m_reporting_max, conf_max_reporting(&next->worker));
 	for (size_t i = 0; i < w->n_wfs; i++) {
 		struct breaker *b = &w->wfs[i].breaker;
 
@@ -657,6 +698,9 @@ void worker_get_info(const worker_t *w, struct worker_info *ret)
 		.phase = w->phase,
 		.runs_in_flight = w->table.n,
 		.slots = worker_cur_conf(w)->worker.concurrency,
+		.slots_busy = w->table.running,
+		.reporting = w->table.reporting,
+		.max_reporting = conf_max_reporting(&worker_cur_conf(w)->worker),
 		.runs_done = w->runs_done,
 		.api_ready = w->phase == WORKER_RUNNING && w->drv && drv_ready(w->drv, ev_now(w->ev)),
 		.api_last_ok = w->drv ? drv_last_ok(w->drv) : 0,
@@ -753,6 +797,9 @@ int worker_status_json(const worker_t *w, struct buf *out)
 	else if (w->phase != WORKER_IDLE)
 		cJSON_AddStringToObject(o, "kill_mode_reason", w->kill_mode_why);
 	cJSON_AddNumberToObject(o, "slots", info.slots);
+	cJSON_AddNumberToObject(o, "slots_busy", info.slots_busy);
+	cJSON_AddNumberToObject(o, "reporting", info.reporting);
+	cJSON_AddNumberToObject(o, "max_reporting", info.max_reporting);
 	cJSON_AddNumberToObject(o, "runs_done", (double)info.runs_done);
 	cJSON_AddNumberToObject(o, "spool_pending", info.spool_pending);
 	cJSON_AddNumberToObject(o, "queue_depth", (double)info.queue_depth);
@@ -763,6 +810,7 @@ int worker_status_json(const worker_t *w, struct buf *out)
 		cJSON_AddStringToObject(cfg, "api_url", c->api.url);
 		cJSON_AddStringToObject(cfg, "protocol", drv_ops(w->drv)->name);
 		cJSON_AddNumberToObject(cfg, "concurrency", c->worker.concurrency);
+		cJSON_AddNumberToObject(cfg, "max_reporting", conf_max_reporting(&c->worker));
 		cJSON_AddNumberToObject(cfg, "lease_ttl_s", (double)(c->worker.lease_ttl / USEC_PER_SEC));
 		cJSON_AddNumberToObject(cfg, "workflows", (double)c->n_workflows);
 	}

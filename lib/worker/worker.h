@@ -38,8 +38,11 @@ int worker_reload(worker_t *w, struct conf *next);
 enum worker_phase { WORKER_IDLE, WORKER_RUNNING, WORKER_DRAINING, WORKER_STOPPING };
 struct worker_info {
 	enum worker_phase phase;
-	unsigned runs_in_flight;
+	unsigned runs_in_flight; /* every run held: slots_busy + reporting */
 	unsigned slots;
+	unsigned slots_busy;    /* runs claimed, waiting or running (children alive) */
+	unsigned reporting;     /* runs whose child is gone, the API still to answer */
+	unsigned max_reporting; /* worker.max_reporting: no claims while reporting >= it */
 	uint64_t runs_done;
 	bool api_ready;       /* reached recently, auth accepted, not draining */
 	usec_t api_last_ok;   /* monotonic; 0 = never */

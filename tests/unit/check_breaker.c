@@ -48,7 +48,7 @@ START_TEST(test_half_open_one_trial)
 	ck_assert(breaker_allows(&b));
 	breaker_run_started(&b);
 	ck_assert(!breaker_allows(&b)); /* one trial at a time */
-	breaker_run_abandoned(&b);       /* lease lost: no verdict, trial slot free again */
+	breaker_run_abandoned(&b);      /* lease lost: no verdict, trial slot free again */
 	ck_assert(breaker_allows(&b));
 	breaker_run_started(&b);
 	/* trial fails: open again with a doubled cooldown */
@@ -60,6 +60,33 @@ START_TEST(test_half_open_one_trial)
 	ck_assert(breaker_record(&b, false, t));
 	ck_assert_int_eq(b.state, BREAKER_CLOSED);
 	ck_assert_uint_eq(b.cooldown, MIN5); /* reset on close */
+}
+END_TEST
+
+/* Runs whose child is gone but whose verdict is not in count as failures that
+ * may come: with 1 failure and a threshold of 3, one pending run still lets a
+ * claim go, two do not, until one verdict is in. */
+START_TEST(test_pending_verdicts_hold_claims)
+{
+	struct breaker b;
+
+	breaker_init(&b, 3, MIN5, USEC_PER_HOUR);
+	breaker_run_started(&b);
+	ck_assert(!breaker_record(&b, true, 0));
+	breaker_pending(&b);
+	ck_assert(breaker_allows(&b));
+	breaker_pending(&b);
+	ck_assert(!breaker_allows(&b));
+	breaker_settled(&b);
+	ck_assert(!breaker_record(&b, false, 0)); /* a success: the count starts over */
+	ck_assert(breaker_allows(&b));
+	breaker_settled(&b);
+	breaker_settled(&b); /* never below zero */
+	ck_assert_uint_eq(b.pending, 0);
+	breaker_init(&b, 0, MIN5, USEC_PER_HOUR); /* threshold 0: never opens, never holds */
+	for (int i = 0; i < 10; i++)
+		breaker_pending(&b);
+	ck_assert(breaker_allows(&b));
 }
 END_TEST
 
@@ -90,6 +117,7 @@ int main(void)
 	tcase_add_test(tc, test_success_resets_count);
 	tcase_add_test(tc, test_half_open_one_trial);
 	tcase_add_test(tc, test_cooldown_cap);
+	tcase_add_test(tc, test_pending_verdicts_hold_claims);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -959,6 +959,7 @@ END_TEST
 static const char sample_doc[] =
     "{\"version\":\"0.1.0\",\"worker_id\":\"w1\",\"phase\":\"running\",\"ready\":false,"
     "\"ready_reason\":\"API not reached yet\",\"io_backend\":\"epoll\",\"slots\":4,"
+    "\"slots_busy\":1,\"reporting\":1,\"max_reporting\":8,"
     "\"runs_done\":17,\"spool_pending\":0,\"queue_depth\":3,\"runs\":["
     "{\"id\":\"0190a1b2-0000-7000-8000-000000000001\",\"workflow\":\"build\",\"attempt\":1,"
     "\"state\":\"running\",\"age_s\":72.4,\"pid\":4242},"
@@ -975,7 +976,8 @@ static const char sample_table[] =
     "phase      running\n"
     "ready      no: API not reached yet\n"
     "backend    epoll\n"
-    "slots      2 of 4 in use\n"
+    "slots      1 of 4 in use\n"
+    "reporting  1 (at most 8)\n"
     "runs done  17\n"
     "queue      3\n"
     "spooled    0\n"

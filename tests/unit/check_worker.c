@@ -64,11 +64,39 @@ static void deliver(void *userdata)
 	drv_req_answer(f->rq, &a);
 }
 
+/* Requests held open (HOLD), by op, so a test can answer them later. */
+#define HELD_MAX 64
+static struct fake_req *held[HELD_MAX];
+static enum op held_op[HELD_MAX];
+
+static void held_forget(struct fake_req *f)
+{
+	for (size_t i = 0; i < HELD_MAX; i++)
+		if (held[i] == f)
+			held[i] = NULL;
+}
+
+/* Answer one request of op held so far (the oldest first); false: none. */
+static bool answer_held(enum op op, int verdict)
+{
+	for (size_t i = 0; i < HELD_MAX; i++)
+		if (held[i] && held_op[i] == op) {
+			struct fake_req *f = held[i];
+
+			held[i] = NULL;
+			f->verdict = verdict;
+			ck_assert_int_eq(ev_defer(f->ev, deliver, f), 0);
+			return true;
+		}
+	return false;
+}
+
 static void fake_req_free(void *state)
 {
 	struct fake_req *f = state;
 
 	ev_defer_cancel(f->ev, deliver, f);
+	held_forget(f);
 	free(f);
 }
 
@@ -87,14 +115,53 @@ static int fake_req(drv_t *d, enum op op, drv_cb cb, void *ud, drv_req_t **ret)
 	rq->ret = ret;
 	if (ret)
 		*ret = rq;
-	if (script[op] != HOLD)
+	if (script[op] != HOLD) {
 		ck_assert_int_eq(ev_defer(d->ev, deliver, f), 0);
+		return 0;
+	}
+	for (size_t i = 0; i < HELD_MAX; i++)
+		if (!held[i]) {
+			held[i] = f;
+			held_op[i] = op;
+			break;
+		}
 	return 0;
 }
 
-/* Claims: recorded per workflow, answered empty from the loop. */
+/* Claims: recorded per workflow, answered from the loop: empty, or with up to
+ * grant_left runs of workflow grant_wf. */
 static const char *const claim_wfs[] = {"a", "b", "c"};
 static unsigned claims_of[3], claims_all, claim_inflight, claim_inflight_max;
+static unsigned grant_left, granted;
+/* Claims for runs from the claim_hold-th on (1 = the first) are held open
+ * until release_claims(); 0 = none. */
+static unsigned claim_hold, claims_sent;
+static struct fake_claim *held_claims[16];
+static const char *grant_wf = "say";
+
+static void grant_runs(struct drv_claim_answer *ans, unsigned max_runs)
+{
+	unsigned n = MIN(max_runs, grant_left);
+
+	ans->runs = calloc(n + 1, sizeof(*ans->runs));
+	ck_assert_ptr_nonnull(ans->runs);
+	for (unsigned i = 0; i < n; i++) {
+		struct drv_grant *g = &ans->runs[i];
+
+		granted++;
+		*g = (struct drv_grant){.workflow = strdup(grant_wf),
+		                        .attempt = 1,
+		                        .ttl_s = 60,
+		                        .input = strdup("null"),
+		                        .input_len = 4,
+		                        .usable_for_reject = true,
+		                        .priv = calloc(1, sizeof(struct drv_run))};
+		ck_assert_int_ge(asprintf(&g->id, "g-%u", granted), 0);
+		ck_assert_int_ge(asprintf(&g->lease_key, "lease-%u", granted), 0);
+	}
+	ans->n_runs = n;
+	grant_left -= n;
+}
 
 struct fake_claim {
 	drv_req_t *rq;
@@ -108,6 +175,8 @@ static void claim_deliver(void *userdata)
 	struct drv_claim_answer ans = {.queue_depth = -1};
 
 	claim_inflight -= f->n;
+	if (grant_left)
+		grant_runs(&ans, f->n);
 	f->n = 0;
 	drv_req_claim_answer(f->rq, &ans);
 }
@@ -116,6 +185,9 @@ static void fake_claim_free(void *state)
 {
 	struct fake_claim *f = state;
 
+	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+		if (held_claims[i] == f)
+			held_claims[i] = NULL;
 	ev_defer_cancel(f->ev, claim_deliver, f);
 	claim_inflight -= f->n;
 	free(f);
@@ -146,8 +218,38 @@ static int fake_claim(drv_t *d, const struct drv_claim *rq, drv_claim_cb cb, voi
 	r->ret = ret;
 	if (ret)
 		*ret = r;
+	claims_sent += rq->max_runs > 0;
+	if (rq->max_runs > 0 && claim_hold && claims_sent >= claim_hold) {
+		for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+			if (!held_claims[i]) {
+				held_claims[i] = f;
+				return 0;
+			}
+		ck_abort_msg("too many claims held");
+	}
 	ck_assert_int_eq(ev_defer(d->ev, claim_deliver, f), 0);
 	return 0;
+}
+
+static unsigned claims_held(void)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+		n += held_claims[i] != NULL;
+	return n;
+}
+
+/* Answer every held claim (with runs while grant_left lasts). */
+static void release_claims(void)
+{
+	claim_hold = 0;
+	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
+		if (held_claims[i]) {
+			ck_assert_int_eq(ev_defer(held_claims[i]->ev, claim_deliver, held_claims[i]),
+			                 0);
+			held_claims[i] = NULL;
+		}
 }
 
 static int fake_claim_cancel(drv_t *d, drv_cb cb, void *ud, drv_req_t **ret)
@@ -672,9 +774,16 @@ static bool ch_true(void *host)
 	return true;
 }
 
+static bool ch_running = true; /* false: draining */
+
+static bool ch_is_running(void *host)
+{
+	return ch_running;
+}
+
 static void ch_add(void *host, struct run *r)
 {
-	ck_abort_msg("no run was granted");
+	run_table_add(&T, r);
 }
 
 static void ch_idle(void *host)
@@ -684,7 +793,7 @@ static void ch_idle(void *host)
 static const struct claimer_host_ops claimer_ops = {
     .conf = ch_conf,
     .breaker = host_breaker,
-    .running = ch_true,
+    .running = ch_is_running,
     .may_start = ch_true,
     .add = ch_add,
     .idle = ch_idle,
@@ -798,6 +907,197 @@ START_TEST(test_claim_one)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- slots and the reporting queue */
+
+/* The runs' host of the claims they came from, as the worker is: a run that
+ * gives its slot or its place in the reporting queue back kicks the claimer. */
+static claimer_t *CL;
+static struct drv_ops queue_ops;
+
+static void q_done(void *host, struct run *r)
+{
+	act("done");
+	run_table_remove(&T, r);
+	claim_run_unblocked(CL, r->id);
+	claim_kick(CL);
+}
+
+static void q_moved(void *host, struct run *r, enum run_state before)
+{
+	if (run_table_moved(&T, r, before) && r->state != RUN_DONE)
+		claim_kick(CL);
+}
+
+static const struct run_host_ops queue_host_ops = {
+    .breaker = host_breaker,
+    .breaker_changed = host_breaker_changed,
+    .spool = host_spool,
+    .done = q_done,
+    .moved = q_moved,
+};
+
+/* One slot; the runs (say.sh) exit at once and ship their log; every
+ * completion is held until the test answers it. */
+static void queue_start(const char *worker_extra, unsigned runs)
+{
+	struct conf *c = NULL;
+	_cleanup_free_ char *path = NULL, *text = NULL, *err = NULL;
+
+	ck_assert_int_ge(asprintf(&path, "%s/queue.conf", dir), 0);
+	ck_assert_int_ge(asprintf(&text,
+	                          "[api]\nurl = http://127.0.0.1:9\n"
+	                          "[worker]\nrun_dir = %1$s/run\nspool_dir = %1$s/spool\n"
+	                          "long_poll = 0\npoll_interval = 10ms\n"
+	                          "lease_ttl = 60s\nlease_refresh = 20s\n%2$s\n"
+	                          "[workflow.say]\ncommand = %1$s/say.sh\n",
+	                          dir, worker_extra),
+	                 0);
+	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0644), 0);
+	ck_assert_msg(conf_load(&(struct conf_source){.path = path, .default_worker_id = "w1"}, &c,
+	                        &err) == 0,
+	              "%s", err);
+	conf_ref_put(CR);
+	CR = conf_ref_new(c);
+	for (int i = 0; i < _OP_MAX; i++)
+		script[i] = DRV_OK;
+	script[OP_RENEW] = HOLD;
+	script[OP_COMPLETE] = HOLD;
+	queue_ops = fake_ops; /* what it took of a log is what was sent: no offsets to answer */
+	queue_ops.caps &= ~(unsigned)DRV_CAP_LOG_OFFSETS;
+	ck_assert_int_eq(drv_new_ops(E, c, M, &queue_ops, &D), 0);
+	H.drv = D;
+	H.ops = &queue_host_ops;
+	T = (struct run_table){0};
+	grant_left = runs;
+	granted = claims_sent = 0;
+	ch_running = true;
+	claim_inflight = claim_inflight_max = 0;
+	ck_assert_int_eq(
+	    claimer_new(
+	        &(struct claimer_params){.ops = &claimer_ops,
+	                                 .runs = &H,
+	                                 .table = &T,
+	                                 .m_claims = metrics_counter(M, "claims", "", "result"),
+	                                 .m_queue_depth = metrics_gauge(M, "depth", "", NULL)},
+	        &CL),
+	    0);
+	claim_kick(CL);
+}
+
+/* Until cond holds, stepping the loop (a run's child, a claim's answer). */
+#define STEP_UNTIL(cond)                                                                           \
+	do {                                                                                       \
+		usec_t _end = time_mono() + tu_timeout(10 * SEC);                                  \
+		while (!(cond)) {                                                                  \
+			ck_assert_msg(time_mono() < _end,                                          \
+			              "never: %s (held %u: %u running, %u "                        \
+			              "reporting; %u granted)",                                    \
+			              #cond, T.n, T.running, T.reporting, granted);                \
+			ck_assert_int_ge(ev_run_once(E, 10 * MSEC), 0);                            \
+		}                                                                                  \
+	} while (0)
+
+static unsigned in_state(enum run_state s)
+{
+	unsigned n = 0;
+
+	for (const struct run *r = T.head; r; r = r->next)
+		n += r->state == s;
+	return n;
+}
+
+/* Every completion answered, the runs gone, the claimer and driver freed. */
+static void queue_finish(void)
+{
+	grant_left = 0;
+	release_claims();
+	STEP_UNTIL((answer_held(OP_COMPLETE, DRV_OK), T.n == 0));
+	CL = claimer_free(CL);
+	step(20 * MSEC);
+	D = drv_free(D);
+	H.drv = NULL;
+	H.ops = &host_ops;
+}
+
+/* One slot: the run after a run whose completion is still in flight is
+ * claimed and runs; its completion does not wait for the first one's. */
+START_TEST(test_slot_free_while_reporting)
+{
+	queue_start("concurrency = 1", 2);
+	STEP_UNTIL(in_state(RUN_REPORTING) == 2);
+	ck_assert_uint_eq(granted, 2);
+	ck_assert_uint_eq(T.reporting, 2);
+	ck_assert_uint_eq(T.running, 0);
+	queue_finish();
+}
+END_TEST
+
+/* A full reporting queue (a dead API) stops claims; a completion answered
+ * makes room for one more run. */
+START_TEST(test_reporting_queue_full)
+{
+	queue_start("concurrency = 1\nmax_reporting = 2", 10);
+	STEP_UNTIL(T.reporting == 2);
+	step(300 * MSEC); /* claims would have gone out by now */
+	ck_assert_uint_eq(granted, 2);
+	ck_assert_uint_eq(T.n, 2);
+	ck_assert_uint_eq(T.running, 0);
+	ck_assert_uint_eq(claim_inflight, 0); /* no claim for runs is open */
+	ck_assert(answer_held(OP_COMPLETE, DRV_OK));
+	STEP_UNTIL(granted == 3 && T.reporting == 2);
+	step(100 * MSEC);
+	ck_assert_uint_eq(granted, 3);
+	queue_finish();
+}
+END_TEST
+
+/* Four slots, the first claim's four runs exit one by one while the claim
+ * for the first freed slot is still out: each freed slot is claimed at once
+ * by a claim ahead, the claims in flight never ask for more runs than there
+ * are free slots, and what they bring fits. */
+START_TEST(test_claim_ahead)
+{
+	claim_hold = 2; /* the first claim is answered, the next ones held */
+	queue_start("concurrency = 4", 100);
+	script[OP_COMPLETE] = DRV_OK;
+	STEP_UNTIL(T.running == 0 && granted == 4 && claim_inflight == 4);
+	ck_assert_uint_ge(claims_held(), 2); /* more than one claim was out at once */
+	ck_assert_uint_le(claim_inflight_max, 4);
+	step(100 * MSEC);
+	ck_assert_uint_eq(claim_inflight, 4); /* no claim beyond the free slots */
+	release_claims();
+	STEP_UNTIL(granted >= 8);
+	ck_assert_uint_le(T.running, 4);
+	ck_assert_uint_le(claim_inflight_max, 4);
+	queue_finish();
+}
+END_TEST
+
+/* A drain with claims ahead out: the one with the long poll is cancelled on
+ * the server; the claims ahead are left to end and what they bring is given
+ * back unstarted. */
+START_TEST(test_claim_ahead_stop)
+{
+	claim_hold = 2;
+	queue_start("concurrency = 4", 100);
+	script[OP_COMPLETE] = DRV_OK;
+	STEP_UNTIL(T.n == 0 && granted == 4 && claim_inflight == 4);
+	ck_assert_uint_ge(claims_held(), 2);
+	actions[0] = '\0';
+	ch_running = false;
+	claim_stop(CL);
+	ck_assert_str_eq(actions, "claim_cancel");
+	ck_assert(claimer_busy(CL)); /* the claims ahead, left to end */
+	release_claims();
+	STEP_UNTIL(!claimer_busy(CL) && T.n == 0);
+	ck_assert_uint_eq(T.running, 0);
+	ck_assert_msg(strstr(actions, "release"), "actions: %s", actions);
+	ck_assert_msg(!strstr(actions, "complete"), "a run claimed ahead was started: %s",
+	              actions);
+	queue_finish();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("worker");
@@ -814,5 +1114,13 @@ int main(void)
 	tcase_add_test(tcc, test_log_tail);
 	tcase_add_test(tcc, test_claim_one);
 	suite_add_tcase(s, tcc);
+	TCase *tq = tcase_create("reporting");
+	tcase_add_checked_fixture(tq, setup, teardown);
+	tcase_set_timeout(tq, 60);
+	tcase_add_test(tq, test_slot_free_while_reporting);
+	tcase_add_test(tq, test_reporting_queue_full);
+	tcase_add_test(tq, test_claim_ahead);
+	tcase_add_test(tq, test_claim_ahead_stop);
+	suite_add_tcase(s, tq);
 	return tu_run(s);
 }

@@ -1,0 +1,116 @@
+/* A slot is held only while the run's child lives (issue 15), against a real
+ * lessor whose answer to one completion is delayed (--enable-faults): with
+ * one slot, the next run is claimed, run and reported while the first run's
+ * completion is still in flight; /status shows that run in the reporting
+ * queue, outside the slots; and a drain still waits for that completion and
+ * delivers it before the daemon exits. */
+#include <cJSON.h>
+#include <check.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonutil.h"
+#include "lessee_proc.h"
+#include "lessor_proc.h"
+#include "testutil.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+#define SEC USEC_PER_SEC
+
+static struct tu_lessor *L;
+static struct tu_lessee *D;
+
+static void setup(void)
+{
+	static char *const args[] = {"--enable-faults", NULL};
+
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &L), 0);
+}
+
+static void teardown(void)
+{
+	D = tu_lessee_free(D);
+	if (L && tu_lessor_pid(L) > 0)
+		ck_assert_int_eq(tu_lessor_stop(L), 0);
+	L = tu_lessor_free(L);
+}
+
+/* The run's status at lessor now (free it). */
+static char *run_status(const char *id)
+{
+	cJSON *o = tu_lessor_get_run(L, id);
+	char *s;
+
+	ck_assert_ptr_nonnull(o);
+	s = strdup(tu_jstr(o, "status") ? tu_jstr(o, "status") : "?");
+	cJSON_Delete(o);
+	return s;
+}
+
+START_TEST(test_next_run_while_reporting)
+{
+	_cleanup_free_ char *a = NULL, *b = NULL, *st = NULL, *body = NULL;
+	cJSON *doc, *runs;
+	long status = 0;
+
+	/* the first completion is answered 3 s late (the daemon waits up to 10 s) */
+	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
+	                                 "{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":3000}",
+	                                 &status, NULL),
+	                 0);
+	ck_assert_int_eq(status, 200);
+	a = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
+	b = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){
+	                                     .lessor = L,
+	                                     .conf = "[api]\nrequest_timeout = 10s\n"
+	                                             "[worker]\nconcurrency = 1\n"
+	                                             "[status]\nlisten = 127.0.0.1:0\n"
+	                                             "[workflow.ok]\ncommand = /bin/true\n"},
+	                                 &D),
+	                 0);
+	/* b came after a, through the one slot, and is done... */
+	ck_assert_int_eq(tu_lessor_wait_status(L, b, "succeeded", tu_timeout(10 * SEC)), 0);
+	/* ...while a's completion is still on its way: a held no slot meanwhile */
+	st = run_status(a);
+	ck_assert_msg(!streq(st, "succeeded"),
+	              "the second run was claimed only after the first one's completion");
+	body = tu_lessee_status_get(D, "/status", &status);
+	ck_assert_ptr_nonnull(body);
+	ck_assert_int_eq(status, 200);
+	doc = cJSON_Parse(body);
+	ck_assert_ptr_nonnull(doc);
+	ck_assert_double_eq(tu_jnum(doc, "slots"), 1);
+	ck_assert_double_eq(tu_jnum(doc, "slots_busy"), 0);
+	ck_assert_double_eq(tu_jnum(doc, "reporting"), 1);
+	ck_assert_double_eq(tu_jnum(doc, "max_reporting"), 2);
+	runs = cJSON_GetObjectItemCaseSensitive(doc, "runs");
+	ck_assert_int_eq(cJSON_GetArraySize(runs), 1);
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(runs, 0), "id"), a);
+	ck_assert_str_eq(tu_jstr(cJSON_GetArrayItem(runs, 0), "state"), "reporting");
+	cJSON_Delete(doc);
+	/* a drain waits for the reporting run and delivers its result */
+	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	ck_assert_int_eq(tu_lessee_wait(D, tu_timeout(30 * SEC)), 0);
+	free(st);
+	st = run_status(a);
+	ck_assert_str_eq(st, "succeeded");
+	ck_assert_int_eq(tu_lessee_wait_log(D, "drain done after 2 runs", 0), 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("reporting");
+	TCase *tc = tcase_create("reporting");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_next_run_while_reporting);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
