@@ -119,14 +119,16 @@ static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
+	/* E2E_LOG_LEVEL=info: the daemon's default, two lines per run */
+	const char *level = getenv("E2E_LOG_LEVEL") ? getenv("E2E_LOG_LEVEL") : "warning";
 	char conf[512];
 
 	snprintf(conf, sizeof(conf),
 		 "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
-		 "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
+		 "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = %s\n"
 		 "[workflow.true]\ncommand = /bin/true\n"
 		 "[workflow.sleep]\ncommand = /bin/sleep 30\n",
-		 concurrency, run_dir);
+		 concurrency, run_dir, level);
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
 }
 
@@ -238,7 +240,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		printf("usage: e2e [RUNS [ROUNDS [CONCURRENT_SLEEPS]]]\n"
-		       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS (1000)\n");
+		       "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS (1000)\n"
+		       "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its default)\n");
 		return 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "--version")) {
