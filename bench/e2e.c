@@ -126,14 +126,16 @@ static unsigned claim_delay_ms;      /* --claim-delay: every claim answered this
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
+	/* E2E_LOG_LEVEL=info: the daemon's default, two lines per run */
+	const char *level = getenv("E2E_LOG_LEVEL") ? getenv("E2E_LOG_LEVEL") : "warning";
 	char conf[512];
 
 	snprintf(conf, sizeof(conf),
 	         "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
-	         "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = warning\n"
+	         "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = %s\n"
 	         "[workflow.true]\ncommand = /bin/true\n"
 	         "[workflow.sleep]\ncommand = /bin/sleep 30\n",
-	         concurrency, run_dir);
+	         concurrency, run_dir, level);
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
 }
 
@@ -347,7 +349,8 @@ int main(int argc, char **argv)
 			    "  --baseline: each round also runs that lessee binary, back to back\n"
 			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
 			    "API)\n"
-			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n");
+			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n"
+			    "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its default)\n");
 			return 0;
 		case 'V':
 			printf("e2e %s\n", LESSEE_VERSION);

@@ -322,7 +322,8 @@ static bool status_stale(struct daemon *d)
 	       ev_orphans_reaped(d->ev) != d->orphans_seen;
 }
 
-/* After every loop iteration that did something: refresh the status when it
+/* After every loop iteration that did something: write the lines it logged
+ * (one write per turn), refresh the status when it
  * changed, at most once a second.  No periodic tick: an idle daemon's loop
  * sleeps until a timer is due (a long poll's end, the watchdog) or an event
  * arrives. */
@@ -330,6 +331,7 @@ static void on_loop_post(ev_t *e, void *userdata)
 {
 	struct daemon *d = userdata;
 
+	log_flush(); /* what this turn logged, in one write */
 	if (ev_timer_armed(d->status_timer) || !status_stale(d))
 		return;
 	ev_timer_arm_at(d->status_timer, MAX(d->status_at + USEC_PER_SEC, ev_now(e)));
@@ -559,8 +561,11 @@ static int run_daemon(struct opts *o, struct conf *conf)
 		r = worker_start(d.worker);
 	if (r >= 0)
 		r = ev_defer(d.ev, on_first_iteration, &d);
-	if (r >= 0)
+	if (r >= 0) {
+		log_set_buffered(true);
 		r = ev_run(d.ev);
+		log_set_buffered(false);
+	}
 	if (r < 0 && !logged)
 		log_error("fatal: %s", strerror(-r));
 	ev_post_set(d.ev, NULL, NULL);

@@ -1,6 +1,9 @@
 #include "log/log.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +62,112 @@ int log_parse_format(const char *s, enum log_format *ret)
 			return 0;
 		}
 	return -EINVAL;
+}
+
+/* ---- lines buffered per loop turn ---- */
+
+static struct {
+	bool on;
+	pthread_t owner;
+	size_t len;
+	char data[PIPE_BUF];
+} B;
+
+static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+static struct sigaction fatal_old[ELEMENTSOF(fatal_signals)];
+
+/* Async-signal-safe: write and nothing else. */
+static void write_all(const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t k = write(STDERR_FILENO, p, len);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return; /* stderr gone or full and non-blocking: as unbuffered */
+		p += k;
+		len -= (size_t)k;
+	}
+}
+
+void log_flush(void)
+{
+	size_t len = B.len;
+
+	if (len == 0 || !pthread_equal(pthread_self(), B.owner))
+		return;
+	B.len = 0;
+	write_all(B.data, len);
+}
+
+/* What the loop turn logged so far goes out before the process dies; then the
+ * previous action (the default, a sanitizer's) runs: a fault returns and
+ * faults again into it, a signal that was sent is raised again. */
+static void on_fatal(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+	size_t len = B.len;
+
+	B.len = 0;
+	if (len <= sizeof(B.data))
+		write_all(B.data, len);
+	for (size_t i = 0; i < ELEMENTSOF(fatal_signals); i++)
+		if (fatal_signals[i] == sig)
+			sigaction(sig, &fatal_old[i], NULL);
+	errno = saved;
+	if (si->si_code <= 0)
+		raise(sig);
+}
+
+static void at_exit_flush(void)
+{
+	if (B.on)
+		log_flush();
+}
+
+static void catch_fatal_signals(void)
+{
+	static bool done;
+	struct sigaction sa = {.sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO | SA_NODEFER};
+
+	if (done)
+		return;
+	done = true;
+	atexit(at_exit_flush);
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ELEMENTSOF(fatal_signals); i++)
+		sigaction(fatal_signals[i], &sa, &fatal_old[i]);
+}
+
+void log_set_buffered(bool on)
+{
+	if (B.on && !on)
+		log_flush();
+	if (on)
+		catch_fatal_signals();
+	B.owner = pthread_self();
+	B.on = on;
+}
+
+/* One line: into the buffer when it is on and this is its thread, else
+ * written at once (one write: lines never interleave). */
+static void put_line(int prio, const char *line, size_t len)
+{
+	if (!B.on || !pthread_equal(pthread_self(), B.owner)) {
+		write_all(line, len);
+		return;
+	}
+	if (B.len + len > sizeof(B.data))
+		log_flush();
+	if (len > sizeof(B.data)) {
+		write_all(line, len);
+		return;
+	}
+	memcpy(B.data + B.len, line, len);
+	B.len += len;
+	if (prio <= LOG_WARNING)
+		log_flush();
 }
 
 /* systemd sets JOURNAL_STREAM=<dev>:<ino> when stderr is connected to journald. */
@@ -222,7 +331,7 @@ static void emit_text(int prio, const struct log_fields *f, const char *msg)
 	}
 	buf_appends(&b, json ? "}\n" : "\n");
 	if (b.data)
-		(void)!write(STDERR_FILENO, b.data, b.len); /* one write: lines never interleave */
+		put_line(prio, b.data, b.len);
 	buf_done(&b);
 }
 

@@ -49,6 +49,18 @@ int log_get_max_level(void);
 void log_set_worker_id(const char *id);
 enum log_format log_get_format(void);
 
+/* Lines on stderr (logfmt, JSON) gathered and written together, one write(2)
+ * per log_flush(): the daemon turns this on around its loop and flushes once
+ * per loop turn.  Only the calling thread's lines are gathered (another
+ * thread's are written at once).  A line at warning or worse is written at
+ * once, with the lines before it; a line that would overflow the buffer
+ * (PIPE_BUF, so every write stays atomic on a pipe) writes what is there
+ * first.  Turning it on also flushes at exit() and on SIGSEGV, SIGBUS, SIGILL,
+ * SIGFPE and SIGABRT (then the previous action runs).  Off flushes.  journald
+ * lines are sent one by one either way. */
+void log_set_buffered(bool on);
+void log_flush(void);
+
 void log_emitv(int prio, const struct log_fields *f, const char *fmt, va_list ap) _printf_(3, 0);
 void log_emit(int prio, const struct log_fields *f, const char *fmt, ...) _printf_(3, 4);
 /* Logs and returns err (a negative errno), for `return log_errno(r, ...)`. */

@@ -427,40 +427,54 @@ static void log_timeout_cap(struct run *r)
 	        time_format_duration(m, sizeof(m), r->wf->max_timeout));
 }
 
+/* The run directory's parents, <run_dir>/lessee-<pid>: made when a run finds
+ * them missing (the first run, the first after a reload that moved run_dir,
+ * or after an operator or tmpfiles removed them), not once per run.  The
+ * per-daemon level lets a restart clean what a killed predecessor left
+ * (worker.c).  Traversable, not listable, so a run dropped to another user
+ * can reach its own directory: exactly 0711, not what the umask (the units'
+ * UMask=0077) left of it. */
+static int make_run_dir_parent(const char *parent)
+{
+	int q;
+
+	if ((q = mkdir_p(parent, 0711)) < 0)
+		return q;
+	return chmod(parent, 0711) < 0 ? -errno : 0;
+}
+
 /* <run_dir>/lessee-<pid>/<id>.<attempt>.<n>, n counting the daemon's run
  * directories: a requeue or an expiry does not bump the attempt, so only n
  * keeps two leases of one run apart.  The directory is created here, never
  * reused, and r->dir names it only once it is ours: run_free removes nothing
- * else.  The per-daemon level lets a restart clean what a killed predecessor
- * left (worker.c). Traversable, not listable, so a run dropped to another
- * user can reach its own directory. */
+ * else.  One mkdir per run; the parents only on ENOENT. */
 static int make_run_dir(struct run *r)
 {
 	static unsigned long seq;
 	const struct conf *c = run_conf(r);
-	_cleanup_free_ char *parent = NULL;
+	bool made_parent = false;
 	int q;
 
-	if (asprintf(&parent, "%s/lessee-%d", c->worker.run_dir, (int)getpid()) < 0)
-		return -ENOMEM;
-	if ((q = mkdir_p(parent, 0711)) < 0)
-		return q;
-	/* not what the umask (the units' UMask=0077) left of it: a run of
-	 * another user must get through it to its directory */
-	if (chmod(parent, 0711) < 0)
-		return -errno;
 	for (unsigned tries = 0;; tries++) {
 		_cleanup_free_ char *dir = NULL;
 
-		if (asprintf(&dir, "%s/%s.%u.%lu", parent, r->id, r->attempt, ++seq) < 0)
+		if (asprintf(&dir, "%s/lessee-%d/%s.%u.%lu", c->worker.run_dir, (int)getpid(), r->id,
+			     r->attempt, ++seq) < 0)
 			return -ENOMEM;
-		if (mkdir(dir, 0700) < 0) {
-			if (errno == EEXIST && tries < 100)
-				continue; /* not ours: leave it alone */
-			return -errno;
+		if (mkdir(dir, 0700) >= 0) {
+			r->dir = TAKE_PTR(dir);
+			break;
 		}
-		r->dir = TAKE_PTR(dir);
-		break;
+		if (errno == ENOENT && !made_parent) {
+			*strrchr(dir, '/') = '\0';
+			if ((q = make_run_dir_parent(dir)) < 0)
+				return q;
+			made_parent = true;
+			continue;
+		}
+		if (errno != EEXIST || tries >= 100)
+			return -errno;
+		/* not ours: leave it alone */
 	}
 	if (r->wf->user && chown(r->dir, r->wf->uid, r->wf->gid) < 0)
 		return -errno;

@@ -200,5 +200,6 @@ struct result_job {
 };
 void result_job_work(void *arg); /* on a helper thread, as the run's user */
 struct result_job *result_job_free(struct result_job *j);
-/* Rename the directory aside and remove it on a helper thread. */
+/* Remove the run directory: input.json and the directory on the loop when
+ * that is all there is, else rm_rf on a helper thread. */
 void runfiles_remove(offload_t *o, const char *dir);

@@ -1,11 +1,12 @@
 /* What a run leaves in its directory, dealt with off the loop (lib/offload):
- * the result file, read as the run's own user would, and the directory's
- * removal.  The work functions run on helper threads: they touch only their
+ * the result file, read as the run's own user would, and the removal of a
+ * directory the run left files in.  The work functions run on helper threads: they touch only their
  * job.  docs/architecture.md, "Off the loop". */
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "worker/run.h"
 
 #define RESULT_NAME "result.json"
+#define INPUT_NAME "input.json"
 
 static const char *file_kind(mode_t m)
 {
@@ -133,25 +135,25 @@ static void remove_done(void *arg, int r)
 	free(arg);
 }
 
-/* Renamed aside first, on the loop (one cheap syscall): the name is free at
- * once for a new run, and the helper thread can only ever remove this tree. */
+/* What a run that wrote nothing leaves: its input file, then the empty
+ * directory; two syscalls on the loop, no helper thread.  Anything else the
+ * run left (a child controls how much) is removed by rm_rf on a helper thread.
+ * The name is never reused (run.c counts its directories) and only the daemon
+ * writes in lessee-<pid>, so the path names this tree until it is gone. */
 void runfiles_remove(offload_t *o, const char *dir)
 {
-	static unsigned seq;
-	char *trash = NULL;
+	char input[PATH_MAX];
+	char *copy;
 
-	if (asprintf(&trash, "%s.rm-%u", dir, ++seq) < 0) {
+	snprintf(input, sizeof(input), "%s/" INPUT_NAME, dir);
+	if (unlink(input) < 0 && errno != ENOENT)
+		goto offload;
+	if (rmdir(dir) >= 0 || errno == ENOENT)
+		return;
+offload:
+	copy = strdup(dir);
+	if (!copy || offload_submit(o, NULL, remove_work, remove_done, copy, NULL) < 0) {
 		(void)rm_rf(dir);
-		return;
-	}
-	if (rename(dir, trash) < 0) {
-		if (errno != ENOENT)
-			(void)rm_rf(dir);
-		free(trash);
-		return;
-	}
-	if (offload_submit(o, NULL, remove_work, remove_done, trash, NULL) < 0) {
-		(void)rm_rf(trash);
-		free(trash);
+		free(copy);
 	}
 }

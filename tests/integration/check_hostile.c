@@ -362,7 +362,7 @@ static void *poll_healthz(void *userdata)
 	return NULL;
 }
 
-/* The run directory and what it was renamed to for removal (<dir>.rm-N). */
+/* The run directory (and anything named after it). */
 static bool dir_gone(const char *path)
 {
 	char pattern[1024];
