@@ -10,7 +10,7 @@ pkgs_build="gcc make pkg-config libc6-dev libcurl4-openssl-dev liburing-dev libc
 	libsystemd-dev libmicrohttpd-dev libsqlite3-dev libpq-dev check libseccomp-dev libyaml-dev"
 pkgs_test="valgrind nginx-light openssl iproute2 util-linux procps curl ca-certificates
 	man-db groff-base binutils chromium prometheus postgresql
-	libfuse3-dev fuse3"
+	libfuse3-dev fuse3 strace"
 # Node.js and npm (the browser test's playwright-core) from Debian, unless the
 # machine already has a node with its own npm (a nodejs build that bundles npm
 # conflicts with Debian's npm package).
