@@ -407,6 +407,15 @@ char *drv_camunda7_input(const char *variables, size_t len)
 		q = -EBADMSG;
 	if (q >= 0)
 		q = buf_append(&out, "}", 2); /* with the NUL */
+	if (q >= 0 && bad) { /* bytes that are not UTF-8 (only in strings): U+FFFD */
+		struct buf clean = BUF_INIT(0);
+
+		q = drv_text_clean(out.data, out.len - 1, 0, &clean); /* not the NUL */
+		if (q >= 0)
+			q = buf_append(&clean, "", 1);
+		buf_done(&out);
+		out = clean;
+	}
 	if (q < 0) {
 		buf_done(&out);
 		return NULL;
