@@ -245,6 +245,12 @@ static int record_worker(lessor_pg *s, struct pg_conn *c, struct claim_ctx *x)
 	                (int64_t)q->max_runs);
 }
 
+/* A grant's times are its statement's, not its transaction's: the claim's
+ * transaction looks up the claim and records the worker first (where it may
+ * wait on a row lock), and a lease that another instance's reaper expired
+ * meanwhile must not look as if it ended after the new one was granted. */
+#define GRANT_NOW "COALESCE($1::bigint, (extract(epoch FROM statement_timestamp()) * 1000)::bigint)"
+
 /* The grant: one statement.  Candidates are locked (SKIP LOCKED: another
  * claim has them), each gets a new lease id, token and epoch, the lease
  * row and the claim record are written, all or nothing. */
@@ -254,15 +260,15 @@ static const char SQL_GRANT[] =
     " g AS (UPDATE lessor_runs r SET status = 'running', epoch = r.epoch + 1,"
     "  lease_id = nextval('lessor_leases_id_seq'),"
     "  token = replace(gen_random_uuid()::text, '-', ''),"
-    "  lease_expires_at = lessor_now($1) + 1000 * $5::bigint,"
-    "  started_at = COALESCE(r.started_at, lessor_now($1)), updated_at = lessor_now($1)"
+    "  lease_expires_at = " GRANT_NOW " + 1000 * $5::bigint,"
+    "  started_at = COALESCE(r.started_at, " GRANT_NOW "), updated_at = " GRANT_NOW
     "  FROM cand WHERE r.seq = cand.seq AND r.status = 'pending'"
     "  RETURNING r.seq, r.lease_id, r.token, r.epoch, r.attempts, r.not_before),"
     " l AS (INSERT INTO lessor_leases (id, run_seq, token, epoch, attempt, worker_id,"
     "  claim_id, ttl_s, granted_at) SELECT lease_id, seq, token, epoch, attempts + 1, $6, $7,"
-    "  $5, lessor_now($1) FROM g),"
+    "  $5, " GRANT_NOW " FROM g),"
     " c AS (INSERT INTO lessor_claims (claim_id, worker_id, created_at)"
-    "  SELECT $7, $6, lessor_now($1) WHERE EXISTS (SELECT 1 FROM g)),"
+    "  SELECT $7, $6, " GRANT_NOW " WHERE EXISTS (SELECT 1 FROM g)),"
     " w AS (UPDATE lessor_workers SET runs_granted = runs_granted + (SELECT count(*) FROM g)"
     "  WHERE worker_id = $6 AND EXISTS (SELECT 1 FROM g))"
     " SELECT g.seq, s.workflow, s.input, s.tags, g.attempts + 1, s.timeout_s, g.token, $5"

@@ -175,10 +175,22 @@ START_TEST(test_three_instances_kill_one)
 	                               " AND m.id > l.id)"),
 	                 0);
 	/* no lease granted twice: a run's leases never overlap, epochs are unique */
-	ck_assert_int_eq(query_num(db, "SELECT count(*) FROM lessor_leases a JOIN lessor_leases b"
-	                               " ON a.run_seq = b.run_seq AND a.id < b.id"
-	                               " WHERE a.ended_at IS NULL OR a.ended_at > b.granted_at"),
-	                 0);
+	{
+		_cleanup_free_ char *rows = tu_pg_query1(
+		    db,
+		    "SELECT string_agg(format('run %s: lease %s (%s, %s, %s..%s %s) then lease %s "
+		    "(%s, %s..%s %s)', a.run_seq, a.id, a.worker_id, a.epoch, a.granted_at, "
+		    "a.ended_at, a.end_reason, b.id, b.worker_id, b.granted_at, b.ended_at, "
+		    "b.end_reason), E'\\n') FROM lessor_leases a JOIN lessor_leases b"
+		    " ON a.run_seq = b.run_seq AND a.id < b.id"
+		    " WHERE a.ended_at IS NULL OR a.ended_at > b.granted_at");
+
+		ck_assert_msg(
+		    query_num(db, "SELECT count(*) FROM lessor_leases a JOIN lessor_leases b"
+		                  " ON a.run_seq = b.run_seq AND a.id < b.id"
+		                  " WHERE a.ended_at IS NULL OR a.ended_at > b.granted_at") == 0,
+		    "overlapping leases:\n%s", rows ? rows : "?");
+	}
 	ck_assert_int_eq(query_num(db, "SELECT count(*) FROM (SELECT 1 FROM lessor_leases"
 	                               " GROUP BY run_seq, epoch HAVING count(*) > 1) d"),
 	                 0);
