@@ -150,8 +150,8 @@ static int delay_claims(struct tu_lessor *l)
 	char body[128];
 	long status = 0;
 
-	snprintf(body, sizeof(body),
-	         "{\"endpoint\":\"claims\",\"count\":1000000,\"delay_ms\":%u}", claim_delay_ms);
+	snprintf(body, sizeof(body), "{\"endpoint\":\"claims\",\"count\":1000000,\"delay_ms\":%u}",
+	         claim_delay_ms);
 	if (tu_lessor_json(l, "POST", "/v1/admin/faults", body, &status, NULL) < 0 || status != 200)
 		return -EIO;
 	return 0;
@@ -350,7 +350,8 @@ int main(int argc, char **argv)
 			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
 			    "API)\n"
 			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n"
-			    "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its default)\n");
+			    "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its "
+			    "default)\n");
 			return 0;
 		case 'V':
 			printf("e2e %s\n", LESSEE_VERSION);

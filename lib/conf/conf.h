@@ -55,11 +55,11 @@ struct conf_api {
 struct conf_worker {
 	char *id; /* configured, or "<hostname>-<8 hex>" */
 	unsigned concurrency;
-	unsigned max_reporting; /* runs waiting for the API after their child, 0 = 2 x concurrency */
-	char **tags;          /* sorted, unique, never NULL (may be empty) */
-	usec_t lease_ttl;     /* whole seconds */
-	usec_t lease_refresh; /* <= lease_ttl / 2 */
-	usec_t long_poll;     /* whole seconds, 0 = no long poll */
+	unsigned max_reporting; /* runs reporting after their child; 0 = 2 x concurrency */
+	char **tags;            /* sorted, unique, never NULL (may be empty) */
+	usec_t lease_ttl;       /* whole seconds */
+	usec_t lease_refresh;   /* <= lease_ttl / 2 */
+	usec_t long_poll;       /* whole seconds, 0 = no long poll */
 	usec_t poll_interval;
 	usec_t run_timeout; /* USEC_INFINITY = none */
 	usec_t max_timeout; /* caps every run's timeout, the API's too; USEC_INFINITY = none */

@@ -238,18 +238,17 @@ static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, vo
 		uuid_v7(fresh); /* nothing is granted to it: never repeated, never cancelled */
 	else if (!c->repeat || !id[0])
 		uuid_v7(id);
-	q = proto_claim_body(
-	    &(struct proto_claim_req){.claim_id = c->max_runs ? id : fresh,
-	                              .worker_id = n->worker_id,
-	                              .max_runs = c->max_runs,
-	                              .lease_ttl_s = c->lease_ttl_s,
-	                              .wait_s = (unsigned)(c->wait / USEC_PER_SEC),
-	                              .workflows = c->workflows,
-	                              .tags = c->tags,
-	                              .send_held = c->send_held,
-	                              .held = held,
-	                              .n_held = c->n_held},
-	    &body);
+	q = proto_claim_body(&(struct proto_claim_req){.claim_id = c->max_runs ? id : fresh,
+	                                               .worker_id = n->worker_id,
+	                                               .max_runs = c->max_runs,
+	                                               .lease_ttl_s = c->lease_ttl_s,
+	                                               .wait_s = (unsigned)(c->wait / USEC_PER_SEC),
+	                                               .workflows = c->workflows,
+	                                               .tags = c->tags,
+	                                               .send_held = c->send_held,
+	                                               .held = held,
+	                                               .n_held = c->n_held},
+	                     &body);
 	if (q >= 0)
 		q = proto_url(d->base, "/v1/claims", NULL, &url);
 	if (q < 0)
