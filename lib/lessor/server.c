@@ -342,6 +342,19 @@ static int start_core(lessor_server *s, const struct lessor_server_config *cfg)
 	return lessor_reaper_start(s->store, s->waiters, cfg->tick, &s->reaper);
 }
 
+/* A stopping server closes new connections at once.  Not MHD_quiesce_daemon():
+ * on an epoll daemon with a thread pool, libmicrohttpd 0.9.75 races its own
+ * polling threads for the listening socket's removal and aborts the process
+ * when it loses (check_lessor_server). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+	lessor_server *s = cls;
+
+	(void)addr;
+	(void)addrlen;
+	return atomic_load(&s->stopping) ? MHD_NO : MHD_YES;
+}
+
 static int start_http(lessor_server *s, const struct lessor_server_config *cfg)
 {
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
@@ -357,7 +370,7 @@ static int start_http(lessor_server *s, const struct lessor_server_config *cfg)
 	if (family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	s->mhd = MHD_start_daemon(
-	    flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+	    flags, 0, on_accept, s, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
 	    MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
 	    (unsigned)MAX(cfg->threads, 1u), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
@@ -405,12 +418,8 @@ void lessor_server_set_tokens(lessor_server *s, lessor_tokens *t)
 static void drain(lessor_server *s)
 {
 	usec_t end = time_mono() + DRAIN_TIMEOUT;
-	MHD_socket fd;
 
-	atomic_store(&s->stopping, true);
-	fd = MHD_quiesce_daemon(s->mhd); /* no new connections */
-	if (fd != MHD_INVALID_SOCKET)
-		s->listen_fd = safe_close(s->listen_fd);
+	atomic_store(&s->stopping, true); /* no new connections (on_accept) */
 	/* parked long polls answer now; new ones are not parked */
 	lessor_waiters_shutdown(s->waiters);
 	while (atomic_load(&s->in_flight) > 0 && time_mono() < end) {
@@ -431,7 +440,7 @@ lessor_server *lessor_server_stop(lessor_server *s)
 		drain(s);
 		MHD_stop_daemon(s->mhd);
 	}
-	/* MHD closes the listening socket it was given unless quiesced */
+	/* MHD_stop_daemon() closed the listening socket it was given */
 	if (!s->mhd)
 		safe_close(s->listen_fd);
 	if (s->waiters)
