@@ -63,8 +63,10 @@ int lessor_reply_error(lessor_call *c, unsigned status, const char *code, const 
     _printf_(4, 5);
 /* 400 invalid_request with c->msg. */
 int lessor_reply_invalid(lessor_call *c);
-/* -ENOENT, -ESTALE, database errors ... as the right status. */
+/* -ENOENT, -ESTALE, -EEXIST, database errors ... as the right status. */
 int lessor_reply_store_error(lessor_call *c, int r);
+/* The status, error code and message a store error r is answered with. */
+unsigned lessor_store_error_answer(int r, const char **ret_code, const char **ret_message);
 
 /* Parks the call until woken or c->waiter.deadline: 0 parked, -EAGAIN (a wake
  * happened since seen_gen: look again), -ESHUTDOWN. */

@@ -185,25 +185,47 @@ int lessor_reply_invalid(lessor_call *c)
 	return lessor_reply_error(c, 400, "invalid_request", "%s", c->msg);
 }
 
-int lessor_reply_store_error(lessor_call *c, int r)
+unsigned lessor_store_error_answer(int r, const char **ret_code, const char **ret_message)
 {
 	switch (r) {
 	case -ENOENT:
-		return lessor_reply_error(c, 404, "not_found", "no such run");
+		*ret_code = "not_found";
+		*ret_message = "no such run";
+		return 404;
 	case -ESTALE:
-		return lessor_reply_error(c, 409, "lease_lost",
-		                          "the lease token is not the run's current lease");
+		*ret_code = "lease_lost";
+		*ret_message = "the lease token is not the run's current lease";
+		return 409;
+	case -EEXIST:
+		*ret_code = "invalid_request";
+		*ret_message = "claim_id was used by another worker";
+		return 400;
 	case -EBUSY:
 	case -ENOMEM:
 	case -ENOSPC:
-		log_warning("%s %s: %s, answering 503", c->method, c->path, strerror(-r));
-		lessor_reply_error(c, 503, "unavailable", "the database is busy or full");
-		c->reply.retry_after_s = 1;
-		return LESSOR_CALL_REPLY;
+		*ret_code = "unavailable";
+		*ret_message = "the database is busy or full";
+		return 503;
 	default:
-		log_error("%s %s: %s", c->method, c->path, strerror(-r));
-		return lessor_reply_error(c, 500, "internal", "the database failed");
+		*ret_code = "internal";
+		*ret_message = "the database failed";
+		return 500;
 	}
+}
+
+int lessor_reply_store_error(lessor_call *c, int r)
+{
+	const char *code, *message;
+	unsigned status = lessor_store_error_answer(r, &code, &message);
+
+	if (status == 503)
+		log_warning("%s %s: %s, answering 503", c->method, c->path, strerror(-r));
+	else if (status == 500)
+		log_error("%s %s: %s", c->method, c->path, strerror(-r));
+	lessor_reply_error(c, status, code, "%s", message);
+	if (status == 503)
+		c->reply.retry_after_s = 1;
+	return LESSOR_CALL_REPLY;
 }
 
 int lessor_call_park(lessor_call *c, uint64_t seen_gen)

@@ -1,5 +1,6 @@
 /* The worker endpoints of protocol v1: claims (long poll), claim cancel,
- * lease renewal, log append, complete, release. */
+ * lease renewal, log append, complete (with the claim of its "next"),
+ * release. */
 #include "lessor/api-int.h"
 
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log/log.h"
 #include "proto/v1.h"
 #include "util/strutil.h"
 #include "util/time.h"
@@ -44,9 +46,9 @@ static void claim_state_free(void *p)
 
 /* "held": [{"id", "token"}, ...], the leases whose cancel the answer reports.
  * A server playing an older one (the "legacy" claims fault) ignores it. */
-static int held_fields(lessor_call *c, struct claim_state *cs)
+static int held_fields(lessor_call *c, const cJSON *j, struct claim_state *cs)
 {
-	const cJSON *h = cJSON_GetObjectItemCaseSensitive(c->json, "held"), *e;
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "held"), *e;
 
 	if (!h || cJSON_IsNull(h) || (c->fault_taken && c->fault.legacy))
 		return 0;
@@ -75,13 +77,33 @@ static int held_fields(lessor_call *c, struct claim_state *cs)
 	return 0;
 }
 
-static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wait)
+/* A completion's "next" claims at once: it neither waits nor names held
+ * leases. */
+static int embedded_fields(lessor_call *c, const cJSON *j, int64_t *ret_wait)
 {
-	const cJSON *j = c->json;
+	const cJSON *held = cJSON_GetObjectItemCaseSensitive(j, "held");
+
+	if (held && !cJSON_IsNull(held)) {
+		snprintf(c->msg, LESSOR_MSG_MAX,
+		         "'held' is not allowed: the claim of a completion does not wait for "
+		         "cancels");
+		return -EINVAL;
+	}
+	if (lessor_field_int(j, "wait_s", false, 0, 0, 0, ret_wait, c->msg) < 0) {
+		snprintf(c->msg, LESSOR_MSG_MAX,
+		         "'wait_s' must be 0 or absent: the claim of a completion does not wait");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int body_claim_fields(lessor_call *c, const cJSON *j, bool embedded, struct claim_state *cs,
+                             int64_t *ret_wait)
+{
 	int64_t max_runs, ttl;
 	int r;
 
-	if ((r = held_fields(c, cs)) < 0)
+	if ((r = embedded ? embedded_fields(c, j, ret_wait) : held_fields(c, j, cs)) < 0)
 		return r;
 	/* a claim for no runs only waits for cancel events */
 	if ((r = lessor_field_str(j, "claim_id", true, 0, v1_valid_id, &cs->req.claim_id, c->msg)) <
@@ -91,13 +113,33 @@ static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wai
 	    (r = lessor_field_int(j, "max_runs", true, cs->has_held ? 0 : 1, V1_MAX_RUNS, 1,
 	                          &max_runs, c->msg)) < 0 ||
 	    (r = lessor_field_int(j, "lease_ttl_s", true, 1, V1_TTL_MAX, 0, &ttl, c->msg)) < 0 ||
-	    (r = lessor_field_int(j, "wait_s", false, 0, V1_WAIT_MAX, 0, ret_wait, c->msg)) < 0 ||
+	    (!embedded &&
+	     (r = lessor_field_int(j, "wait_s", false, 0, V1_WAIT_MAX, 0, ret_wait, c->msg)) < 0) ||
 	    (r = lessor_field_ids(j, "workflows", V1_CLAIM_WORKFLOWS_MAX, &cs->workflows, c->msg)) <
 	        0 ||
 	    (r = lessor_field_tags(j, "tags", &cs->tags, c->msg)) < 0)
 		return r;
 	cs->req.max_runs = (unsigned)max_runs;
 	cs->req.ttl_s = (unsigned)ttl;
+	return 0;
+}
+
+/* The claim body j: the request's own (within NULL), or the member `within`
+ * of it ("next", a completion's claim), whose fields the error messages
+ * name as "next.max_runs". */
+static int claim_fields(lessor_call *c, const cJSON *j, const char *within, struct claim_state *cs,
+                        int64_t *ret_wait)
+{
+	int r = body_claim_fields(c, j, within != NULL, cs, ret_wait);
+
+	if (r == -EINVAL && within && c->msg[0] == '\'') {
+		char msg[LESSOR_MSG_MAX];
+
+		snprintf(msg, sizeof(msg), "'%s.%s", within, c->msg + 1);
+		memcpy(c->msg, msg, sizeof(msg));
+	}
+	if (r < 0)
+		return r;
 	/* a named worker token is the worker's identity, whatever the body says */
 	if (c->who.role == LESSOR_ROLE_WORKER)
 		cs->req.worker_id = c->who.name;
@@ -105,7 +147,7 @@ static int claim_fields(lessor_call *c, struct claim_state *cs, int64_t *ret_wai
 }
 
 /* Parses the claim once; it is kept across wake-ups in c->state. */
-static int claim_parse(lessor_call *c, struct claim_state **ret)
+static int claim_parse(lessor_call *c, const cJSON *j, const char *within, struct claim_state **ret)
 {
 	struct claim_state *cs = calloc(1, sizeof(*cs));
 	int64_t wait_s = 0;
@@ -115,7 +157,7 @@ static int claim_parse(lessor_call *c, struct claim_state **ret)
 		return -ENOMEM;
 	c->state = cs;
 	c->state_free = claim_state_free;
-	r = claim_fields(c, cs, &wait_s);
+	r = claim_fields(c, j, within, cs, &wait_s);
 	if (r < 0)
 		return r;
 	cs->tags_json = lessor_strv_to_json(cs->tags);
@@ -151,12 +193,12 @@ static cJSON *grant_json(const struct lessor_grant *g)
 	return o;
 }
 
-/* cancels: the held runs asked to cancel, sent (maybe empty) when the claim
- * named its held leases; taken. */
-static int claim_reply(lessor_call *c, struct lessor_claim_result *res, char **cancels)
+/* The answer to a claim.  cancels: the held runs asked to cancel, sent
+ * (maybe empty) when the claim named its held leases; taken, as res is. */
+static cJSON *claim_json(const struct claim_state *cs, struct lessor_claim_result *res,
+                         char **cancels)
 {
 	cJSON *o = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(o, "runs");
-	const struct claim_state *cs = c->state;
 
 	for (size_t i = 0; runs && i < res->n_runs; i++)
 		cJSON_AddItemToArray(runs, grant_json(&res->runs[i]));
@@ -168,7 +210,12 @@ static int claim_reply(lessor_call *c, struct lessor_claim_result *res, char **c
 		                     cJSON_CreateString(cancels[i]));
 	strv_free(cancels);
 	lessor_claim_result_done(res);
-	return lessor_reply_json(c, 200, o);
+	return o;
+}
+
+static int claim_reply(lessor_call *c, struct lessor_claim_result *res, char **cancels)
+{
+	return lessor_reply_json(c, 200, claim_json(c->state, res, cancels));
 }
 
 /* One look for runs (none for a claim of max_runs 0) and for the held runs'
@@ -185,13 +232,10 @@ static int claim_once(lessor_call *c, struct claim_state *cs)
 	if (cs->req.max_runs > 0) {
 		cs->req.record_worker = !cs->recorded;
 		r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
-		if (r < 0)
+		if (r < 0) {
 			strv_free(cancels);
-		if (r == -EEXIST)
-			return lessor_reply_error(c, 400, "invalid_request",
-			                          "claim_id was used by another worker");
-		if (r < 0)
-			return lessor_reply_store_error(c, r);
+			return lessor_reply_store_error(c, r); /* -EEXIST: another worker's */
+		}
 		cs->recorded = true;
 	}
 	if (res.n_runs > 0 || res.replay || res.cancelled || (cancels && cancels[0]) ||
@@ -207,7 +251,7 @@ int lessor_h_claim(lessor_call *c)
 	struct claim_state *cs = c->state;
 	int r;
 
-	if (!cs && (r = claim_parse(c, &cs)) < 0)
+	if (!cs && (r = claim_parse(c, c->json, NULL, &cs)) < 0)
 		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
 	for (;;) {
 		/* read the generation before looking: a wake in between refuses the park */
@@ -418,17 +462,63 @@ static int completion_fields(lessor_call *c, struct lessor_completion *in)
 	return 0;
 }
 
+/* The completion's "next", a claim made once the completion is recorded:
+ * *ret NULL when there is none, or when the legacy claims fault plays a
+ * server that does not know the member (it ignores it, unread). */
+static int next_parse(lessor_call *c, struct claim_state **ret)
+{
+	const cJSON *next = cJSON_GetObjectItemCaseSensitive(c->json, "next");
+
+	*ret = NULL;
+	if (!next || cJSON_IsNull(next) ||
+	    lessor_faults_take_legacy(c->api->faults, LESSOR_EP_CLAIMS))
+		return 0;
+	if (!cJSON_IsObject(next)) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "'next' must be an object, a claim");
+		return -EINVAL;
+	}
+	return claim_parse(c, next, "next", ret);
+}
+
+/* The claim of "next", after the completion was recorded: what a claim
+ * would have answered, or no runs and the error a claim would have got
+ * (the completion stands whatever happens here). */
+static cJSON *next_answer(lessor_call *c, struct claim_state *cs)
+{
+	struct lessor_claim_result res = {0};
+	const char *code, *message;
+	cJSON *o;
+	int r;
+
+	cs->req.record_worker = true;
+	r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
+	if (r >= 0)
+		return claim_json(cs, &res, NULL);
+	if (lessor_store_error_answer(r, &code, &message) >= 500)
+		log_warning("%s %s: the claim of 'next' failed: %s, answering it as an error",
+		            c->method, c->path, strerror(-r));
+	o = cJSON_CreateObject();
+	cJSON_AddArrayToObject(o, "runs");
+	cJSON_AddStringToObject(o, "error", code);
+	cJSON_AddStringToObject(o, "message", message);
+	return o;
+}
+
 int lessor_h_complete(lessor_call *c)
 {
 	struct lessor_completion in = {0};
 	const cJSON *output = cJSON_GetObjectItemCaseSensitive(c->json, "output");
 	_cleanup_free_ char *output_json = NULL;
+	struct claim_state *next;
 	const char *run_status;
 	cJSON *o;
 	int r;
 
 	if (completion_fields(c, &in) < 0)
 		return lessor_reply_invalid(c);
+	/* an invalid "next" refuses the completion too: nothing is written */
+	if ((r = next_parse(c, &next)) < 0)
+		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
 	if (output && !cJSON_IsNull(output)) {
 		output_json = cJSON_PrintUnformatted(output);
 		if (!output_json)
@@ -442,6 +532,8 @@ int lessor_h_complete(lessor_call *c)
 		return lessor_reply_store_error(c, r);
 	o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "run_status", run_status);
+	if (next)
+		cJSON_AddItemToObject(o, "next", next_answer(c, next));
 	return lessor_reply_json(c, 200, o);
 }
 

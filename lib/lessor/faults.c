@@ -66,23 +66,42 @@ void lessor_faults_clear(lessor_faults *f)
 	pthread_mutex_unlock(&f->lock);
 }
 
+/* Counts one request against the fault of ep if it affects it (count and
+ * every); called with the lock held. */
+static bool take_locked(struct lessor_fault *x, struct lessor_fault *ret)
+{
+	if (x->count == 0)
+		return false;
+	x->seen++;
+	if (x->every > 1 && x->seen % x->every != 0)
+		return false;
+	x->count--;
+	*ret = *x;
+	return true;
+}
+
 bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret)
 {
+	bool hit;
+
+	if (!f || ep < 0 || ep >= _LESSOR_EP_MAX)
+		return false;
+	pthread_mutex_lock(&f->lock);
+	hit = take_locked(&f->armed[ep], ret);
+	pthread_mutex_unlock(&f->lock);
+	return hit;
+}
+
+bool lessor_faults_take_legacy(lessor_faults *f, enum lessor_endpoint ep)
+{
+	struct lessor_fault x;
 	bool hit = false;
 
 	if (!f || ep < 0 || ep >= _LESSOR_EP_MAX)
 		return false;
 	pthread_mutex_lock(&f->lock);
-	if (f->armed[ep].count > 0) {
-		struct lessor_fault *x = &f->armed[ep];
-
-		x->seen++;
-		if (x->every <= 1 || x->seen % x->every == 0) {
-			x->count--;
-			*ret = *x;
-			hit = true;
-		}
-	}
+	if (f->armed[ep].legacy)
+		hit = take_locked(&f->armed[ep], &x);
 	pthread_mutex_unlock(&f->lock);
 	return hit;
 }

@@ -23,7 +23,8 @@ struct lessor_fault {
 	unsigned delay_ms;
 	unsigned every; /* affect every every-th request; 0 and 1: each one */
 	unsigned seen;  /* requests counted since the fault was armed */
-	bool legacy;    /* claims: answer as a server without cancel events ("held" ignored) */
+	bool legacy;    /* claims: answer as a server without cancel events ("held" ignored)
+	                 * and without a completion's "next" (ignored, no "next" answered) */
 };
 
 typedef struct lessor_faults lessor_faults;
@@ -38,5 +39,9 @@ void lessor_faults_set(lessor_faults *f, enum lessor_endpoint ep, const struct l
 void lessor_faults_clear(lessor_faults *f);
 /* Consumes one request's worth of the fault armed for ep, if any. */
 bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret);
+/* The same, only when the fault armed for ep is a legacy one: a claim made
+ * by another endpoint (a completion's "next") plays the older server too,
+ * and leaves the claims endpoint's other faults to its own requests. */
+bool lessor_faults_take_legacy(lessor_faults *f, enum lessor_endpoint ep);
 /* {"complete": {"status":..., "count":..., ...}, ...} for armed faults. */
 cJSON *lessor_faults_json(lessor_faults *f);
