@@ -3,8 +3,10 @@
  * code of an error body.  The first byte picks the parser. */
 #include <errno.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "fuzz.h"
+#include "proto/json_scan.h"
 #include "proto/proto.h"
 
 static void lease(const char *b, size_t n)
@@ -16,12 +18,28 @@ static void lease(const char *b, size_t n)
 		FUZZ_ASSERT(ttl >= 1 && ttl <= PROTO_TTL_MAX);
 }
 
+/* A completion's answer may carry a claim's ("next"): parsed as one. */
+static void complete_next(const struct json_span *next)
+{
+	struct proto_claim_resp cr;
+	char *err = NULL, code[32];
+
+	FUZZ_ASSERT(next->len >= 2);
+	if (proto_claim_parse(next->p, next->len, 4096, &cr, &err) == 0)
+		proto_claim_resp_done(&cr);
+	free(err);
+	(void)proto_claim_error(next->p, next->len, code, sizeof(code));
+}
+
 static void complete(const char *b, size_t n, size_t cap)
 {
 	char status[64];
+	struct json_span next;
 
 	memset(status, 'x', sizeof(status));
-	if (proto_complete_parse(b, n, status, cap) == 0 && cap > 0) {
+	if (proto_complete_parse(b, n, status, sizeof(status), &next) == 0 && next.p)
+		complete_next(&next);
+	if (proto_complete_parse(b, n, status, cap, NULL) == 0 && cap > 0) {
 		FUZZ_ASSERT(memchr(status, '\0', cap));
 		FUZZ_ASSERT(strlen(status) == 0 || proto_valid_id(status) ||
 		            strlen(status) == cap - 1);

@@ -436,6 +436,11 @@ static int inject_fault(lessor_call *c)
 	return LESSOR_CALL_REPLY;
 }
 
+bool lessor_call_lose_answer(const lessor_call *c)
+{
+	return c->fault_taken && c->fault.lose_answer;
+}
+
 int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_large)
 {
 	int r;

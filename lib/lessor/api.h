@@ -64,5 +64,8 @@ struct lessor_reply {
 	bool no_cache;          /* Cache-Control: no-cache */
 };
 struct lessor_reply *lessor_call_reply(lessor_call *c);
+/* The test fault lose_answer: the request was handled, the answer is not sent
+ * (the connection is closed instead). */
+bool lessor_call_lose_answer(const lessor_call *c);
 const char *lessor_call_method(const lessor_call *c);
 const char *lessor_call_path(const lessor_call *c);

@@ -240,14 +240,14 @@ static int faults_disabled(lessor_call *c)
 }
 
 /* {"endpoint": NAME or "all", "status", "count", "retry_after_s", "delay_ms",
- * "every"}: "all" arms the same fault on every worker endpoint, each with its
- * own count. */
+ * "every", "legacy", "lose_answer"}: "all" arms the same fault on every worker endpoint, each with
+ * its own count. */
 int lessor_h_faults_set(lessor_call *c)
 {
 	const char *name;
 	int64_t status, count, retry_after, delay, every;
 	struct lessor_fault x;
-	bool legacy;
+	bool legacy, lose;
 	enum lessor_endpoint ep;
 	static const char *const endpoints[] = {"claims",  "lease", "log", "complete",
 	                                        "release", "all",   NULL};
@@ -261,20 +261,25 @@ int lessor_h_faults_set(lessor_call *c)
 	        0 ||
 	    lessor_field_int(c->json, "delay_ms", false, 0, 600000, 0, &delay, c->msg) < 0 ||
 	    lessor_field_int(c->json, "every", false, 1, 1000000, 1, &every, c->msg) < 0 ||
-	    lessor_field_bool(c->json, "legacy", false, &legacy, c->msg) < 0)
+	    lessor_field_bool(c->json, "legacy", false, &legacy, c->msg) < 0 ||
+	    lessor_field_bool(c->json, "lose_answer", false, &lose, c->msg) < 0)
 		return lessor_reply_invalid(c);
+	if (lose && status != 0)
+		return lessor_reply_error(c, 400, "invalid_request",
+		                          "lose_answer handles the request: no status");
 	if (legacy && !streq(name, "claims"))
 		return lessor_reply_error(c, 400, "invalid_request", "legacy is a claims fault");
-	if ((status != 0 && status < 100) || (status == 0 && delay == 0 && !legacy))
+	if ((status != 0 && status < 100) || (status == 0 && delay == 0 && !legacy && !lose))
 		return lessor_reply_error(
 		    c, 400, "invalid_request",
-		    "a fault needs a status in 100..599, a delay_ms or legacy");
+		    "a fault needs a status in 100..599, a delay_ms, legacy or lose_answer");
 	x = (struct lessor_fault){.status = (unsigned)status,
 	                          .count = (unsigned)count,
 	                          .retry_after_s = (unsigned)retry_after,
 	                          .delay_ms = (unsigned)delay,
 	                          .every = (unsigned)every,
-	                          .legacy = legacy};
+	                          .legacy = legacy,
+	                          .lose_answer = lose};
 	if (lessor_endpoint_from_name(name, &ep) == 0)
 		lessor_faults_set(c->api->faults, ep, &x);
 	else

@@ -129,6 +129,8 @@ cJSON *lessor_faults_json(lessor_faults *f)
 		cJSON_AddNumberToObject(e, "every", x->every > 1 ? x->every : 1);
 		if (x->legacy)
 			cJSON_AddBoolToObject(e, "legacy", true);
+		if (x->lose_answer)
+			cJSON_AddBoolToObject(e, "lose_answer", true);
 	}
 	pthread_mutex_unlock(&f->lock);
 	return o;

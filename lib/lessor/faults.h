@@ -21,10 +21,12 @@ struct lessor_fault {
 	unsigned count;         /* requests left to affect */
 	unsigned retry_after_s; /* 0 = no Retry-After header */
 	unsigned delay_ms;
-	unsigned every; /* affect every every-th request; 0 and 1: each one */
-	unsigned seen;  /* requests counted since the fault was armed */
-	bool legacy;    /* claims: answer as a server without cancel events ("held" ignored)
-	                 * and without a completion's "next" (ignored, no "next" answered) */
+	unsigned every;   /* affect every every-th request; 0 and 1: each one */
+	unsigned seen;    /* requests counted since the fault was armed */
+	bool lose_answer; /* handled normally, then the connection is closed unanswered
+	                   * (the answer lost on its way back) */
+	bool legacy;      /* claims: answer as a server without cancel events ("held" ignored)
+	                   * and without a completion's "next" (ignored, no "next" answered) */
 };
 
 typedef struct lessor_faults lessor_faults;

@@ -134,6 +134,8 @@ static enum MHD_Result send_reply(struct request *rq)
 
 	log_debug("%s %s -> %u", lessor_call_method(rq->call), lessor_call_path(rq->call),
 	          rp->status);
+	if (lessor_call_lose_answer(rq->call))
+		return MHD_NO; /* the connection is closed, the answer never leaves */
 	if (rp->body)
 		resp = MHD_create_response_from_buffer(rp->len, TAKE_PTR(rp->body),
 		                                       MHD_RESPMEM_MUST_FREE);

@@ -48,6 +48,9 @@ int drv_http_send(drv_req_t *rq, const struct http_request *hr);
 /* End the operation: the callback, then free (the caller must not touch rq after). */
 void drv_req_answer(drv_req_t *rq, const struct drv_answer *a);
 void drv_req_claim_answer(drv_req_t *rq, struct drv_claim_answer *a);
+/* The end of a completion that carried a claim: cb with a, then ncb with ca. */
+void drv_req_complete_claim_answer(drv_req_t *rq, const struct drv_answer *a, drv_claim_cb ncb,
+                                   void *nud, struct drv_claim_answer *ca);
 void drv_req_free(drv_req_t *rq);
 
 /* The verdict every API shares: transport errors (but for an answer over its

@@ -249,18 +249,37 @@ void drv_req_answer(drv_req_t *rq, const struct drv_answer *a)
 	drv_req_free(rq);
 }
 
+/* What the worker did not take of a claim's answer. */
+static void claim_answer_leftovers(drv_t *d, struct drv_claim_answer *a)
+{
+	for (size_t i = 0; i < a->n_runs; i++)
+		if (a->runs[i].priv) {
+			d->ops->run_free(a->runs[i].priv);
+			a->runs[i].priv = NULL;
+		}
+	drv_claim_answer_done(a);
+}
+
 void drv_req_claim_answer(drv_req_t *rq, struct drv_claim_answer *a)
 {
 	drv_req_verdict(rq, &a->a);
 	drv_req_end(rq);
 	rq->claim_cb(a, rq->ud);
-	/* what the worker did not take */
-	for (size_t i = 0; i < a->n_runs; i++)
-		if (a->runs[i].priv) {
-			rq->d->ops->run_free(a->runs[i].priv);
-			a->runs[i].priv = NULL;
-		}
-	drv_claim_answer_done(a);
+	claim_answer_leftovers(rq->d, a);
+	drv_req_free(rq);
+}
+
+/* The completion first: its run leaves the reporting queue before the runs
+ * the claim brought are started (one of them may be a new lease of the same
+ * run, which supersedes an older one still reporting). */
+void drv_req_complete_claim_answer(drv_req_t *rq, const struct drv_answer *a, drv_claim_cb ncb,
+                                   void *nud, struct drv_claim_answer *ca)
+{
+	drv_req_verdict(rq, a);
+	drv_req_end(rq);
+	rq->cb(a, rq->ud);
+	ncb(ca, nud);
+	claim_answer_leftovers(rq->d, ca);
 	drv_req_free(rq);
 }
 

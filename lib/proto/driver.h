@@ -50,17 +50,20 @@ enum drv_verdict {
 
 /* A driver's capabilities: what the worker may rely on. */
 enum {
-	DRV_CAP_LOG_OFFSETS = 1u << 0,  /* log appends are placed by byte offset: resync,
-					 * restart markers, exact lengths */
+	DRV_CAP_LOG_OFFSETS = 1u << 0,      /* log appends are placed by byte offset: resync,
+	                                     * restart markers, exact lengths */
 	DRV_CAP_IDEMPOTENT_CLAIM = 1u << 1, /* a repeated claim gets the same runs */
-	DRV_CAP_CLAIM_CANCEL = 1u << 2, /* an open claim can be cancelled on the server */
-	DRV_CAP_SERVER_CANCEL = 1u << 3, /* claims name held leases and carry cancel events */
-	DRV_CAP_SERVER_TTL = 1u << 4,   /* the server decides the lease ttl (else the
-					 * worker's lease_ttl, or the task's own timeout) */
-	DRV_CAP_MULTI_WORKFLOW = 1u << 5, /* one claim covers several workflows; without
-					   * it the worker claims per workflow */
-	DRV_CAP_RELEASE = 1u << 6,      /* a run can be given back unstarted */
-	DRV_CAP_LOG_LENGTH = 1u << 7,   /* the completion carries the log's length */
+	DRV_CAP_CLAIM_CANCEL = 1u << 2,     /* an open claim can be cancelled on the server */
+	DRV_CAP_SERVER_CANCEL = 1u << 3,    /* claims name held leases and carry cancel events */
+	DRV_CAP_SERVER_TTL = 1u << 4,       /* the server decides the lease ttl (else the
+	                                     * worker's lease_ttl, or the task's own timeout) */
+	DRV_CAP_MULTI_WORKFLOW = 1u << 5,   /* one claim covers several workflows; without
+	                                     * it the worker claims per workflow */
+	DRV_CAP_RELEASE = 1u << 6,          /* a run can be given back unstarted */
+	DRV_CAP_LOG_LENGTH = 1u << 7,       /* the completion carries the log's length */
+	DRV_CAP_COMPLETE_CLAIM = 1u << 8,   /* a completion can carry a claim whose
+	                                     * answer comes with the completion's
+	                                     * (complete_claim; the API may not know it) */
 };
 
 /* Every answer.  Only the fields of the operation at hand are meaningful. */
@@ -145,6 +148,13 @@ struct drv_claim_answer {
 				   * choice): an empty answer is no sign of an API
 				   * without long polls, claim again at once */
 	bool has_cancels;         /* the answer carries cancel events (DRV_CAP_SERVER_CANCEL) */
+	/* A claim carried by a completion (complete_claim): not_claimed when the
+	 * API made no claim (it refused the completion; a.verdict is then DRV_OK),
+	 * unsupported when the API does not know claims in completions either
+	 * (it ignored it).  DRV_RETRY: the completion got no answer, the claim may
+	 * have been granted: ask again with the same claim id. */
+	bool not_claimed;
+	bool unsupported;
 	char **cancels;           /* run ids whose cancel was asked for, or NULL */
 };
 
@@ -208,6 +218,13 @@ struct drv_ops {
 	int (*complete_body)(drv_t *d, drv_run_t *run, const struct drv_outcome *o, char **ret);
 	int (*complete)(drv_t *d, drv_run_t *run, const char *body, drv_cb cb, void *ud,
 			drv_req_t **ret);
+	/* complete, carrying the claim next (DRV_CAP_COMPLETE_CLAIM; no long poll,
+	 * next->claim_id set): cb gets the completion's answer, then ncb the
+	 * claim's.  A drv_cancel() stops both.  The body is sent as is on retries
+	 * and in the spool: only this send carries the claim. */
+	int (*complete_claim)(drv_t *d, drv_run_t *run, const char *body,
+	                      const struct drv_claim *next, drv_cb cb, void *ud, drv_claim_cb ncb,
+	                      void *nud, drv_req_t **ret);
 	/* Give the run back (DRV_CAP_RELEASE); delay_s before it may be claimed again. */
 	int (*release)(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
 		       drv_cb cb, void *ud, drv_req_t **ret);

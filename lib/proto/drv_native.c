@@ -9,6 +9,7 @@
 
 #include "conf/conf.h"
 #include "proto/driver-int.h"
+#include "proto/json_scan.h"
 #include "proto/proto.h"
 #include "util/macro.h"
 #include "util/random.h"
@@ -159,12 +160,12 @@ static int grant_from(struct proto_run *pr, struct drv_grant *g)
 	return 0;
 }
 
-static void claim_ok(drv_req_t *rq, const struct http_response *resp, struct drv_claim_answer *ans)
+static void claim_ok(const struct claim_state *st, const char *body, size_t len,
+                     struct drv_claim_answer *ans)
 {
-	const struct claim_state *st = rq->state;
 	struct proto_claim_resp cr;
 	char *err = NULL;
-	int q = proto_claim_parse(resp->body, resp->body_len, st->max_input, &cr, &err);
+	int q = proto_claim_parse(body, len, st->max_input, &cr, &err);
 
 	if (q < 0) {
 		ans->a.verdict = DRV_REFUSED;
@@ -192,7 +193,7 @@ static void on_claim(drv_req_t *rq, const struct http_response *resp)
 	if (drv_answer_common(resp, &ans.a))
 		;
 	else if (resp->status == 200)
-		claim_ok(rq, resp, &ans);
+		claim_ok(rq->state, resp->body, resp->body_len, &ans);
 	else if (resp->error == -EMSGSIZE) {
 		ans.a.verdict = DRV_REFUSED;
 		ans.too_large = true;
@@ -219,42 +220,63 @@ static struct proto_held *held_of(const struct drv_claim *c)
 	return h;
 }
 
-static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, void *ud,
-                        drv_req_t **ret)
+/* The claim's id: the caller's buffer (a claim ahead) or the driver's; new
+ * unless repeated.  A claim for no runs gets a throwaway one: nothing is
+ * granted to it, it is never repeated nor cancelled. */
+static int claim_req_body(struct native *n, const struct drv_claim *c, char **ret)
 {
-	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
-	struct native *n = d->priv;
-	_cleanup_free_ char *url = NULL, *body = NULL;
 	_cleanup_free_ struct proto_held *held = held_of(c);
 	char fresh[UUID_STRING_MAX];
-	char *id = c->claim_id ? c->claim_id : n->claim_id; /* the caller's: a claim ahead */
-	struct claim_state *st;
-	drv_req_t *rq;
-	int q;
+	char *id = c->claim_id ? c->claim_id : n->claim_id;
 
 	if (!held)
 		return -ENOMEM;
 	if (c->max_runs == 0)
-		uuid_v7(fresh); /* nothing is granted to it: never repeated, never cancelled */
+		uuid_v7(fresh);
 	else if (!c->repeat || !id[0])
 		uuid_v7(id);
-	q = proto_claim_body(&(struct proto_claim_req){.claim_id = c->max_runs ? id : fresh,
-	                                               .worker_id = n->worker_id,
-	                                               .max_runs = c->max_runs,
-	                                               .lease_ttl_s = c->lease_ttl_s,
-	                                               .wait_s = (unsigned)(c->wait / USEC_PER_SEC),
-	                                               .workflows = c->workflows,
-	                                               .tags = c->tags,
-	                                               .send_held = c->send_held,
-	                                               .held = held,
-	                                               .n_held = c->n_held},
-	                     &body);
+	return proto_claim_body(
+	    &(struct proto_claim_req){.claim_id = c->max_runs ? id : fresh,
+	                              .worker_id = n->worker_id,
+	                              .max_runs = c->max_runs,
+	                              .lease_ttl_s = c->lease_ttl_s,
+	                              .wait_s = (unsigned)(c->wait / USEC_PER_SEC),
+	                              .workflows = c->workflows,
+	                              .tags = c->tags,
+	                              .send_held = c->send_held,
+	                              .held = held,
+	                              .n_held = c->n_held},
+	    ret);
+}
+
+static struct claim_state *claim_state_new(const struct drv_claim *c)
+{
+	struct claim_state *st = calloc(1, sizeof(*st));
+
+	if (!st)
+		return NULL;
+	st->max_input = c->max_input;
+	st->max_response =
+	    c->max_response ? c->max_response : proto_claim_max_response(c->max_runs, c->max_input);
+	return st;
+}
+
+static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, void *ud,
+                        drv_req_t **ret)
+{
+	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
+	_cleanup_free_ char *url = NULL, *body = NULL;
+	struct claim_state *st;
+	drv_req_t *rq;
+	int q;
+
+	q = claim_req_body(d->priv, c, &body);
 	if (q >= 0)
 		q = proto_url(d->base, "/v1/claims", NULL, &url);
 	if (q < 0)
 		return q;
 	rq = drv_req_new(d, on_claim, NULL, ud);
-	st = calloc(1, sizeof(*st));
+	st = claim_state_new(c);
 	if (!rq || !st) {
 		free(st);
 		drv_req_free(rq);
@@ -263,9 +285,6 @@ static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, vo
 	rq->claim_cb = cb;
 	rq->state = st;
 	rq->state_free = free;
-	st->max_input = c->max_input;
-	st->max_response =
-	    c->max_response ? c->max_response : proto_claim_max_response(c->max_runs, c->max_input);
 	return start(rq,
 	             &(struct http_request){.method = "POST",
 	                                    .url = url,
@@ -409,22 +428,31 @@ static int native_complete_body(drv_t *d, drv_run_t *run, const struct drv_outco
 	return proto_complete_body(run->token, &po, ret);
 }
 
-/* One classification serves the live completion and the spool's delivery. */
+/* One classification serves the live completion and the spool's delivery;
+ * *next: the answer's "next" member (a claim the completion carried). */
+static void complete_verdict(const struct http_response *resp, struct drv_answer *a,
+                             struct json_span *next)
+{
+	*next = (struct json_span){0};
+	if (drv_answer_common(resp, a))
+		;
+	else if (resp->status == 200) {
+		a->verdict = DRV_OK;
+		if (proto_complete_parse(resp->body, resp->body_len, a->run_status,
+		                         sizeof(a->run_status), next) < 0)
+			a->run_status[0] = '\0';
+	} else if (lost(resp->status))
+		a->verdict = DRV_LOST;
+	else
+		a->verdict = DRV_REFUSED;
+}
+
 static void on_complete(drv_req_t *rq, const struct http_response *resp)
 {
 	struct drv_answer a;
+	struct json_span next;
 
-	if (drv_answer_common(resp, &a))
-		;
-	else if (resp->status == 200) {
-		a.verdict = DRV_OK;
-		if (proto_complete_parse(resp->body, resp->body_len, a.run_status,
-		                         sizeof(a.run_status)) < 0)
-			a.run_status[0] = '\0';
-	} else if (lost(resp->status))
-		a.verdict = DRV_LOST;
-	else
-		a.verdict = DRV_REFUSED;
+	complete_verdict(resp, &a, &next);
 	drv_req_answer(rq, &a);
 }
 
@@ -436,6 +464,97 @@ static int native_complete(drv_t *d, drv_run_t *run, const char *body, drv_cb cb
 	if (!rq)
 		return -ENOMEM;
 	return post(d, "/v1/runs/%s/complete", run->id, body, "complete", 0, false, rq, ret);
+}
+
+/* ------------------------------------------------ complete with a claim */
+
+struct complete_claim_state {
+	struct claim_state claim;
+	drv_claim_cb ncb;
+	void *nud;
+};
+
+/* What became of the claim a completion carried. */
+static void next_answer(const struct complete_claim_state *st, const struct drv_answer *a,
+                        const struct json_span *next, struct drv_claim_answer *ans)
+{
+	char code[64];
+
+	ans->a = *a;
+	if (a->verdict == DRV_RETRY) /* no answer: it may have been granted */
+		return;
+	ans->a.verdict = DRV_OK;
+	if (a->verdict != DRV_OK)
+		ans->not_claimed = true; /* the server claims only for a recorded completion */
+	else if (!next->p)
+		ans->not_claimed = ans->unsupported = true;
+	else {
+		claim_ok(&st->claim, next->p, next->len, ans);
+		/* the server could not make the claim: an empty answer (protocol.md) */
+		if (ans->a.verdict == DRV_OK && ans->n_runs == 0 &&
+		    proto_claim_error(next->p, next->len, code, sizeof(code)) > 0)
+			snprintf(ans->a.detail, sizeof(ans->a.detail), "the claim failed: %s",
+			         code);
+	}
+}
+
+static void on_complete_claim(drv_req_t *rq, const struct http_response *resp)
+{
+	const struct complete_claim_state *st = rq->state;
+	struct drv_claim_answer ans = {.queue_depth = -1};
+	struct drv_answer a;
+	struct json_span next;
+
+	if (resp->error == -EMSGSIZE) {
+		/* the completion is sent again (plain, idempotent); the claim's runs,
+		 * unread, return to the queue when their leases expire */
+		a = (struct drv_answer){.verdict = DRV_RETRY, .error = resp->error};
+		snprintf(a.detail, sizeof(a.detail), "answer over its cap");
+		ans.a = a;
+		ans.a.verdict = DRV_REFUSED;
+		ans.too_large = true;
+	} else {
+		complete_verdict(resp, &a, &next);
+		next_answer(st, &a, &next, &ans);
+	}
+	drv_req_complete_claim_answer(rq, &a, st->ncb, st->nud, &ans);
+}
+
+static int native_complete_claim(drv_t *d, drv_run_t *run, const char *body,
+                                 const struct drv_claim *next, drv_cb cb, void *ud,
+                                 drv_claim_cb ncb, void *nud, drv_req_t **ret)
+{
+	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
+	_cleanup_free_ char *url = NULL, *claim = NULL, *both = NULL;
+	struct complete_claim_state *st = calloc(1, sizeof(*st));
+	drv_req_t *rq = drv_req_new(d, on_complete_claim, cb, ud);
+	int q = st && rq ? claim_req_body(d->priv, next, &claim) : -ENOMEM;
+
+	if (q >= 0)
+		q = proto_url(d->base, "/v1/runs/%s/complete", run->id, &url);
+	if (q >= 0)
+		q = proto_complete_splice(body, claim, &both);
+	if (q < 0) {
+		free(st);
+		drv_req_free(rq);
+		return q;
+	}
+	st->claim.max_input = next->max_input;
+	st->claim.max_response =
+	    SMALL_ANSWER + proto_claim_max_response(next->max_runs, next->max_input);
+	st->ncb = ncb;
+	st->nud = nud;
+	rq->state = st;
+	rq->state_free = free;
+	return start(rq,
+	             &(struct http_request){.method = "POST",
+	                                    .url = url,
+	                                    .headers = headers,
+	                                    .body = both,
+	                                    .body_len = strlen(both),
+	                                    .max_response = st->claim.max_response,
+	                                    .label = "complete"},
+	             ret);
 }
 
 static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
@@ -503,7 +622,7 @@ const struct drv_ops drv_native_ops = {
     .name = "native",
     .caps = DRV_CAP_LOG_OFFSETS | DRV_CAP_IDEMPOTENT_CLAIM | DRV_CAP_CLAIM_CANCEL |
             DRV_CAP_SERVER_CANCEL | DRV_CAP_SERVER_TTL | DRV_CAP_MULTI_WORKFLOW | DRV_CAP_RELEASE |
-            DRV_CAP_LOG_LENGTH,
+            DRV_CAP_LOG_LENGTH | DRV_CAP_COMPLETE_CLAIM,
     .init = native_init,
     .done = native_done,
     .claim = native_claim,
@@ -512,6 +631,7 @@ const struct drv_ops drv_native_ops = {
     .log_append = native_log_append,
     .complete_body = native_complete_body,
     .complete = native_complete,
+    .complete_claim = native_complete_claim,
     .release = native_release,
     .restore = native_restore,
     .body_set_log_length = native_body_set_log_length,

@@ -122,7 +122,18 @@ struct proto_outcome {
 
 int proto_complete_body(const char *token, const struct proto_outcome *o, char **ret);
 /* run_status: "succeeded" "failed" "retrying" "cancelled" (copied, capped). */
-int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len);
+/* A complete answer: its run_status; *ret_next (may be NULL) the span of its
+ * "next" member, the answer of a claim the completion carried (p NULL when
+ * absent: the server did not know it). */
+struct json_span;
+int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len,
+                         struct json_span *ret_next);
+/* body (proto_complete_body's) with claim_body (proto_claim_body's) in it as
+ * "next" (protocol v1 addition: a completion that claims the slot it frees). */
+int proto_complete_splice(const char *body, const char *claim_body, char **ret);
+/* A claim answer's "error" code (a claim carried by a completion that the
+ * server could not make): 1 with the code, 0 when none. */
+int proto_claim_error(const char *body, size_t len, char *ret_code, size_t code_len);
 
 enum proto_release_reason {
 	PROTO_RELEASE_DRAINING = V1_RELEASE_DRAINING,

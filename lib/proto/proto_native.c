@@ -567,15 +567,72 @@ int proto_complete_body(const char *token, const struct proto_outcome *oc, char 
 	return json_finish(o, ret);
 }
 
-int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len)
+/* The answer's members: run_status (a small string) and next (a claim's
+ * answer, left to proto_claim_parse); each at most once. */
+static int complete_members(const char *body, size_t len, struct json_span *status,
+                            struct json_span *next)
+{
+	struct json_iter it;
+	struct json_span key, val;
+	bool bad = false;
+	int r;
+
+	*status = *next = (struct json_span){0};
+	if (json_iter_open(&it, body, body + len, '{', 1) < 0)
+		return -EBADMSG;
+	while ((r = json_iter_next(&it, &key, &bad)) > 0) {
+		static const char *const names[] = {"run_status", "next"};
+		int k = key_index(&key, names, ELEMENTSOF(names));
+		struct json_span *want = k == 0 ? status : k == 1 ? next : NULL;
+
+		if (json_iter_value(&it, &val, &bad) < 0 || (want && want->p))
+			return -EBADMSG;
+		if (want)
+			*want = val;
+	}
+	if (r < 0 || json_scan_ws(it.p, body + len) != body + len)
+		return -EBADMSG;
+	return 0;
+}
+
+int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t status_len,
+                         struct json_span *ret_next)
+{
+	struct json_span st, next;
+	_cleanup_json_ cJSON *s = NULL;
+
+	if (complete_members(body, len, &st, &next) < 0 || !st.p || st.len > SMALL_VALUE_MAX)
+		return -EBADMSG;
+	s = cJSON_ParseWithLength(st.p, st.len);
+	if (!cJSON_IsString(s) || !proto_valid_id(s->valuestring))
+		return -EBADMSG;
+	snprintf(ret_status, status_len, "%s", s->valuestring);
+	if (ret_next)
+		*ret_next = next;
+	return 0;
+}
+
+int proto_complete_splice(const char *body, const char *claim_body, char **ret)
+{
+	size_t n = strlen(body);
+
+	/* a completion body is one object made by proto_complete_body */
+	if (n < 2 || body[n - 1] != '}')
+		return -EINVAL;
+	if (asprintf(ret, "%.*s,\"next\":%s}", (int)(n - 1), body, claim_body) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+int proto_claim_error(const char *body, size_t len, char *ret_code, size_t code_len)
 {
 	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
-	const char *s = json_str(root, "run_status");
+	const char *code = json_str(root, "error");
 
-	if (!s || !proto_valid_id(s))
-		return -EBADMSG;
-	snprintf(ret_status, status_len, "%s", s);
-	return 0;
+	if (!code)
+		return 0;
+	snprintf(ret_code, code_len, "%s", code);
+	return 1;
 }
 
 int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,

@@ -31,6 +31,11 @@
 #define CLAIM_SUMMARY_EVERY (60 * USEC_PER_SEC)
 #define CLAIM_MAX_RUNS 256 /* struct drv_claim's bound */
 #define HELD_MAX 4096
+/* How long a claim carried by a completion keeps the slot it asks for: a
+ * completion answered later than that (a slow API) does not hold the next run
+ * back; a claim ahead goes for the slot, and what the carried claim brings
+ * after that is run if a slot is free, else given back. */
+#define CARRY_PATIENCE (25 * USEC_PER_MSEC)
 /* Claims ahead in flight at once (DRV_CAP_MULTI_WORKFLOW and DRV_CAP_RELEASE). */
 #define CLAIM_AHEAD_MAX 3
 
@@ -46,6 +51,8 @@ struct claim_lane {
 	bool held_only;    /* the claim in flight asks for no runs, only for cancels */
 	bool finishing;    /* stopped, but left to end: what it brings is released */
 	bool ahead;        /* a claim ahead: no long poll, its own claim id */
+	bool carried;      /* a claim ahead carried by a completion in flight
+	                    * (DRV_CAP_COMPLETE_CLAIM); req is the run's */
 	char claim_id[UUID_STRING_MAX]; /* a claim ahead's, kept for its repeat */
 };
 
@@ -57,6 +64,7 @@ struct claimer {
 	unsigned claim_failures;
 	unsigned idle_polls;
 	ev_timer_t *timer;
+	ev_timer_t *carry_timer; /* a carried claim's patience ran out: claim_kick */
 	long queue_depth;
 	unsigned claim_cancels; /* claim cancels in flight */
 	bool in_arrival;        /* handling a claim's runs: no nested claim */
@@ -67,6 +75,7 @@ struct claimer {
 	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
 	bool cancels_known;    /* the API's claim answers carry cancel events */
 	bool ahead_idle;       /* a claim ahead came back empty: none until one brings runs */
+	bool carry_off;        /* the API does not take claims in completions */
 };
 
 static const struct conf *claimer_conf(const struct claimer *cl)
@@ -82,15 +91,22 @@ static struct breaker *claimer_breaker(const struct claimer *cl, const char *wor
 /* Runs a claim may bring now: the execution slots no run holds, none while the
  * reporting queue is full (a dead API stops claims), and never so many that
  * more than concurrency + max_reporting runs would be held at once. */
-static unsigned free_slots(const struct claimer *w)
+static unsigned slots_free(const struct claimer *w, unsigned running, unsigned reporting,
+                           unsigned n)
 {
 	const struct conf_worker *c = &claimer_conf(w)->worker;
-	const struct run_table *t = w->p.table;
 	unsigned rep_max = conf_max_reporting(c), held_max = c->concurrency + rep_max;
 
-	if (t->running >= c->concurrency || t->reporting >= rep_max || t->n >= held_max)
+	if (running >= c->concurrency || reporting >= rep_max || n >= held_max)
 		return 0;
-	return MIN(MIN(c->concurrency - t->running, held_max - t->n), CLAIM_MAX_RUNS);
+	return MIN(MIN(c->concurrency - running, held_max - n), CLAIM_MAX_RUNS);
+}
+
+static unsigned free_slots(const struct claimer *w)
+{
+	const struct run_table *t = w->p.table;
+
+	return slots_free(w, t->running, t->reporting, t->n);
 }
 
 /* The runs of a workflow that hold one of its slots: claimed, waiting or
@@ -416,7 +432,7 @@ static struct claim_lane *lane_ahead(struct claimer *w)
 		if (!l->ahead)
 			continue;
 		n++;
-		if (l->req || l->finishing)
+		if (l->req || l->carried || l->finishing)
 			continue;
 		if (l->repeat) /* its last claim got no answer: ask again first */
 			return l;
@@ -430,14 +446,32 @@ static struct claim_lane *lane_ahead(struct claimer *w)
 	return l;
 }
 
+/* A claim ahead that got no answer (or one a completion carried): asked
+ * again first, with its claim id, so the runs granted to it come to us. */
+static struct claim_lane *lane_repeat(const struct claimer *w)
+{
+	for (size_t i = 0; i < w->n_lanes; i++) {
+		struct claim_lane *l = w->lanes[i];
+
+		if (l->ahead && l->repeat && !l->req && !l->carried && !l->finishing)
+			return l;
+	}
+	return NULL;
+}
+
 /* Slots promised to the claims in flight. */
 static unsigned lanes_reserved(const struct claimer *w)
 {
 	unsigned n = 0;
 
-	for (size_t i = 0; i < w->n_lanes; i++)
-		if (w->lanes[i]->req)
-			n += w->lanes[i]->max_runs;
+	usec_t now = ev_now(w->p.runs->ev);
+
+	for (size_t i = 0; i < w->n_lanes; i++) {
+		const struct claim_lane *l = w->lanes[i];
+
+		if (l->req || (l->carried && now - l->sent_at < CARRY_PATIENCE))
+			n += l->max_runs;
+	}
 	return n;
 }
 
@@ -531,11 +565,25 @@ static bool ahead_allowed(const struct claimer *w)
 /* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW): on the
  * lane with the long poll, or, while that one is out, a claim ahead for the
  * slots freed since it was sent. */
+static bool carry_allowed(const struct claimer *w);
+
+/* The free slots a claim may ask for now: with claims carried by
+ * completions, a run that is shipping the last of its log keeps the slot it
+ * left for the claim its completion will carry. */
+static unsigned slots_to_claim(const struct claimer *w)
+{
+	unsigned slots = free_slots(w), flushing = w->p.table->flushing;
+
+	if (!carry_allowed(w))
+		return slots;
+	return slots > flushing ? slots - flushing : 0;
+}
+
 static void claim_kick_one(struct claimer *w)
 {
 	struct claim_lane *l = lane_get(w, NULL);
 	char **wfs = NULL;
-	unsigned slots = free_slots(w), room = 0, want, reserved;
+	unsigned slots = slots_to_claim(w), room = 0, want, reserved;
 	int q;
 
 	if (!l)
@@ -556,7 +604,11 @@ static void claim_kick_one(struct claimer *w)
 	want = MIN(slots, room);
 	reserved = lanes_reserved(w);
 	if (want > reserved) {
-		if (!l->req)
+		struct claim_lane *rep = lane_repeat(w);
+
+		if (rep && drv_has(w->p.runs->drv, DRV_CAP_RELEASE))
+			q = claim_send(w, rep, wfs, want - reserved);
+		else if (!l->req)
 			q = claim_send(w, l, wfs, want - reserved);
 		else if (ahead_allowed(w) && (l = lane_ahead(w)))
 			q = claim_send(w, l, wfs, want - reserved);
@@ -605,6 +657,125 @@ static void claim_kick_lanes(struct claimer *w)
 	}
 }
 
+/* ---- claims carried by completions (DRV_CAP_COMPLETE_CLAIM) ---- */
+
+static void carried_end(struct claim_lane *l)
+{
+	struct claimer *w = l->cl;
+	bool finishing = l->finishing;
+
+	l->carried = false;
+	l->finishing = false;
+	l->max_runs = 0;
+	claim_later(w, 0);
+	if (finishing)
+		w->p.ops->idle(w->p.host);
+}
+
+static void on_carried(struct drv_claim_answer *ans, void *userdata)
+{
+	struct claim_lane *l = userdata;
+	struct claimer *w = l->cl;
+
+	if (ans->unsupported && !w->carry_off) {
+		w->carry_off = true;
+		log_info("the API does not take claims in completions (protocol v1 without "
+		         "\"next\"): claiming apart");
+	}
+	if (ans->not_claimed) {
+		l->repeat = false;
+		carried_end(l);
+		return;
+	}
+	l->carried = false;
+	on_claim(ans, l);
+	/* the long poll may not be out (every slot was busy): look again */
+	if (ans->a.verdict == DRV_OK && ans->n_runs == 0)
+		claim_later(w, 0);
+}
+
+/* The slots free once r (about to report) has left its slot, less those the
+ * other runs shipping their logs keep for their own completions. */
+static unsigned free_slots_after(const struct claimer *w, const struct run *r)
+{
+	const struct run_table *t = w->p.table;
+	bool leaves = run_holds_slot(r->state) && t->running > 0;
+	unsigned slots = slots_free(w, t->running - leaves, t->reporting + leaves, t->n);
+	unsigned others = t->flushing - (r->state == RUN_FLUSHING && t->flushing > 0);
+
+	return slots > others ? slots - others : 0;
+}
+
+static bool carry_allowed(const struct claimer *w)
+{
+	drv_t *d = w->p.runs->drv;
+
+	return drv_has(d, DRV_CAP_COMPLETE_CLAIM) && drv_has(d, DRV_CAP_MULTI_WORKFLOW) &&
+	       drv_has(d, DRV_CAP_RELEASE) && drv_ops(d)->complete_claim && !w->carry_off &&
+	       !w->in_arrival && w->p.ops->running(w->p.host);
+}
+
+/* The claim a carried lane sends: no long poll, no held leases. */
+static struct drv_claim carried_claim(const struct claimer *w, struct claim_lane *l,
+                                      char *const *wfs, unsigned max_runs)
+{
+	const struct conf *c = claimer_conf(w);
+
+	return (struct drv_claim){
+	    .max_runs = max_runs,
+	    .workflows = wfs,
+	    .tags = c->worker.tags,
+	    .lease_ttl_s = (unsigned)(c->worker.lease_ttl / USEC_PER_SEC),
+	    .timeout = c->api.request_timeout,
+	    .max_input = c->worker.max_input_bytes,
+	    .repeat = l->repeat,
+	    .claim_id = l->claim_id,
+	};
+}
+
+int claim_carry(struct claimer *w, const struct run *r, claim_carry_send_fn send, void *ctx)
+{
+	unsigned slots, room = 0, want, reserved;
+	struct claim_lane *l;
+	struct drv_claim rq;
+	char **wfs;
+	int q;
+
+	if (!carry_allowed(w) || (slots = free_slots_after(w, r)) == 0)
+		return 0;
+	wfs = claimable_workflows(w, &room);
+	want = MIN(slots, room);
+	reserved = lanes_reserved(w);
+	l = wfs && wfs[0] && want > reserved ? lane_repeat(w) : NULL;
+	if (!l && wfs && wfs[0] && want > reserved)
+		l = lane_ahead(w);
+	if (!l) {
+		strv_free(wfs);
+		return 0;
+	}
+	rq = carried_claim(w, l, wfs, want - reserved);
+	q = send(&rq, on_carried, l, ctx);
+	strv_free(wfs);
+	if (q < 0)
+		return q;
+	l->carried = true;
+	l->max_runs = rq.max_runs;
+	l->repeat = true;
+	l->sent_at = ev_now(w->p.runs->ev);
+	if (!ev_timer_armed(w->carry_timer))
+		ev_timer_arm(w->carry_timer, CARRY_PATIENCE);
+	return 1;
+}
+
+void claim_carry_dropped(struct claimer *w, void *lane)
+{
+	struct claim_lane *l = lane;
+
+	(void)w;
+	/* no answer: the repeat asks for what it may have been granted */
+	carried_end(l);
+}
+
 void claim_kick(struct claimer *w)
 {
 	if (!w->p.ops->running(w->p.host) || ev_timer_armed(w->timer) || w->in_arrival)
@@ -636,8 +807,8 @@ static bool claim_finish_instead(struct claimer *w, const struct claim_lane *l)
 {
 	drv_t *d = w->p.runs->drv;
 
-	return l->req && !l->held_only && (l->ahead || !drv_has(d, DRV_CAP_CLAIM_CANCEL)) &&
-	       drv_has(d, DRV_CAP_RELEASE);
+	return (l->req || l->carried) && !l->held_only &&
+	       (l->ahead || !drv_has(d, DRV_CAP_CLAIM_CANCEL)) && drv_has(d, DRV_CAP_RELEASE);
 }
 
 void claim_stop(struct claimer *w)
@@ -835,6 +1006,24 @@ static void on_timer(ev_timer_t *t, void *userdata)
 	claim_kick(userdata);
 }
 
+/* The oldest carried claim in flight ran out of patience: its slot may be
+ * claimed apart; wait for the next one's. */
+static void on_carry_timer(ev_timer_t *t, void *userdata)
+{
+	struct claimer *w = userdata;
+	usec_t now = ev_now(w->p.runs->ev), next = USEC_INFINITY;
+
+	for (size_t i = 0; i < w->n_lanes; i++) {
+		const struct claim_lane *l = w->lanes[i];
+
+		if (l->carried && now - l->sent_at < CARRY_PATIENCE)
+			next = MIN(next, l->sent_at + CARRY_PATIENCE - now);
+	}
+	if (next != USEC_INFINITY)
+		ev_timer_arm(t, next);
+	claim_kick(w);
+}
+
 int claimer_new(const struct claimer_params *p, struct claimer **ret)
 {
 	struct claimer *cl = calloc(1, sizeof(*cl));
@@ -845,7 +1034,10 @@ int claimer_new(const struct claimer_params *p, struct claimer **ret)
 	cl->p = *p;
 	cl->queue_depth = -1;
 	q = ev_timer_add(p->runs->ev, USEC_INFINITY, on_timer, cl, &cl->timer);
+	if (q >= 0)
+		q = ev_timer_add(p->runs->ev, USEC_INFINITY, on_carry_timer, cl, &cl->carry_timer);
 	if (q < 0) {
+		ev_timer_del(cl->timer);
 		free(cl);
 		return q;
 	}
@@ -864,6 +1056,7 @@ struct claimer *claimer_free(struct claimer *cl)
 	}
 	free(cl->lanes);
 	ev_timer_del(cl->timer);
+	ev_timer_del(cl->carry_timer);
 	free(cl);
 	return NULL;
 }

@@ -41,6 +41,16 @@ int claimer_new(const struct claimer_params *p, claimer_t **ret);
 claimer_t *claimer_free(claimer_t *cl);
 /* Claim now if there is room. */
 void claim_kick(claimer_t *cl);
+/* A completion about to go out carries a claim (DRV_CAP_COMPLETE_CLAIM) for
+ * the slot r leaves and any other free one not promised to a claim in
+ * flight: the claimer calls send(claim, cb, lane, ctx), which sends the
+ * completion with it (ctx is the caller's).  1: sent with a claim; 0: no
+ * claim to carry (send was not called); < 0: send failed.  When the
+ * completion is cancelled before its answer, claim_carry_dropped(lane). */
+typedef int (*claim_carry_send_fn)(const struct drv_claim *claim, drv_claim_cb cb, void *lane,
+                                   void *ctx);
+int claim_carry(claimer_t *cl, const struct run *r, claim_carry_send_fn send, void *ctx);
+void claim_carry_dropped(claimer_t *cl, void *lane);
 /* Drain or stop: abort the open claims, cancel them on the server
  * (DRV_CAP_CLAIM_CANCEL); without that but with DRV_CAP_RELEASE, let them end
  * and release what they bring. */

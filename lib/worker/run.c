@@ -200,8 +200,20 @@ static void lease_claimed(struct run *r, usec_t sent, unsigned ttl_s)
 	ev_timer_arm(r->renew_timer, 0);
 }
 
+static void lease_stop(struct run *r);
+
 static void lease_lost(struct run *r, const char *why)
 {
+	if (r->state == RUN_REPORTING && r->req) {
+		/* the completion in flight may be what ended the lease (the server
+		 * ends it with the run): that completion's answer decides, and it
+		 * is fenced by the same token */
+		run_log(r, LOG_INFO,
+		        "lease refused (%s) while the completion is in flight: its answer decides",
+		        why);
+		lease_stop(r);
+		return;
+	}
 	run_log(r, LOG_WARNING, "lease lost (%s): stopping the run, nothing more is written", why);
 	metric_add(r->h->m.leases_lost, 1);
 	run_dispatch(r, RE_LEASE_LOST);
@@ -841,6 +853,7 @@ static void on_complete(const struct drv_answer *a, void *userdata)
 	char why[200];
 
 	r->req = NULL;
+	r->req_carries = NULL; /* its answer comes right after this one */
 	switch (a->verdict) {
 	case DRV_OK:
 		snprintf(r->note, sizeof(r->note), "the API says %s",
@@ -865,12 +878,44 @@ static void on_complete(const struct drv_answer *a, void *userdata)
 	}
 }
 
+static int send_carrying(const struct drv_claim *claim, drv_claim_cb cb, void *lane, void *ctx)
+{
+	struct run *r = ctx;
+	int q = run_drv(r)->complete_claim(r->h->drv, r->priv, r->body, claim, on_complete, r, cb,
+	                                   lane, &r->req);
+
+	if (q >= 0)
+		r->req_carries = lane;
+	return q;
+}
+
+/* The first send may carry a claim for the slot the run left; a retry is
+ * the plain body (the claim, if unanswered, is asked again apart). */
 static void send_complete(struct run *r)
 {
-	if (run_drv(r)->complete(r->h->drv, r->priv, r->body, on_complete, r, &r->req) < 0) {
+	int q = 0;
+
+	r->req_carries = NULL;
+	if (r->req_attempts == 0 && r->h->ops->carry)
+		q = r->h->ops->carry(r->h->host, r, send_carrying, r);
+	if (q <= 0)
+		q = run_drv(r)->complete(r->h->drv, r->priv, r->body, on_complete, r, &r->req);
+	if (q < 0) {
 		r->req = NULL;
 		ev_timer_arm(r->timer, USEC_PER_SEC);
 	}
+}
+
+/* Stop the request in flight; a claim it carried is then unanswered. */
+static void req_cancel(struct run *r)
+{
+	void *lane = r->req_carries;
+
+	drv_cancel(r->req);
+	r->req = NULL;
+	r->req_carries = NULL;
+	if (lane)
+		r->h->ops->carry_dropped(r->h->host, lane);
 }
 
 static void on_release(const struct drv_answer *a, void *userdata)
@@ -1076,8 +1121,7 @@ static void go_silent(struct run *r)
 {
 	r->lost = true;
 	lease_stop(r);
-	drv_cancel(r->req);
-	r->req = NULL;
+	req_cancel(r);
 	if (r->log)
 		logship_abandon(r->log);
 }
@@ -1137,8 +1181,7 @@ static enum run_state act_spool(struct run *r)
 {
 	if (collect_defer(r, RE_HARD_STOP))
 		return r->state;
-	drv_cancel(r->req);
-	r->req = NULL;
+	req_cancel(r);
 	r->spool_log = !r->body && r->log; /* a hard stop before the log was shipped */
 	if (build_body(r) >= 0)
 		r->h->ops->spool(r->h->host, r);
@@ -1207,8 +1250,7 @@ static enum run_state act_abandon(struct run *r)
 		free(r->reject_reason);
 		r->reject_reason = NULL;
 	} else if (r->body && (r->state == RUN_REPORTING || r->state == RUN_FLUSHING)) {
-		drv_cancel(r->req);
-		r->req = NULL;
+		req_cancel(r);
 		r->h->ops->spool(r->h->host, r);
 	}
 	return RUN_DONE;
@@ -1337,6 +1379,7 @@ bool run_table_moved(struct run_table *t, const struct run *r, enum run_state be
 {
 	unsigned *from = run_place(t, before), *to = run_place(t, r->state);
 
+	t->flushing += (r->state == RUN_FLUSHING) - (before == RUN_FLUSHING);
 	if (from == to)
 		return false;
 	if (from)
@@ -1431,7 +1474,7 @@ static void run_record_outcome(struct run *r)
 static void run_free(struct run *r)
 {
 	lease_stop(r);
-	drv_cancel(r->req);
+	req_cancel(r);
 	ev_timer_del(r->renew_timer);
 	ev_timer_del(r->deadline_timer);
 	ev_timer_del(r->timer);

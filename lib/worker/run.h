@@ -79,6 +79,13 @@ struct run_host_ops {
 	/* A run's verdict reached the workflow's breaker without changing its
 	 * state: claims held back for it may go; NULL = nothing to do. */
 	void (*settled)(void *host, const char *workflow);
+	/* r's completion is about to go out for the first time: the host may
+	 * have it carry a claim (claim_carry; the same contract), or NULL. */
+	int (*carry)(void *host, struct run *r,
+	             int (*send)(const struct drv_claim *, drv_claim_cb, void *, void *),
+	             void *ctx);
+	/* The completion that carried the claim lane was cancelled. */
+	void (*carry_dropped)(void *host, void *lane);
 };
 
 struct run_metrics {
@@ -133,6 +140,7 @@ struct run {
 	ev_timer_t *renew_timer, *deadline_timer, *timer;
 	drv_req_t *lease_req, *req;
 	unsigned req_attempts;
+	void *req_carries; /* r->req carries this claim (run_host_ops.carry) */
 
 	char *dir;
 	cgroup_run_t *cg; /* the run's own cgroup in cgroup kill mode */
@@ -165,6 +173,8 @@ struct run_table {
 	unsigned n;         /* every run held */
 	unsigned running;   /* of those, holding an execution slot */
 	unsigned reporting; /* of those, in the reporting queue */
+	unsigned flushing;  /* of those, shipping the last of their log before the
+	                     * completion (RUN_FLUSHING) */
 };
 void run_table_add(struct run_table *t, struct run *r);
 /* r reached DONE: out of the table (its place was given back by run_table_moved). */

@@ -204,13 +204,31 @@ static void host_run_moved(void *host, struct run *r, enum run_state before)
 	worker_run_moved(host, r, before);
 }
 
+static int host_carry(void *host, struct run *r,
+                      int (*send)(const struct drv_claim *, drv_claim_cb, void *, void *),
+                      void *ctx)
+{
+	worker_t *w = host;
+
+	return claim_carry(w->claimer, r, send, ctx);
+}
+
+static void host_carry_dropped(void *host, void *lane)
+{
+	worker_t *w = host;
+
+	claim_carry_dropped(w->claimer, lane);
+}
+
 static const struct run_host_ops run_host_ops = {
-	.breaker = host_breaker,
-	.breaker_changed = host_breaker_changed,
-	.spool = host_spool,
-	.done = host_run_done,
-	.moved = host_run_moved,
-	.settled = host_settled,
+    .breaker = host_breaker,
+    .breaker_changed = host_breaker_changed,
+    .spool = host_spool,
+    .done = host_run_done,
+    .moved = host_run_moved,
+    .settled = host_settled,
+    .carry = host_carry,
+    .carry_dropped = host_carry_dropped,
 };
 
 static struct conf_ref *host_conf(void *host)

@@ -54,7 +54,8 @@ static int parse_address(const char *address, struct sockaddr_in *sa)
 		return -EINVAL;
 	memcpy(host, address, (size_t)(colon - address));
 	host[colon - address] = '\0';
-	*sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+	*sa = (struct sockaddr_in){.sin_family = AF_INET,
+	                           .sin_port = htons((uint16_t)atoi(colon + 1))};
 	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/json_scan.h"
 #include "proto/proto.h"
 #include "testutil.h"
 
@@ -266,6 +267,50 @@ START_TEST(test_error_text_cut_on_a_character)
 }
 END_TEST
 
+/* A completion carrying a claim ("next"): the claim spliced into the body,
+ * the answer's claim found by span, a member given twice refused. */
+START_TEST(test_complete_next)
+{
+	static const char ans[] = "{\"run_status\":\"succeeded\",\"next\":{\"runs\":[],"
+	                          "\"queue_depth\":0}}";
+	struct json_span next;
+	char status[32], code[32];
+	char *s = NULL;
+	cJSON *j;
+
+	ck_assert_int_eq(proto_complete_splice("{\"token\":\"t\"}", "{\"max_runs\":1}", &s), 0);
+	j = cJSON_Parse(s);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(cJSON_GetObjectItem(j, "token")->valuestring, "t");
+	ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "next"), "max_runs")->valueint,
+	                 1);
+	cJSON_Delete(j);
+	free(s);
+	ck_assert_int_eq(proto_complete_splice("", "{}", &s), -EINVAL);
+
+	ck_assert_int_eq(proto_complete_parse(ans, strlen(ans), status, sizeof(status), &next), 0);
+	ck_assert_str_eq(status, "succeeded");
+	ck_assert_ptr_nonnull(next.p);
+	ck_assert_int_eq(strncmp(next.p, "{\"runs\":[]", 10), 0);
+	ck_assert_int_eq(proto_claim_error(next.p, next.len, code, sizeof(code)), 0);
+	/* an older server: no "next" */
+	ck_assert_int_eq(
+	    proto_complete_parse("{\"run_status\":\"failed\"}", 23, status, sizeof(status), &next),
+	    0);
+	ck_assert_ptr_null(next.p);
+	/* given twice, or trailing bytes: unusable */
+	ck_assert_int_lt(proto_complete_parse("{\"run_status\":\"failed\",\"next\":{},\"next\":{}}",
+	                                      43, status, sizeof(status), &next),
+	                 0);
+	ck_assert_int_lt(proto_complete_parse("{\"run_status\":\"failed\"} x", 25, status,
+	                                      sizeof(status), &next),
+	                 0);
+	ck_assert_int_eq(
+	    proto_claim_error("{\"runs\":[],\"error\":\"internal\"}", 30, code, sizeof(code)), 1);
+	ck_assert_str_eq(code, "internal");
+}
+END_TEST
+
 /* proto/v1.h: every name maps to its enum and back, and nothing else does. */
 #define CHECK_NAMES(name, from, list, n)                                                           \
 	do {                                                                                       \
@@ -311,6 +356,7 @@ int main(void)
 	tcase_add_test(tc, test_claim_token_is_an_identifier);
 	tcase_add_test(tc, test_error_text_cut_on_a_character);
 	tcase_add_test(tc, test_v1_names);
+	tcase_add_test(tc, test_complete_next);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

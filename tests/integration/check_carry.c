@@ -1,0 +1,218 @@
+/* A completion carries the claim for the slot it frees (issue 15, protocol v1
+ * "next", docs/protocol.md), against a real lessor: with one slot the runs go
+ * through without a claim of their own; a server that does not know "next"
+ * (lessor's legacy fault) gets the usual claims; a completion whose answer is
+ * lost has its claim asked again with the same claim id, so the run granted
+ * to it comes to us before its lease would expire; and a drain gives back
+ * what a carried claim brings. */
+#include <cJSON.h>
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonutil.h"
+#include "lessee_proc.h"
+#include "lessor_proc.h"
+#include "promparse.h"
+#include "testutil.h"
+#include "util/macro.h"
+#include "util/strutil.h"
+
+#define SEC USEC_PER_SEC
+
+static struct tu_lessor *L;
+static struct tu_lessee *D;
+
+static void setup(void)
+{
+	static char *const args[] = {"--enable-faults", NULL};
+
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &L), 0);
+}
+
+static void teardown(void)
+{
+	D = tu_lessee_free(D);
+	if (L && tu_lessor_pid(L) > 0)
+		ck_assert_int_eq(tu_lessor_stop(L), 0);
+	L = tu_lessor_free(L);
+}
+
+static void fault(const char *json)
+{
+	long status = 0;
+
+	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults", json, &status, NULL), 0);
+	ck_assert_int_eq(status, 200);
+}
+
+static char *enqueue(void)
+{
+	char *id = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
+
+	ck_assert_ptr_nonnull(id);
+	return id;
+}
+
+static void start_lessee(const char *api_extra, const char *worker_extra)
+{
+	char conf[512];
+
+	snprintf(conf, sizeof(conf),
+	         "[api]\n%s"
+	         "[worker]\nconcurrency = 1\nlease_ttl = 60s\n%s"
+	         "[status]\nlisten = 127.0.0.1:0\n"
+	         "[workflow.ok]\ncommand = /bin/true\n",
+	         api_extra, worker_extra);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
+	                 0);
+}
+
+static void dump_log(void)
+{
+	_cleanup_free_ char *log = tu_lessee_log(D);
+
+	fprintf(stderr, "---- lessee log ----\n%s---- end ----\n", log ? log : "");
+}
+
+/* lessee_api_requests_total of one endpoint, any code. */
+static double requests(const char *endpoint)
+{
+	long status = 0;
+	_cleanup_free_ char *body = tu_lessee_status_get(D, "/metrics", &status);
+	prom_doc_t *doc = NULL;
+	double n;
+
+	ck_assert_int_eq(status, 200);
+	ck_assert_int_eq(prom_parse(body, strlen(body), &doc, NULL), 0);
+	n = prom_sum(doc, "lessee_api_requests_total", "endpoint", endpoint, NULL);
+	prom_free(doc);
+	return isnan(n) ? 0 : n;
+}
+
+static cJSON *run_of(const char *id)
+{
+	cJSON *o = tu_lessor_get_run(L, id);
+
+	ck_assert_ptr_nonnull(o);
+	return o;
+}
+
+#define RUNS 30
+
+/* One slot, RUNS runs queued: each completion brings the next run, so the
+ * daemon sends only the claims that found nothing (the first, the last). */
+START_TEST(test_completions_carry_claims)
+{
+	char *ids[RUNS];
+	double claims, completes;
+
+	for (int i = 0; i < RUNS; i++)
+		ids[i] = enqueue();
+	start_lessee("", "");
+	for (int i = 0; i < RUNS; i++) {
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(30 * SEC)), 0);
+		free(ids[i]);
+	}
+	completes = requests("complete");
+	claims = requests("claims");
+	if (claims > 5)
+		dump_log();
+	ck_assert_double_eq(completes, RUNS);
+	ck_assert_msg(claims <= 5, "%.0f claims for %d runs: completions carried no claim", claims,
+	              RUNS);
+}
+END_TEST
+
+/* A server that ignores "next" (lessor's legacy fault): nothing is claimed by
+ * a completion, the daemon says so once and claims apart. */
+START_TEST(test_older_server_gets_claims)
+{
+	char *ids[10];
+
+	fault("{\"endpoint\":\"claims\",\"legacy\":true,\"count\":100000}");
+	for (int i = 0; i < 10; i++)
+		ids[i] = enqueue();
+	start_lessee("", "");
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(30 * SEC)), 0);
+		free(ids[i]);
+	}
+	ck_assert_int_eq(tu_lessee_wait_log(D, "does not take claims in completions", 0), 0);
+	ck_assert(requests("claims") >= 10);
+}
+END_TEST
+
+/* The completion that carries the claim is handled, the next run granted to
+ * its claim, and the answer lost on the way back (lessor's lose_answer
+ * fault): the claim is asked again with its claim id and brings that run,
+ * long before its 60 s lease would expire and put it back in the queue. */
+START_TEST(test_lost_answer_claim_asked_again)
+{
+	_cleanup_free_ char *a = NULL, *b = NULL;
+	cJSON *o;
+
+	fault("{\"endpoint\":\"complete\",\"lose_answer\":true,\"count\":1}");
+	a = enqueue();
+	b = enqueue();
+	start_lessee("", "");
+	ck_assert_int_eq(tu_lessor_wait_status(L, a, "succeeded", tu_timeout(20 * SEC)), 0);
+	ck_assert_int_eq(tu_lessor_wait_status(L, b, "succeeded", tu_timeout(20 * SEC)), 0);
+	o = run_of(b);
+	ck_assert_double_eq(tu_jnum(o, "attempt"), 1);
+	cJSON_Delete(o);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "report failed", 0), 0);
+}
+END_TEST
+
+/* SIGTERM while the only completion, carrying a claim, is held by the
+ * server: the drain waits for it, and the run its claim brings is given back
+ * unstarted.  No long poll and a long poll_interval, so that no other claim
+ * is out when that run is enqueued, after the drain began. */
+START_TEST(test_drain_releases_carried_runs)
+{
+	_cleanup_free_ char *a = NULL, *b = NULL, *body = NULL;
+	long status = 0;
+
+	fault("{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":2000}");
+	a = enqueue();
+	start_lessee("request_timeout = 10s\n", "long_poll = 0\npoll_interval = 1min\n");
+	/* a's child is gone and its completion is out */
+	for (usec_t end = time_mono() + tu_timeout(10 * SEC);; tu_sleep(20 * USEC_PER_MSEC)) {
+		free(body);
+		body = tu_lessee_status_get(D, "/status", &status);
+		if (body && strstr(body, "\"reporting\":1"))
+			break;
+		ck_assert_msg(time_mono() < end, "the completion never went out");
+	}
+	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "draining: no new claims", tu_timeout(10 * SEC)), 0);
+	b = enqueue();
+	ck_assert_int_eq(tu_lessee_wait(D, tu_timeout(30 * SEC)), 0);
+	ck_assert_int_eq(tu_lessor_wait_status(L, a, "succeeded", 0), 0);
+	if (tu_lessor_wait_status(L, b, "pending", 0) != 0)
+		dump_log();
+	ck_assert_int_eq(tu_lessor_wait_status(L, b, "pending", 0), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "releasing the run unstarted (draining)", 0), 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("carry");
+	TCase *tc = tcase_create("carry");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_completions_carry_claims);
+	tcase_add_test(tc, test_older_server_gets_claims);
+	tcase_add_test(tc, test_lost_answer_claim_asked_again);
+	tcase_add_test(tc, test_drain_releases_carried_runs);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
