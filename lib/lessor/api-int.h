@@ -76,11 +76,16 @@ int lessor_call_park(lessor_call *c, uint64_t seen_gen);
  * was granted to it: 0 when the caller may go on, else LESSOR_CALL_REPLY
  * with 409 lease_lost, the answer for a run that does not exist too. */
 int lessor_call_check_holder(lessor_call *c, const char *lease_token);
+/* The same question for the lease (run id, lease_token): 1 when the caller
+ * may touch it (any caller but a named worker token, or the worker it was
+ * granted to), 0 when not (no such lease either), < 0 a store error. */
+int lessor_call_holds(lessor_call *c, const char *id, const char *lease_token);
 
 /* handlers: api_worker.c */
 int lessor_h_claim(lessor_call *c);
 int lessor_h_claim_cancel(lessor_call *c);
 int lessor_h_renew(lessor_call *c);
+int lessor_h_renew_batch(lessor_call *c);
 int lessor_h_log_append(lessor_call *c);
 int lessor_h_complete(lessor_call *c);
 int lessor_h_release(lessor_call *c);

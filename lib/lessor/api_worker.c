@@ -1,6 +1,6 @@
 /* The worker endpoints of protocol v1: claims (long poll), claim cancel,
- * lease renewal, log append, complete (with the claim of its "next"),
- * release. */
+ * lease renewal (one lease, or many at once), log append, complete (with
+ * the claim of its "next"), release. */
 #include "lessor/api-int.h"
 
 #include <errno.h>
@@ -350,6 +350,156 @@ int lessor_h_renew(lessor_call *c)
 	o = cJSON_CreateObject();
 	cJSON_AddNumberToObject(o, "ttl_s", (double)ttl);
 	cJSON_AddBoolToObject(o, "cancel_requested", cancel);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* ---- renew many leases: POST /v1/leases/renew ---- */
+
+struct renew_batch {
+	struct lessor_renewal *v;
+	size_t n;
+	int64_t ttl_s;
+};
+
+static void renew_batch_free(void *p)
+{
+	struct renew_batch *b = p;
+
+	if (b)
+		free(b->v);
+	free(b);
+}
+
+/* The i-th of "leases": {id, token}; an error names it ("'leases[3].token' ..."). */
+static int renewal_entry(lessor_call *c, const cJSON *e, size_t i, struct lessor_renewal *ret)
+{
+	char msg[LESSOR_MSG_MAX];
+
+	if (!cJSON_IsObject(e)) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "'leases[%zu]' must be an object {id, token}", i);
+		return -EINVAL;
+	}
+	if (lessor_field_str(e, "id", true, 0, v1_valid_id, &ret->id, c->msg) >= 0 &&
+	    lessor_field_str(e, "token", true, 0, v1_valid_token, &ret->token, c->msg) >= 0)
+		return 0;
+	snprintf(msg, sizeof(msg), "'leases[%zu].%.200s", i,
+	         c->msg[0] == '\'' ? c->msg + 1 : c->msg);
+	memcpy(c->msg, msg, sizeof(msg));
+	return -EINVAL;
+}
+
+static int by_id(const void *a, const void *b)
+{
+	const struct lessor_renewal *const *x = a, *const *y = b;
+	int d = strcmp((*x)->id, (*y)->id);
+
+	/* equal ids: in request order, so the later one is the repeat */
+	return d ? d : (*x > *y) - (*x < *y);
+}
+
+/* An id given twice refuses the request: it names the first repeat. */
+static int renewal_dups(lessor_call *c, struct renew_batch *b)
+{
+	_cleanup_free_ const struct lessor_renewal **p = calloc(b->n, sizeof(*p));
+	size_t first = b->n;
+
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->n; i++)
+		p[i] = &b->v[i];
+	qsort(p, b->n, sizeof(*p), by_id);
+	for (size_t i = 1; i < b->n; i++)
+		if (streq(p[i]->id, p[i - 1]->id) && (size_t)(p[i] - b->v) < first)
+			first = (size_t)(p[i] - b->v);
+	if (first == b->n)
+		return 0;
+	snprintf(c->msg, LESSOR_MSG_MAX, "'leases[%zu].id' %s is given twice", first,
+	         b->v[first].id);
+	return -EINVAL;
+}
+
+static int renew_batch_parse(lessor_call *c, struct renew_batch *b)
+{
+	const cJSON *leases = cJSON_GetObjectItemCaseSensitive(c->json, "leases"), *e;
+	const char *worker_id;
+	size_t i = 0;
+	int r;
+
+	if (lessor_field_int(c->json, "ttl_s", true, 1, V1_TTL_MAX, 0, &b->ttl_s, c->msg) < 0 ||
+	    lessor_field_str(c->json, "worker_id", false, 0, v1_valid_worker_id, &worker_id,
+	                     c->msg) < 0)
+		return -EINVAL;
+	b->n = cJSON_IsArray(leases) ? (size_t)cJSON_GetArraySize(leases) : 0;
+	if (b->n < 1 || b->n > V1_RENEW_MAX) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "'leases' must be an array of 1..%d leases",
+		         V1_RENEW_MAX);
+		return -EINVAL;
+	}
+	if (!(b->v = calloc(b->n, sizeof(*b->v))))
+		return -ENOMEM;
+	cJSON_ArrayForEach(e, leases)
+	{
+		if ((r = renewal_entry(c, e, i, &b->v[i])) < 0)
+			return r;
+		i++;
+	}
+	return renewal_dups(c, b);
+}
+
+/* A named worker token renews only the leases granted to it: the others
+ * answer lease_lost, as the single renewal, and are left alone. */
+static int renewal_holders(lessor_call *c, struct renew_batch *b)
+{
+	for (size_t i = 0; c->who.role == LESSOR_ROLE_WORKER && i < b->n; i++) {
+		int r = lessor_call_holds(c, b->v[i].id, b->v[i].token);
+
+		if (r < 0)
+			return r;
+		b->v[i].skip = r == 0;
+		b->v[i].answer = r == 0 ? -ESTALE : 0;
+	}
+	return 0;
+}
+
+static cJSON *renewal_json(const struct lessor_renewal *e, int64_t ttl_s)
+{
+	cJSON *o = cJSON_CreateObject();
+	const char *code, *message;
+
+	cJSON_AddStringToObject(o, "id", e->id);
+	if (e->answer < 0) {
+		lessor_store_error_answer(e->answer, &code, &message);
+		cJSON_AddStringToObject(o, "error", code);
+		return o;
+	}
+	cJSON_AddNumberToObject(o, "ttl_s", (double)ttl_s);
+	cJSON_AddBoolToObject(o, "cancel_requested", e->cancel_requested);
+	return o;
+}
+
+int lessor_h_renew_batch(lessor_call *c)
+{
+	struct renew_batch *b;
+	cJSON *o, *leases;
+	int r;
+
+	/* an older server does not know the path (the legacy lease fault) */
+	if (c->fault_taken && c->fault.legacy)
+		return lessor_reply_error(c, 404, "not_found", "no such endpoint");
+	if (!(b = calloc(1, sizeof(*b))))
+		return lessor_reply_store_error(c, -ENOMEM);
+	c->state = b;
+	c->state_free = renew_batch_free;
+	if ((r = renew_batch_parse(c, b)) < 0)
+		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
+	if ((r = renewal_holders(c, b)) < 0 ||
+	    (r = lessor_store_renew_batch(c->api->store, b->v, b->n, (unsigned)b->ttl_s,
+	                                  lessor_now_ms())) < 0)
+		return lessor_reply_store_error(c, r);
+	o = cJSON_CreateObject();
+	leases = cJSON_AddArrayToObject(o, "leases");
+	for (size_t i = 0; leases && i < b->n; i++)
+		cJSON_AddItemToArray(leases, renewal_json(&b->v[i], b->ttl_s));
 	return lessor_reply_json(c, 200, o);
 }
 

@@ -92,6 +92,19 @@ bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor
 	return hit;
 }
 
+bool lessor_faults_take_plain(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret)
+{
+	bool hit = false;
+
+	if (!f || ep < 0 || ep >= _LESSOR_EP_MAX)
+		return false;
+	pthread_mutex_lock(&f->lock);
+	if (!f->armed[ep].legacy)
+		hit = take_locked(&f->armed[ep], ret);
+	pthread_mutex_unlock(&f->lock);
+	return hit;
+}
+
 bool lessor_faults_take_legacy(lessor_faults *f, enum lessor_endpoint ep)
 {
 	struct lessor_fault x;

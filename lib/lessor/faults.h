@@ -26,7 +26,9 @@ struct lessor_fault {
 	bool lose_answer; /* handled normally, then the connection is closed unanswered
 	                   * (the answer lost on its way back) */
 	bool legacy;      /* claims: answer as a server without cancel events ("held" ignored)
-	                   * and without a completion's "next" (ignored, no "next" answered) */
+	                   * and without a completion's "next" (ignored, no "next" answered);
+	                   * lease (status 0): as a server without the batch renewal
+	                   * (POST /v1/leases/renew answers 404, single renewals as usual) */
 };
 
 typedef struct lessor_faults lessor_faults;
@@ -41,6 +43,10 @@ void lessor_faults_set(lessor_faults *f, enum lessor_endpoint ep, const struct l
 void lessor_faults_clear(lessor_faults *f);
 /* Consumes one request's worth of the fault armed for ep, if any. */
 bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret);
+/* The same, unless the fault armed for ep is a legacy one, which is left
+ * armed and unspent: a request an older server answered as this one does (a
+ * single renewal, while the legacy lease fault hides the batch renewal). */
+bool lessor_faults_take_plain(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret);
 /* The same, only when the fault armed for ep is a legacy one: a claim made
  * by another endpoint (a completion's "next") plays the older server too,
  * and leaves the claims endpoint's other faults to its own requests. */

@@ -31,6 +31,8 @@ struct lessor_store_backend {
 	int (*claim_cancel)(void *be, const char *claim_id, int64_t now, unsigned *ret_released);
 	int (*renew)(void *be, const char *id, const char *token, unsigned ttl_s, int64_t now,
 	             bool *ret_cancel_requested);
+	int (*renew_batch)(void *be, struct lessor_renewal *v, size_t n, unsigned ttl_s,
+	                   int64_t now);
 	int (*append_log)(void *be, const char *id, const char *token, uint64_t start,
 	                  const void *data, size_t len, int64_t now, uint64_t *ret_length);
 	int (*complete)(void *be, const char *id, const struct lessor_completion *c, int64_t now,

@@ -110,6 +110,12 @@ int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsig
 	return s->be->renew(s->impl, id, token, ttl_s, now, ret_cancel_requested);
 }
 
+int lessor_store_renew_batch(lessor_store *s, struct lessor_renewal *v, size_t n, unsigned ttl_s,
+                             int64_t now)
+{
+	return s->be->renew_batch(s->impl, v, n, ttl_s, now);
+}
+
 int lessor_store_append_log(lessor_store *s, const char *id, const char *token, uint64_t start,
                             const void *data, size_t len, int64_t now, uint64_t *ret_length)
 {

@@ -138,6 +138,22 @@ int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now
 int lessor_store_renew(lessor_store *s, const char *id, const char *token, unsigned ttl_s,
                        int64_t now, bool *ret_cancel_requested);
 
+/* One lease of a batch renewal: id and token in; skip leaves it alone (the
+ * caller answered it); answer (0, -ENOENT or -ESTALE, as lessor_store_renew
+ * returns them) and cancel_requested out. */
+struct lessor_renewal {
+	const char *id, *token;
+	bool skip;
+	int answer;
+	bool cancel_requested;
+};
+/* Renews each of the n leases as lessor_store_renew does, all in one write
+ * transaction (one commit: durable together).  Returns < 0 only for a
+ * database error, and then nothing was renewed; each lease's own answer is
+ * in v[i].answer. */
+int lessor_store_renew_batch(lessor_store *s, struct lessor_renewal *v, size_t n, unsigned ttl_s,
+                             int64_t now);
+
 /* Of the n leases (run ids[i] held with tokens[i], current and unexpired),
  * the run ids whose cancel was requested; *ret (a strv, never NULL on
  * success) is the caller's.  Read only: a stale lease is simply left out. */

@@ -766,6 +766,7 @@ const struct lessor_store_backend lessor_store_backend_pg = {
     .claim = lessor_pg_claim,
     .claim_cancel = lessor_pg_claim_cancel,
     .renew = lessor_pg_renew,
+    .renew_batch = lessor_pg_renew_batch,
     .append_log = lessor_pg_append_log,
     .complete = lessor_pg_complete,
     .release = lessor_pg_release,

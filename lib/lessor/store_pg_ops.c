@@ -451,6 +451,45 @@ int lessor_pg_renew(void *be, const char *id, const char *token, unsigned ttl_s,
 	return 0;
 }
 
+/* ---- renew many: each lease as renew_fn, all in one transaction ---- */
+
+struct renew_batch_ctx {
+	struct lessor_renewal *v;
+	size_t n;
+	unsigned ttl_s;
+	int64_t now;
+};
+
+/* Run again from the start when the transaction is retried: every answer
+ * is written anew. */
+static int renew_batch_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
+{
+	struct renew_batch_ctx *b = userdata;
+
+	for (size_t i = 0; i < b->n; i++) {
+		struct lessor_renewal *e = &b->v[i];
+		struct renew_ctx x = {.token = e->token, .ttl_s = b->ttl_s, .now = b->now};
+		int r;
+
+		if (e->skip)
+			continue;
+		if (lessor_run_id_parse(e->id, &x.seq) < 0)
+			x.answer = -ENOENT;
+		else if ((r = renew_fn(s, c, &x)) < 0)
+			return r;
+		e->answer = x.answer;
+		e->cancel_requested = x.answer == 0 && x.cancel_requested;
+	}
+	return 0;
+}
+
+int lessor_pg_renew_batch(void *be, struct lessor_renewal *v, size_t n, unsigned ttl_s, int64_t now)
+{
+	struct renew_batch_ctx b = {.v = v, .n = n, .ttl_s = ttl_s, .now = now};
+
+	return pg_run(be, true, false, renew_batch_fn, &b);
+}
+
 /* ---- log ---- */
 
 struct log_ctx {

@@ -71,6 +71,8 @@ int lessor_sqlite_claim(void *be, const struct lessor_claim_req *req, int64_t no
 int lessor_sqlite_claim_cancel(void *be, const char *claim_id, int64_t now, unsigned *ret_released);
 int lessor_sqlite_renew(void *be, const char *id, const char *token, unsigned ttl_s, int64_t now,
                         bool *ret_cancel_requested);
+int lessor_sqlite_renew_batch(void *be, struct lessor_renewal *v, size_t n, unsigned ttl_s,
+                              int64_t now);
 int lessor_sqlite_append_log(void *be, const char *id, const char *token, uint64_t start,
                              const void *data, size_t len, int64_t now, uint64_t *ret_length);
 int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *c, int64_t now,

@@ -586,6 +586,7 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .claim = lessor_sqlite_claim,
     .claim_cancel = lessor_sqlite_claim_cancel,
     .renew = lessor_sqlite_renew,
+    .renew_batch = lessor_sqlite_renew_batch,
     .append_log = lessor_sqlite_append_log,
     .complete = lessor_sqlite_complete,
     .release = lessor_sqlite_release,

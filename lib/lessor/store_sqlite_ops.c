@@ -512,6 +512,43 @@ int lessor_sqlite_renew(void *be, const char *id, const char *token, unsigned tt
 	return 0;
 }
 
+/* ---- renew many: each lease as renew_tx, all in one write ---- */
+
+struct renew_batch_ctx {
+	struct lessor_renewal *v;
+	size_t n;
+	unsigned ttl_s;
+	int64_t now;
+};
+
+static int renew_batch_tx(lessor_sqlite *s, void *userdata)
+{
+	struct renew_batch_ctx *b = userdata;
+
+	for (size_t i = 0; i < b->n; i++) {
+		struct lessor_renewal *e = &b->v[i];
+		struct renew_ctx c = {
+		    .id = e->id, .token = e->token, .ttl_s = b->ttl_s, .now = b->now};
+		int r;
+
+		if (e->skip)
+			continue;
+		if ((r = renew_tx(s, &c)) < 0)
+			return r;
+		e->answer = c.answer;
+		e->cancel_requested = c.answer == 0 && c.cancel_requested;
+	}
+	return 0;
+}
+
+int lessor_sqlite_renew_batch(void *be, struct lessor_renewal *v, size_t n, unsigned ttl_s,
+                              int64_t now)
+{
+	struct renew_batch_ctx b = {.v = v, .n = n, .ttl_s = ttl_s, .now = now};
+
+	return lessor_db_tx(be, true, renew_batch_tx, &b);
+}
+
 /* ---- cancel events: which held leases' runs were asked to cancel ---- */
 
 struct cancels_ctx {

@@ -27,6 +27,8 @@
 #define V1_WAIT_MAX 60
 #define V1_CLAIM_WORKFLOWS_MAX 1024
 #define V1_HELD_MAX 4096
+/* A batch renewal (POST /v1/leases/renew): 1..V1_RENEW_MAX leases. */
+#define V1_RENEW_MAX 1024
 /* A release's delay_s: 0..V1_DELAY_MAX. */
 #define V1_DELAY_MAX 3600
 /* A completion: "error" at most V1_ERROR_TEXT_MAX bytes of UTF-8, "signal"
