@@ -387,6 +387,53 @@ START_TEST(test_write_after_deadline_refused)
 }
 END_TEST
 
+/* Many leases renewed in one write: each answered as lessor_store_renew
+ * would answer it (a stale one counted), a skipped one left alone, one
+ * commit for them all. */
+START_TEST(test_renew_batch)
+{
+	_cleanup_free_ char *a = enqueue("w"), *b = enqueue("w"), *c = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 3, T0); /* ttl 1 s */
+	struct lessor_store_counters before, after;
+	struct lessor_renewal v[5];
+	const char *status;
+	bool cancel;
+
+	ck_assert_uint_eq(r.n_runs, 3);
+	ck_assert_int_eq(lessor_store_cancel(st, r.runs[2].id, T0, &status), 0);
+	v[0] = (struct lessor_renewal){.id = r.runs[0].id, .token = r.runs[0].token};
+	v[1] = (struct lessor_renewal){.id = r.runs[1].id, .token = "nope"};
+	v[2] = (struct lessor_renewal){.id = "r-77", .token = r.runs[0].token};
+	v[3] = (struct lessor_renewal){.id = r.runs[2].id, .token = r.runs[2].token};
+	v[4] = (struct lessor_renewal){
+	    .id = r.runs[1].id, .token = r.runs[1].token, .skip = true, .answer = -ESTALE};
+	lessor_store_counters(st, &before);
+	ck_assert_int_eq(lessor_store_renew_batch(st, v, ELEMENTSOF(v), 5, T0 + 500), 0);
+	lessor_store_counters(st, &after);
+	ck_assert_uint_eq(after.commits - before.commits, 1);
+	ck_assert_int_eq(v[0].answer, 0);
+	ck_assert(!v[0].cancel_requested);
+	ck_assert_int_eq(v[1].answer, -ESTALE);
+	ck_assert_int_eq(v[2].answer, -ENOENT);
+	ck_assert_int_eq(v[3].answer, 0);
+	ck_assert(v[3].cancel_requested);
+	ck_assert_int_eq(v[4].answer, -ESTALE); /* untouched */
+	ck_assert_int_eq((int)run_num(r.runs[1].id, "rejected_writes"), 1);
+	/* the renewed leases last 5 s from T0 + 500; the other one ran out at T0 + 1000 */
+	ck_assert_int_eq(
+	    lessor_store_renew(st, r.runs[1].id, r.runs[1].token, 5, T0 + 1500, &cancel), -ESTALE);
+	v[4].skip = false;
+	ck_assert_int_eq(lessor_store_renew_batch(st, v, ELEMENTSOF(v), 5, T0 + 5000), 0);
+	ck_assert_int_eq(v[0].answer, 0);
+	ck_assert_int_eq(v[3].answer, 0);
+	ck_assert_int_eq(v[4].answer, -ESTALE);
+	ck_assert_int_eq(
+	    lessor_store_renew(st, r.runs[0].id, r.runs[0].token, 5, T0 + 9999, &cancel), 0);
+	lessor_claim_result_done(&r);
+	(void)a, (void)b, (void)c;
+}
+END_TEST
+
 START_TEST(test_log_append)
 {
 	_cleanup_free_ char *a = enqueue("w");
@@ -1053,6 +1100,7 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_claim_cancel);
 	tcase_add_test(tc, test_fencing);
 	tcase_add_test(tc, test_write_after_deadline_refused);
+	tcase_add_test(tc, test_renew_batch);
 	tcase_add_test(tc, test_log_append);
 	tcase_add_test(tc, test_complete_idempotent);
 	tcase_add_test(tc, test_retry_backoff_and_budget);
