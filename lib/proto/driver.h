@@ -211,6 +211,9 @@ struct drv_ops {
 	 * bound; fresh: on a new connection). */
 	int (*renew)(drv_t *d, drv_run_t *run, unsigned ttl_s, usec_t timeout, bool fresh,
 		     drv_cb cb, void *ud, drv_req_t **ret);
+	/* Renewals asked for together go in one request (the worker then renews
+	 * the leases due soon with the one due now); optional, NULL = never. */
+	bool (*renew_batching)(const drv_t *d);
 	/* Append len bytes of the run's log that start at offset. */
 	int (*log_append)(drv_t *d, drv_run_t *run, uint64_t offset, const void *data,
 			  size_t len, usec_t timeout, drv_cb cb, void *ud, drv_req_t **ret);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conf/conf.h"
+#include "log/log.h"
 #include "proto/driver-int.h"
 #include "proto/json_scan.h"
 #include "proto/proto.h"
@@ -18,9 +19,14 @@
 #define SMALL_ANSWER 4096
 #define CLAIM_CANCEL_TIMEOUT (10 * USEC_PER_SEC)
 
+struct renew_batch;
+static void batch_free(struct renew_batch *b);
+
 struct native {
 	char *worker_id;
 	char claim_id[UUID_STRING_MAX]; /* the last claim for runs, "" = none yet */
+	struct renew_batch *open;       /* renewals asked for in this loop turn */
+	bool batch_off;                 /* the API renews one lease per request only */
 };
 
 struct drv_run {
@@ -52,6 +58,8 @@ static void native_done(drv_t *d)
 {
 	struct native *n = d->priv;
 
+	if (n && n->open)
+		batch_free(n->open); /* its renewals were all cancelled with their runs */
 	if (n)
 		free(n->worker_id);
 	free(n);
@@ -102,29 +110,42 @@ static int start(drv_req_t *rq, const struct http_request *hr, drv_req_t **ret)
 	return 0;
 }
 
-/* A POST of a JSON body to base + path (path_fmt with the run id). */
-static int post(drv_t *d, const char *path_fmt, const char *id, const char *body, const char *label,
-                usec_t timeout, bool fresh, drv_req_t *rq, drv_req_t **ret)
+/* A POST of a JSON body to base + path (path_fmt with the run id); on
+ * failure rq is still the caller's. */
+static int post_keep(drv_t *d, const char *path_fmt, const char *id, const char *body,
+                     const char *label, usec_t timeout, bool fresh, drv_req_t *rq, drv_req_t **ret)
 {
 	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
 	_cleanup_free_ char *url = NULL;
 	int q = proto_url(d->base, path_fmt, id, &url);
 
-	if (q < 0) {
-		drv_req_free(rq);
+	if (q >= 0)
+		q = drv_http_send(rq, &(struct http_request){.method = "POST",
+		                                             .url = url,
+		                                             .headers = headers,
+		                                             .body = body,
+		                                             .body_len = body ? strlen(body) : 0,
+		                                             .timeout = timeout,
+		                                             .max_response = SMALL_ANSWER,
+		                                             .label = label,
+		                                             .fresh_connect = fresh});
+	if (q < 0)
 		return q;
-	}
-	return start(rq,
-	             &(struct http_request){.method = "POST",
-	                                    .url = url,
-	                                    .headers = headers,
-	                                    .body = body,
-	                                    .body_len = body ? strlen(body) : 0,
-	                                    .timeout = timeout,
-	                                    .max_response = SMALL_ANSWER,
-	                                    .label = label,
-	                                    .fresh_connect = fresh},
-	             ret);
+	rq->ret = ret;
+	if (ret)
+		*ret = rq;
+	return 0;
+}
+
+/* The same; on failure rq is freed and nothing runs. */
+static int post(drv_t *d, const char *path_fmt, const char *id, const char *body, const char *label,
+                usec_t timeout, bool fresh, drv_req_t *rq, drv_req_t **ret)
+{
+	int q = post_keep(d, path_fmt, id, body, label, timeout, fresh, rq, ret);
+
+	if (q < 0)
+		drv_req_free(rq);
+	return q;
 }
 
 static bool lost(long status)
@@ -339,18 +360,302 @@ static void on_renew(drv_req_t *rq, const struct http_response *resp)
 	drv_req_answer(rq, &a);
 }
 
+/* ------------------------------------------- many renewals in one request
+ *
+ * The renewals asked for in one loop turn go out together at the turn's end,
+ * in one POST /v1/leases/renew (protocol v1 addition); each caller keeps its
+ * own operation, answered from its entry.  A server without it answers 404:
+ * the driver says so once and renews one lease per request from then on. */
+
+struct renew_batch {
+	drv_t *d;
+	drv_req_t *items[V1_RENEW_MAX]; /* NULL once cancelled or answered */
+	size_t n, live;
+	unsigned ttl_s;
+	usec_t timeout;
+	bool fresh;
+	bool sent;          /* batch_send ran: no longer deferred */
+	bool answering;     /* in on_batch: items only leave their slot */
+	drv_req_t *carrier; /* the HTTP request, once sent */
+	char **sent_ids;    /* the ids asked, in order: items[0..n) once sent */
+};
+
+struct renew_item {
+	struct renew_batch *b; /* NULL once out of it */
+	size_t idx;
+	drv_run_t *run;
+};
+
+static void batch_send(void *userdata);
+
+static void batch_free(struct renew_batch *b)
+{
+	struct native *n = b->d->priv;
+
+	if (n->open == b)
+		n->open = NULL;
+	if (!b->sent)
+		ev_defer_cancel(b->d->ev, batch_send, b);
+	drv_cancel(b->carrier);
+	strv_free(b->sent_ids);
+	free(b);
+}
+
+/* An item leaves its batch (answered, cancelled or sent alone). */
+static void item_detach(struct renew_item *it)
+{
+	struct renew_batch *b = it->b;
+
+	if (!b)
+		return;
+	it->b = NULL;
+	b->items[it->idx] = NULL;
+	b->live--;
+	if (b->live == 0 && !b->answering)
+		batch_free(b); /* every renewal in it was cancelled */
+}
+
+static void item_free(void *state)
+{
+	item_detach(state);
+	free(state);
+}
+
+static void item_answer(drv_req_t *rq, const struct drv_answer *a)
+{
+	item_detach(rq->state);
+	drv_req_answer(rq, a);
+}
+
+static struct renew_batch *batch_open(drv_t *d, unsigned ttl_s)
+{
+	struct native *n = d->priv;
+	struct renew_batch *b;
+
+	if (n->open && n->open->n < V1_RENEW_MAX && n->open->ttl_s == ttl_s)
+		return n->open;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	*b = (struct renew_batch){.d = d, .ttl_s = ttl_s, .timeout = USEC_INFINITY};
+	if (ev_defer(d->ev, batch_send, b) < 0) {
+		free(b);
+		return NULL;
+	}
+	n->open = b; /* one that fills up is sent at the turn's end all the same */
+	return b;
+}
+
+/* Every renewal still in b gets a: the API's verdict on the whole request. */
+static void batch_answer_all(struct renew_batch *b, const struct drv_answer *a)
+{
+	b->answering = true;
+	for (size_t i = 0; i < b->n; i++)
+		if (b->items[i])
+			item_answer(b->items[i], a);
+	strv_free(b->sent_ids);
+	free(b);
+}
+
+static void batch_fail(struct renew_batch *b, int q)
+{
+	struct drv_answer a = {.verdict = DRV_RETRY, .error = q};
+
+	snprintf(a.detail, sizeof(a.detail), "cannot send: %s", strerror(-q));
+	batch_answer_all(b, &a);
+}
+
+/* The live renewals to the front, in order: what is sent is items[0..n). */
+static int batch_compact(struct renew_batch *b, struct proto_held **ret)
+{
+	struct proto_held *leases;
+	size_t k = 0;
+
+	for (size_t i = 0; i < b->n; i++)
+		if (b->items[i]) {
+			struct renew_item *it = b->items[i]->state;
+
+			it->idx = k;
+			b->items[k++] = b->items[i];
+		}
+	b->n = k;
+	b->sent_ids = calloc(k + 1, sizeof(char *));
+	leases = calloc(k + 1, sizeof(*leases));
+	if (!b->sent_ids || !leases) {
+		free(leases);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < k; i++) {
+		struct renew_item *it = b->items[i]->state;
+
+		leases[i] = (struct proto_held){.id = it->run->id, .token = it->run->token};
+		if (!(b->sent_ids[i] = strdup(it->run->id))) {
+			free(leases);
+			return -ENOMEM;
+		}
+	}
+	*ret = leases;
+	return 0;
+}
+
+static void on_batch(drv_req_t *carrier, const struct http_response *resp);
+
+static void batch_send(void *userdata)
+{
+	struct renew_batch *b = userdata;
+	struct native *n = b->d->priv;
+	_cleanup_free_ struct proto_held *leases = NULL;
+	_cleanup_free_ char *body = NULL;
+	drv_req_t *carrier = NULL;
+	int q;
+
+	b->sent = true;
+	if (n->open == b)
+		n->open = NULL;
+	if (b->live == 0) {
+		batch_free(b);
+		return;
+	}
+	q = batch_compact(b, &leases);
+	if (q >= 0)
+		q = proto_renew_batch_body(n->worker_id, b->ttl_s, leases, b->n, &body);
+	if (q >= 0 && !(carrier = drv_req_new(b->d, on_batch, NULL, b)))
+		q = -ENOMEM;
+	if (q >= 0)
+		q = post(b->d, "/v1/leases/renew", NULL, body, "leases", b->timeout, b->fresh,
+		         carrier, &b->carrier);
+	if (q < 0)
+		batch_fail(b, q);
+}
+
+/* An older server: each renewal of the batch goes alone, now and from now on. */
+static void batch_unsupported(struct renew_batch *b)
+{
+	struct native *n = b->d->priv;
+
+	if (!n->batch_off)
+		log_info("the API does not renew leases in batches (protocol v1 without "
+		         "/v1/leases/renew): one renewal per request");
+	n->batch_off = true;
+	b->answering = true;
+	for (size_t i = 0; i < b->n; i++) {
+		drv_req_t *rq = b->items[i];
+		struct renew_item *it = rq ? rq->state : NULL;
+		_cleanup_free_ char *body = NULL;
+		int q;
+
+		if (!rq)
+			continue;
+		item_detach(it);
+		q = proto_lease_body(it->run->token, b->ttl_s, &body);
+		if (q >= 0)
+			q = post_keep(b->d, "/v1/runs/%s/lease", it->run->id, body, "lease",
+			              b->timeout, b->fresh, rq, rq->ret);
+		if (q < 0) {
+			struct drv_answer a = {.verdict = DRV_RETRY, .error = q};
+
+			snprintf(a.detail, sizeof(a.detail), "cannot send: %s", strerror(-q));
+			drv_req_answer(rq, &a);
+		}
+	}
+	strv_free(b->sent_ids);
+	free(b);
+}
+
+/* One entry per renewal asked, in order; a garbled answer leaves the local
+ * deadline to decide, as for one renewal. */
+static void batch_answers(struct renew_batch *b, const struct http_response *resp,
+                          const struct drv_answer *common)
+{
+	_cleanup_free_ struct proto_held *asked = calloc(b->n + 1, sizeof(*asked));
+	_cleanup_free_ struct proto_renewed *got = calloc(b->n + 1, sizeof(*got));
+	bool ok;
+
+	for (size_t i = 0; asked && i < b->n; i++)
+		asked[i].id = b->sent_ids[i];
+	ok = asked && got &&
+	     proto_renew_batch_parse(resp->body, resp->body_len, asked, b->n, got) == 0;
+	b->answering = true;
+	for (size_t i = 0; i < b->n; i++) {
+		struct drv_answer a = *common;
+
+		if (!b->items[i])
+			continue;
+		if (!ok) {
+			a.verdict = DRV_RETRY;
+			snprintf(a.detail, sizeof(a.detail), "unusable batch renewal answer");
+		} else if (got[i].lost) {
+			a.verdict = DRV_LOST;
+			snprintf(a.detail, sizeof(a.detail), "lease_lost");
+		} else {
+			a.verdict = DRV_OK;
+			a.ttl_s = got[i].ttl_s;
+			a.cancel = got[i].cancel;
+		}
+		item_answer(b->items[i], &a);
+	}
+	strv_free(b->sent_ids);
+	free(b);
+}
+
+static void on_batch(drv_req_t *carrier, const struct http_response *resp)
+{
+	struct renew_batch *b = carrier->ud;
+	struct drv_answer a;
+	bool common = drv_answer_common(resp, &a);
+
+	b->carrier = NULL;
+	if (!common && (resp->status == 404 || resp->status == 405))
+		batch_unsupported(b);
+	else if (!common && resp->status == 200)
+		batch_answers(b, resp, &a);
+	else {
+		if (!common)
+			a.verdict = DRV_RETRY; /* as one renewal: the local deadline decides */
+		batch_answer_all(b, &a);
+	}
+	drv_req_free(carrier);
+}
+
+static bool native_renew_batching(const drv_t *d)
+{
+	const struct native *n = d->priv;
+
+	return !n->batch_off;
+}
+
 static int native_renew(drv_t *d, drv_run_t *run, unsigned ttl_s, usec_t timeout, bool fresh,
                         drv_cb cb, void *ud, drv_req_t **ret)
 {
+	struct native *n = d->priv;
+	struct renew_batch *b = n->batch_off ? NULL : batch_open(d, ttl_s);
+	drv_req_t *rq = drv_req_new(d, on_renew, cb, ud);
+	struct renew_item *it = b && rq ? calloc(1, sizeof(*it)) : NULL;
 	_cleanup_free_ char *body = NULL;
-	drv_req_t *rq;
-	int q = proto_lease_body(run->token, ttl_s, &body);
+	int q;
 
-	if (q < 0)
-		return q;
-	if (!(rq = drv_req_new(d, on_renew, cb, ud)))
+	if (!rq)
 		return -ENOMEM;
-	return post(d, "/v1/runs/%s/lease", run->id, body, "lease", timeout, fresh, rq, ret);
+	if (!it) { /* one renewal alone */
+		q = proto_lease_body(run->token, ttl_s, &body);
+		if (q < 0) {
+			drv_req_free(rq);
+			return q;
+		}
+		return post(d, "/v1/runs/%s/lease", run->id, body, "lease", timeout, fresh, rq,
+		            ret);
+	}
+	*it = (struct renew_item){.b = b, .idx = b->n, .run = run};
+	rq->state = it;
+	rq->state_free = item_free;
+	b->items[b->n++] = rq;
+	b->live++;
+	b->timeout = MIN(b->timeout, timeout ? timeout : d->timeout);
+	b->fresh = b->fresh || fresh;
+	rq->ret = ret;
+	if (ret)
+		*ret = rq;
+	return 0;
 }
 
 /* ---------------------------------------------------------------- log */
@@ -628,6 +933,7 @@ const struct drv_ops drv_native_ops = {
     .claim = native_claim,
     .claim_cancel = native_claim_cancel,
     .renew = native_renew,
+    .renew_batching = native_renew_batching,
     .log_append = native_log_append,
     .complete_body = native_complete_body,
     .complete = native_complete,

@@ -89,6 +89,19 @@ void proto_claim_resp_done(struct proto_claim_resp *r);
 void proto_run_done(struct proto_run *r);
 
 int proto_lease_body(const char *token, unsigned ttl_s, char **ret);
+/* POST /v1/leases/renew (protocol v1 addition): the leases (id, token) to
+ * renew for ttl_s each, in one request. */
+int proto_renew_batch_body(const char *worker_id, unsigned ttl_s, const struct proto_held *leases,
+                           size_t n, char **ret);
+struct proto_renewed {
+	bool lost;      /* lease_lost or not_found: not ours any more */
+	unsigned ttl_s; /* renewed: the lease's ttl */
+	bool cancel;    /* renewed: cancel_requested */
+};
+/* Its answer: one entry per lease asked, in the order asked (the id checked),
+ * into out[n]; -EBADMSG when unusable as a whole. */
+int proto_renew_batch_parse(const char *body, size_t len, const struct proto_held *asked, size_t n,
+                            struct proto_renewed *out);
 int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *ret_cancel);
 
 enum proto_status {

@@ -508,6 +508,66 @@ int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *r
 	return 0;
 }
 
+int proto_renew_batch_body(const char *worker_id, unsigned ttl_s, const struct proto_held *leases,
+                           size_t n, char **ret)
+{
+	_cleanup_json_ cJSON *o = cJSON_CreateObject();
+	cJSON *arr;
+
+	if (!o || !cJSON_AddStringToObject(o, "worker_id", worker_id) ||
+	    !cJSON_AddNumberToObject(o, "ttl_s", ttl_s) ||
+	    !(arr = cJSON_AddArrayToObject(o, "leases")))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		cJSON *e = cJSON_CreateObject();
+
+		if (!e || !cJSON_AddItemToArray(arr, e) ||
+		    !cJSON_AddStringToObject(e, "id", leases[i].id) ||
+		    !cJSON_AddStringToObject(e, "token", leases[i].token))
+			return -ENOMEM;
+	}
+	return json_finish(o, ret);
+}
+
+/* One entry of a batch renewal's answer. */
+static int renewed_parse(const cJSON *e, const char *id, struct proto_renewed *out)
+{
+	const char *got = json_str(e, "id"), *err = json_str(e, "error");
+	const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(e, "cancel_requested");
+
+	if (!got || !streq(got, id))
+		return -EBADMSG;
+	*out = (struct proto_renewed){0};
+	if (err) {
+		out->lost = streq(err, "lease_lost") || streq(err, "not_found");
+		return out->lost ? 0 : -EBADMSG;
+	}
+	if (!json_uint(cJSON_GetObjectItemCaseSensitive(e, "ttl_s"), 1, PROTO_TTL_MAX,
+	               &out->ttl_s) ||
+	    (cancel && !cJSON_IsBool(cancel) && !cJSON_IsNull(cancel)))
+		return -EBADMSG;
+	out->cancel = cJSON_IsTrue(cancel);
+	return 0;
+}
+
+int proto_renew_batch_parse(const char *body, size_t len, const struct proto_held *asked, size_t n,
+                            struct proto_renewed *out)
+{
+	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "leases"), *e;
+	size_t i = 0;
+
+	if (!cJSON_IsArray(arr) || (size_t)cJSON_GetArraySize(arr) != n)
+		return -EBADMSG;
+	cJSON_ArrayForEach(e, arr)
+	{
+		if (renewed_parse(e, asked[i].id, &out[i]) < 0)
+			return -EBADMSG;
+		i++;
+	}
+	return 0;
+}
+
 const char *proto_status_name(enum proto_status s)
 {
 	return v1_status_name((enum v1_status)s);

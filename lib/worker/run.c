@@ -297,11 +297,21 @@ static void lease_renew(struct run *r)
 	if (r->lease_req || !r->priv)
 		return;
 	r->lease_sent_at = ev_now(r->h->ev);
+	ev_timer_disarm(r->renew_timer);
 	if (run_drv(r)->renew(r->h->drv, r->priv, lease_ttl_asked(r), renew_timeout(r),
 			      r->lease_fresh, on_lease, r, &r->lease_req) < 0) {
 		r->lease_req = NULL;
 		ev_timer_arm(r->renew_timer, MIN(RENEW_RETRY_CAP, MAX(lease_left(r) / 2, 1)));
+		return;
 	}
+	if (r->h->ops->renewing)
+		r->h->ops->renewing(r->h->host, r);
+}
+
+void run_renew_due(struct run *r, usec_t by)
+{
+	if (ev_timer_armed(r->renew_timer) && ev_timer_deadline(r->renew_timer) <= by)
+		run_dispatch(r, RE_RENEW);
 }
 
 static void on_renew_timer(ev_timer_t *t, void *userdata)

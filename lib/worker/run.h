@@ -84,6 +84,9 @@ struct run_host_ops {
 	int (*carry)(void *host, struct run *r,
 	             int (*send)(const struct drv_claim *, drv_claim_cb, void *, void *),
 	             void *ctx);
+	/* r's renewal just went out: the host may renew the leases due soon with
+	 * it (run_renew_due), or NULL. */
+	void (*renewing)(void *host, struct run *r);
 	/* The completion that carried the claim lane was cancelled. */
 	void (*carry_dropped)(void *host, void *lane);
 };
@@ -182,6 +185,10 @@ void run_table_remove(struct run_table *t, struct run *r);
 /* r left state before (ops->moved).  Returns true when that freed an
  * execution slot or a place in the reporting queue (time to claim). */
 bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before);
+
+/* Renew r now if its renewal is due by `by` (monotonic): a wave of renewals
+ * that the driver sends in one request. */
+void run_renew_due(struct run *r, usec_t by);
 
 /* Takes what it keeps of g (TAKE_PTR); conf is the configuration it runs under. */
 struct run *run_new(struct run_host *h, struct conf_ref *conf, struct drv_grant *g,

@@ -39,6 +39,7 @@ struct worker {
 	void *userdata;
 	bool exited;
 	bool exit_forced; /* the hard stop overran: nothing in flight is waited for */
+	bool renew_wave;  /* renewing the leases due soon (host_renewing) */
 
 	struct run_host host; /* what the runs share (run.h) */
 	struct run_table table;

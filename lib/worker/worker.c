@@ -213,6 +213,25 @@ static int host_carry(void *host, struct run *r,
 	return claim_carry(w->claimer, r, send, ctx);
 }
 
+/* A renewal went out: with a driver that sends the renewals of one loop turn
+ * in one request, the leases due within a quarter of lease_refresh go with it
+ * (renewed early, in one request rather than one each). */
+static void host_renewing(void *host, struct run *r0)
+{
+	worker_t *w = host;
+	usec_t by;
+
+	if (w->renew_wave || !drv_ops(w->drv)->renew_batching ||
+	    !drv_ops(w->drv)->renew_batching(w->drv))
+		return;
+	by = ev_now(w->ev) + w->cref->conf->worker.lease_refresh / 4;
+	w->renew_wave = true;
+	for (struct run *r = w->table.head; r; r = r->next)
+		if (r != r0)
+			run_renew_due(r, by);
+	w->renew_wave = false;
+}
+
 static void host_carry_dropped(void *host, void *lane)
 {
 	worker_t *w = host;
@@ -229,6 +248,7 @@ static const struct run_host_ops run_host_ops = {
     .settled = host_settled,
     .carry = host_carry,
     .carry_dropped = host_carry_dropped,
+    .renewing = host_renewing,
 };
 
 static struct conf_ref *host_conf(void *host)

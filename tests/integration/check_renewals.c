@@ -1,0 +1,140 @@
+/* Lease renewals in batches (issue 15, protocol v1 POST /v1/leases/renew,
+ * docs/protocol.md), against a real lessor: the renewals due together go in
+ * one request, and so do those due within a quarter of lease_refresh of it
+ * (runs started at different moments share their renewals); a server
+ * without batches (lessor's legacy lease fault) gets one renewal per request,
+ * and the runs live on. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lessee_proc.h"
+#include "lessor_proc.h"
+#include "promparse.h"
+#include "testutil.h"
+#include "util/macro.h"
+
+#define SEC USEC_PER_SEC
+#define RUNS 12
+
+static struct tu_lessor *L;
+static struct tu_lessee *D;
+
+static void setup(void)
+{
+	static char *const args[] = {"--enable-faults", NULL};
+
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &L), 0);
+}
+
+static void teardown(void)
+{
+	D = tu_lessee_free(D);
+	if (L && tu_lessor_pid(L) > 0)
+		ck_assert_int_eq(tu_lessor_stop(L), 0);
+	L = tu_lessor_free(L);
+}
+
+/* lessee_api_requests_total of one endpoint, any code. */
+static double requests(const char *endpoint)
+{
+	long status = 0;
+	_cleanup_free_ char *body = tu_lessee_status_get(D, "/metrics", &status);
+	prom_doc_t *doc = NULL;
+	double n;
+
+	ck_assert_int_eq(status, 200);
+	ck_assert_int_eq(prom_parse(body, strlen(body), &doc, NULL), 0);
+	n = prom_sum(doc, "lessee_api_requests_total", "endpoint", endpoint, NULL);
+	prom_free(doc);
+	return isnan(n) ? 0 : n;
+}
+
+static double renewals_ok(void)
+{
+	long status = 0;
+	_cleanup_free_ char *body = tu_lessee_status_get(D, "/metrics", &status);
+	prom_doc_t *doc = NULL;
+	double n;
+
+	ck_assert_int_eq(prom_parse(body, strlen(body), &doc, NULL), 0);
+	n = prom_sum(doc, "lessee_lease_renewals_total", "result", "ok", NULL);
+	prom_free(doc);
+	return isnan(n) ? 0 : n;
+}
+
+/* RUNS runs of `sleep 4` (lease_ttl 6 s, lease_refresh 1 s), their starts
+ * spread over about 300 ms: a pass of the long poll each. */
+static void run_sleepers(void)
+{
+	char *ids[RUNS];
+
+	ck_assert_int_eq(
+	    tu_lessee_start(
+	        &(struct tu_lessee_opts){.lessor = L,
+	                                 .conf = "[worker]\nconcurrency = 16\n"
+	                                         "[status]\nlisten = 127.0.0.1:0\n"
+	                                         "[workflow.nap]\ncommand = /bin/sleep 4\n"},
+	        &D),
+	    0);
+	for (int i = 0; i < RUNS; i++) {
+		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"nap\",\"max_attempts\":1}");
+		ck_assert_ptr_nonnull(ids[i]);
+		tu_sleep(25 * USEC_PER_MSEC); /* a spread of start times, not a wait */
+	}
+	for (int i = 0; i < RUNS; i++) {
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(30 * SEC)), 0);
+		free(ids[i]);
+	}
+}
+
+/* About 3 renewals per run, in a handful of requests: each wave renews every
+ * lease due within 250 ms of the first, and the runs started over 300 ms. */
+START_TEST(test_renewals_go_in_batches)
+{
+	double batches, single, renewed;
+
+	run_sleepers();
+	batches = requests("leases");
+	single = requests("lease");
+	renewed = renewals_ok();
+	fprintf(stderr, "%.0f renewals in %.0f batch requests\n", renewed, batches);
+	ck_assert_msg(renewed >= 2 * RUNS, "%.0f renewals for %d runs of 4 s", renewed, RUNS);
+	ck_assert_msg(single == 0, "%.0f renewals went alone", single);
+	ck_assert_msg(batches * 4 <= renewed, "%.0f batch requests for %.0f renewals", batches,
+	              renewed);
+}
+END_TEST
+
+/* A server without batches: one renewal per request, said once. */
+START_TEST(test_older_server_renews_one_by_one)
+{
+	long status = 0;
+
+	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
+	                                "{\"endpoint\":\"lease\",\"legacy\":true,\"count\":100000}",
+	                                &status, NULL),
+	                 0);
+	ck_assert_int_eq(status, 200);
+	run_sleepers();
+	ck_assert_int_eq(tu_lessee_wait_log(D, "does not renew leases in batches", 0), 0);
+	ck_assert(requests("lease") >= 2 * RUNS);
+	ck_assert(requests("leases") <= 1);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("renewals");
+	TCase *tc = tcase_create("renewals");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_renewals_go_in_batches);
+	tcase_add_test(tc, test_older_server_renews_one_by_one);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
