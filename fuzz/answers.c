@@ -1,6 +1,7 @@
 /* lessee's parsers of the small API answers (lib/proto/proto_native.c): the
  * lease renewal, the completion, a log append's {"length": N} and the "error"
- * code of an error body.  The first byte picks the parser. */
+ * code of an error body, a batch renewal's answer.  The first byte picks the
+ * parser. */
 #include <errno.h>
 #include <string.h>
 #include <stdlib.h>
@@ -65,6 +66,19 @@ static void error_code(const char *b, size_t n, size_t cap)
 	}
 }
 
+/* A batch renewal's answer, for three leases asked (protocol v1
+ * POST /v1/leases/renew): every entry read is renewed or lost. */
+static void renew_batch(const char *b, size_t n)
+{
+	static const struct proto_held asked[] = {{"r-1", "t1"}, {"r-2", "t2"}, {"r-3", "t3"}};
+	struct proto_renewed got[3];
+
+	if (proto_renew_batch_parse(b, n, asked, 3, got) < 0)
+		return;
+	for (size_t i = 0; i < 3; i++)
+		FUZZ_ASSERT(got[i].lost || (got[i].ttl_s >= 1 && got[i].ttl_s <= PROTO_TTL_MAX));
+}
+
 FUZZ_TARGET(answers)
 {
 	char *body;
@@ -93,12 +107,16 @@ FUZZ_TARGET(answers)
 	case 5:
 		error_code(body, n, 1 + (data[0] >> 3));
 		break;
+	case 6:
+		renew_batch(body, n);
+		break;
 	default:
 		/* the same body through every parser */
 		lease(body, n);
 		complete(body, n, 64);
 		log_length(body, n);
 		error_code(body, n, PROTO_ID_MAX + 1);
+		renew_batch(body, n);
 		break;
 	}
 	free(body);

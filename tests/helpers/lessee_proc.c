@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "promparse.h"
 #include "testutil.h"
 #include "util/fileio.h"
 #include "util/macro.h"
@@ -439,4 +441,19 @@ bool tu_pid_alive(pid_t pid)
 	alive = !strstr(status, "State:\tZ");
 	free(status);
 	return alive;
+}
+
+double tu_lessee_metric(const struct tu_lessee *d, const char *name, const char *label,
+                        const char *value)
+{
+	long status = 0;
+	_cleanup_free_ char *body = tu_lessee_status_get(d, "/metrics", &status);
+	prom_doc_t *doc = NULL;
+	double n;
+
+	if (!body || status != 200 || prom_parse(body, strlen(body), &doc, NULL) < 0)
+		return NAN;
+	n = label ? prom_sum(doc, name, label, value, NULL) : prom_sum(doc, name, NULL);
+	prom_free(doc);
+	return isnan(n) ? 0 : n;
 }

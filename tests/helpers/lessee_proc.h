@@ -69,6 +69,12 @@ int tu_lessee_status_port(const struct tu_lessee *d);
 /* GET a path of the status endpoint: the body (free it), NULL on transport failure. */
 char *tu_lessee_status_get(const struct tu_lessee *d, const char *path, long *ret_status);
 
+/* One scrape of /metrics: the sum of the samples named name whose label
+ * `label` is value (label NULL: all of them); 0 when there are none, NAN when
+ * the scrape failed. */
+double tu_lessee_metric(const struct tu_lessee *d, const char *name, const char *label,
+                        const char *value);
+
 /* GET /v1/runs/{id}/log from the lessor: the raw bytes (free them). */
 char *tu_lessor_run_log(const struct tu_lessor *l, const char *id, size_t *ret_len);
 /* Is this pid still a live (non-zombie) process? */

@@ -7,7 +7,6 @@
  * what a carried claim brings. */
 #include <cJSON.h>
 #include <check.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +15,6 @@
 #include "jsonutil.h"
 #include "lessee_proc.h"
 #include "lessor_proc.h"
-#include "promparse.h"
 #include "testutil.h"
 #include "util/macro.h"
 #include "util/strutil.h"
@@ -81,16 +79,7 @@ static void dump_log(void)
 /* lessee_api_requests_total of one endpoint, any code. */
 static double requests(const char *endpoint)
 {
-	long status = 0;
-	_cleanup_free_ char *body = tu_lessee_status_get(D, "/metrics", &status);
-	prom_doc_t *doc = NULL;
-	double n;
-
-	ck_assert_int_eq(status, 200);
-	ck_assert_int_eq(prom_parse(body, strlen(body), &doc, NULL), 0);
-	n = prom_sum(doc, "lessee_api_requests_total", "endpoint", endpoint, NULL);
-	prom_free(doc);
-	return isnan(n) ? 0 : n;
+	return tu_lessee_metric(D, "lessee_api_requests_total", "endpoint", endpoint);
 }
 
 static cJSON *run_of(const char *id)

@@ -5,14 +5,12 @@
  * without batches (lessor's legacy lease fault) gets one renewal per request,
  * and the runs live on. */
 #include <check.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lessee_proc.h"
 #include "lessor_proc.h"
-#include "promparse.h"
 #include "testutil.h"
 #include "util/macro.h"
 
@@ -40,29 +38,12 @@ static void teardown(void)
 /* lessee_api_requests_total of one endpoint, any code. */
 static double requests(const char *endpoint)
 {
-	long status = 0;
-	_cleanup_free_ char *body = tu_lessee_status_get(D, "/metrics", &status);
-	prom_doc_t *doc = NULL;
-	double n;
-
-	ck_assert_int_eq(status, 200);
-	ck_assert_int_eq(prom_parse(body, strlen(body), &doc, NULL), 0);
-	n = prom_sum(doc, "lessee_api_requests_total", "endpoint", endpoint, NULL);
-	prom_free(doc);
-	return isnan(n) ? 0 : n;
+	return tu_lessee_metric(D, "lessee_api_requests_total", "endpoint", endpoint);
 }
 
 static double renewals_ok(void)
 {
-	long status = 0;
-	_cleanup_free_ char *body = tu_lessee_status_get(D, "/metrics", &status);
-	prom_doc_t *doc = NULL;
-	double n;
-
-	ck_assert_int_eq(prom_parse(body, strlen(body), &doc, NULL), 0);
-	n = prom_sum(doc, "lessee_lease_renewals_total", "result", "ok", NULL);
-	prom_free(doc);
-	return isnan(n) ? 0 : n;
+	return tu_lessee_metric(D, "lessee_lease_renewals_total", "result", "ok");
 }
 
 /* RUNS runs of `sleep 4` (lease_ttl 6 s, lease_refresh 1 s), their starts
