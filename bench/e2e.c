@@ -141,6 +141,8 @@ static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee *
 
 struct round {
 	double runs_per_s, cpu_us_per_run;
+	double lessor_us_per_run; /* lessor's CPU over the same span (its stats
+				   * polls by this bench included, alike in both arms) */
 };
 
 /* --claim-delay: lessor answers every claim that much later (its test
@@ -163,7 +165,7 @@ static int e2e_round(int concurrency, int n, struct round *ret)
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
 	char *const args[] = {"--synchronous", sync_mode, "--enable-faults", NULL};
-	double cpu0, cpu1;
+	double cpu0, cpu1, lcpu0, lcpu1;
 	usec_t t0, t1;
 	int r;
 
@@ -177,13 +179,16 @@ static int e2e_round(int concurrency, int n, struct round *ret)
 	if (r < 0)
 		goto out;
 	cpu0 = proc_cpu_us(tu_lessee_pid(d));
+	lcpu0 = proc_cpu_us(tu_lessor_pid(l));
 	t0 = time_mono();
 	r = wait_count(l, "succeeded", n, 300 * USEC_PER_SEC);
 	t1 = time_mono();
 	cpu1 = proc_cpu_us(tu_lessee_pid(d));
+	lcpu1 = proc_cpu_us(tu_lessor_pid(l));
 	if (r >= 0) {
 		ret->runs_per_s = (double)n * USEC_PER_SEC / (double)(t1 - t0);
 		ret->cpu_us_per_run = (cpu1 - cpu0) / n;
+		ret->lessor_us_per_run = (lcpu1 - lcpu0) / n;
 	}
 out:
 	if (d && tu_lessee_quit(d) != 0 && r >= 0)
@@ -254,10 +259,11 @@ static void bench_paired(const char *base_bin, int n, int reps)
 	       "%s against "
 	       "%s, paired rounds (%d runs x %d rounds, medians)\n",
 	       sync_mode, claim_delay_ms, base_bin, tu_lessee_bin(), n, reps);
-	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s\n", "slots", "floor/s", "base run/s",
-	       "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r");
+	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s %11s %11s\n", "slots", "floor/s",
+	       "base run/s", "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r",
+	       "lessor b/r", "lessor n/r");
 	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
-		double fl[32], rb[32], rn[32], cb[32], cn[32];
+		double fl[32], rb[32], rn[32], cb[32], cn[32], lb[32], ln[32];
 
 		for (int i = 0; i < reps; i++) {
 			struct round b = {0}, a = {0};
@@ -270,10 +276,13 @@ static void bench_paired(const char *base_bin, int n, int reps)
 			rn[i] = a.runs_per_s;
 			cb[i] = b.cpu_us_per_run;
 			cn[i] = a.cpu_us_per_run;
+			lb[i] = b.lessor_us_per_run;
+			ln[i] = a.lessor_us_per_run;
 		}
 		double f = tu_median(fl, reps), b = tu_median(rb, reps), a = tu_median(rn, reps);
-		printf("%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f\n", widths[w],
-		       f, b, a, b / f, a / f, a / b, tu_median(cb, reps), tu_median(cn, reps));
+		printf("%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f %11.0f %11.0f\n",
+		       widths[w], f, b, a, b / f, a / f, a / b, tu_median(cb, reps),
+		       tu_median(cn, reps), tu_median(lb, reps), tu_median(ln, reps));
 	}
 }
 

@@ -40,6 +40,7 @@ struct worker {
 	bool exited;
 	bool exit_forced; /* the hard stop overran: nothing in flight is waited for */
 	bool renew_wave;  /* renewing the leases due soon (host_renewing) */
+	usec_t renew_wave_at; /* when the table was last looked at for that */
 
 	struct run_host host; /* what the runs share (run.h) */
 	struct run_table table;

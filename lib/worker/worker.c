@@ -215,16 +215,20 @@ static int host_carry(void *host, struct run *r,
 
 /* A renewal went out: with a driver that sends the renewals of one loop turn
  * in one request, the leases due within a quarter of lease_refresh go with it
- * (renewed early, in one request rather than one each). */
+ * (renewed early, in one request rather than one each).  One look at the
+ * table per eighth of that at most: retries after a failed wave do not each
+ * walk 10,000 runs. */
 static void host_renewing(void *host, struct run *r0)
 {
 	worker_t *w = host;
-	usec_t by;
+	usec_t window = w->cref->conf->worker.lease_refresh / 4, now = ev_now(w->ev), by;
 
 	if (w->renew_wave || !drv_ops(w->drv)->renew_batching ||
-	    !drv_ops(w->drv)->renew_batching(w->drv))
+	    !drv_ops(w->drv)->renew_batching(w->drv) ||
+	    (w->renew_wave_at && now < w->renew_wave_at + window / 8))
 		return;
-	by = ev_now(w->ev) + w->cref->conf->worker.lease_refresh / 4;
+	by = now + window;
+	w->renew_wave_at = now;
 	w->renew_wave = true;
 	for (struct run *r = w->table.head; r; r = r->next)
 		if (r != r0)
