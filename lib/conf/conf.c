@@ -64,7 +64,7 @@ const struct conf_key conf_keys[] = {
     {"api", "user", CONF_LOGIN, C(api.user), 0, 0, 0, NULL},
     {"api", "password_file", CONF_PATH, C(api.password_file), 0, 0, 0, NULL},
     {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
-    {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 4096, LIVE, "4"},
+    {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 10000, LIVE, "4"},
     {"worker", "max_reporting", CONF_UINT, C(worker.max_reporting), 0, 65536, LIVE, "0"},
     {"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
     {"worker", "lease_ttl", CONF_DURATION, C(worker.lease_ttl), SEC, HOUR, LIVE | WHOLE, "90s"},
@@ -109,7 +109,7 @@ const struct conf_key conf_wf_keys[] = {
     {"workflow", "working_directory", CONF_PATH, W(working_directory), 0, 0, LIVE, NULL},
     {"workflow", "max_log_bytes", CONF_SIZE, W(max_log_bytes), KIB, TIB, LIVE, NULL},
     {"workflow", "max_timeout", CONF_DURATION, W(max_timeout), SEC, 30 * DAY, LIVE | INF, NULL},
-    {"workflow", "concurrency", CONF_UINT, W(concurrency), 0, 4096, LIVE, "0"},
+    {"workflow", "concurrency", CONF_UINT, W(concurrency), 0, 10000, LIVE, "0"},
     /* the poll loop is made at start: a new task type needs a restart */
     {"workflow", "task_type", CONF_NAME, W(task_type), 0, 0, 0, NULL},
     {"workflow", "terminal_exit_codes", CONF_EXIT_CODES, W(terminal_exit_codes), 0, 0, LIVE, NULL},

@@ -433,6 +433,49 @@ static uint64_t rlim_to_kernel(rlim_t v)
 	return v == RLIM_INFINITY ? UINT64_MAX : (uint64_t)v;
 }
 
+/* The RLIMIT_NOFILE we started with, for our children (exec_nofile_raise). */
+static struct rlimit child_nofile;
+static bool child_nofile_kept;
+
+int exec_nofile_raise(struct rlimit *ret_now)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	if (!child_nofile_kept) {
+		child_nofile = rl;
+		child_nofile_kept = true;
+	}
+	*ret_now = rl;
+	if (rl.rlim_cur == rl.rlim_max)
+		return 0;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	*ret_now = rl;
+	return 0;
+}
+
+/* Our children start with the soft limit we started with, not the one we
+ * raised for ourselves; the hard limit is ours (it may have been raised since). */
+static void child_nofile_add(const struct exec_spec *s, struct exec_child_args *a)
+{
+	struct rlimit now;
+
+	if (!child_nofile_kept || a->n_rlimits >= ELEMENTSOF(a->rlimits))
+		return;
+	for (size_t i = 0; i < s->n_rlimits; i++)
+		if (s->rlimits[i].resource == RLIMIT_NOFILE)
+			return;
+	if (getrlimit(RLIMIT_NOFILE, &now) < 0 || now.rlim_cur == child_nofile.rlim_cur)
+		return;
+	a->rlimits[a->n_rlimits].resource = RLIMIT_NOFILE;
+	a->rlimits[a->n_rlimits].cur = rlim_to_kernel(MIN(child_nofile.rlim_cur, now.rlim_max));
+	a->rlimits[a->n_rlimits].max = rlim_to_kernel(now.rlim_max);
+	a->n_rlimits++;
+}
+
 static int child_args_prepare(const struct exec_spec *s, struct exec_child_args *a)
 {
 	static char *const empty_env[] = {NULL};
@@ -464,6 +507,7 @@ static int child_args_prepare(const struct exec_spec *s, struct exec_child_args 
 		a->rlimits[i].cur = rlim_to_kernel(s->rlimits[i].lim.rlim_cur);
 		a->rlimits[i].max = rlim_to_kernel(s->rlimits[i].lim.rlim_max);
 	}
+	child_nofile_add(s, a);
 	return 0;
 }
 

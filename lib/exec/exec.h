@@ -101,3 +101,15 @@ bool exec_env_forbidden(const char *name);
  * systemd protocol variable is -EPERM, an entry without '=' -EINVAL).
  * NAME=value strings, NULL-terminated; free with strv_free(). */
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret);
+
+/* The fds the daemon holds for each running child: its pidfd, its stdout
+ * (and stderr) pipe, its cgroup directory. */
+#define EXEC_FDS_PER_RUN 4
+
+/* Raise this process's RLIMIT_NOFILE soft limit to its hard limit.  The first
+ * call remembers the limit the process had: children spawned from then on get
+ * it back (a child that started at 1024 keeps 1024, so select() still works
+ * for it), unless their spec sets RLIMIT_NOFILE itself.  ret_now: the limit
+ * in force afterwards.  0, or -errno (nothing changed, ret_now still set when
+ * getrlimit worked). */
+int exec_nofile_raise(struct rlimit *ret_now);

@@ -878,6 +878,53 @@ START_TEST(test_idle_no_tick)
 }
 END_TEST
 
+/* Started with a soft limit of 1024 fds under a hard one of 4096: the daemon
+ * takes the hard limit for itself, its runs get the 1024 it started with
+ * (select() users keep working), and a concurrency whose fds do not fit
+ * (1000 runs x 4 + a reserve > 4096) is said at start and at each reload. */
+START_TEST(test_fd_limits)
+{
+	char *const wrap[] = {"prlimit", "--nofile=1024:4096", "--", NULL};
+	_cleanup_free_ char *conf = NULL, *extra = NULL, *limits = NULL, *id = NULL, *log = NULL;
+	char path[64];
+
+	write_script("limits.sh", "echo \"$(ulimit -Sn) $(ulimit -Hn)\"");
+	D = tu_lessee_free(D);
+	ck_assert_int_ge(asprintf(&extra,
+	                          "[workflow.limits]\ncommand = %s/limits.sh\n"
+	                          "[worker]\nconcurrency = 1000\n",
+	                          scripts),
+	                 0);
+	conf = conf_text(extra);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf, .wrap = wrap}, &D),
+	    0);
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)tu_lessee_pid(D));
+	ck_assert_int_eq(read_file_capped(path, 65536, &limits, NULL), 0);
+	ck_assert_msg(strstr(limits, "Max open files            4096                 4096"), "%s",
+	              limits);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=1000 needs", 5 * SEC), 0);
+	ck_assert_int_eq(log_count("LimitNOFILE="), 1);
+	id = enqueue("limits", NULL);
+	wait_status(id, "succeeded", 20 * SEC);
+	log = run_log(id);
+	ck_assert_str_eq(log, "1024 4096\n");
+	free(conf);
+	free(extra);
+	ck_assert_int_ge(asprintf(&extra,
+	                          "[workflow.limits]\ncommand = %s/limits.sh\n"
+	                          "[worker]\nconcurrency = 1010\n",
+	                          scripts),
+	                 0);
+	conf = conf_text(extra);
+	ck_assert_int_eq(tu_lessee_set_conf(D, conf), 0);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency: 1000 -> 1010", 10 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=1010 needs", 5 * SEC), 0);
+	ck_assert_int_eq(log_count("LimitNOFILE="), 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lessee");
@@ -903,6 +950,11 @@ int main(void)
 	tcase_add_test(tc, test_retry_after_honoured);
 	tcase_add_test(tc, test_metrics_count_exactly);
 	tcase_add_test(tc, test_idle_no_tick);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("fdlimits");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fd_limits);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -508,9 +508,9 @@ START_TEST(test_file_errors)
 	} cases[] = {
 	    /* values */
 	    {BASE "[worker]\nconcurrency = 0\n",
-	     "%1$s:7: worker.concurrency: 0 is out of range: 1 .. 4096"},
-	    {BASE "[worker]\nconcurrency = 4097\n",
-	     "%1$s:7: worker.concurrency: 4097 is out of range: 1 .. 4096"},
+	     "%1$s:7: worker.concurrency: 0 is out of range: 1 .. 10000"},
+	    {BASE "[worker]\nconcurrency = 10001\n",
+	     "%1$s:7: worker.concurrency: 10001 is out of range: 1 .. 10000"},
 	    {BASE "[worker]\nconcurrency = four\n",
 	     "%1$s:7: worker.concurrency: 'four' is not a whole number"},
 	    {BASE "[worker]\nconcurrency = -1\n",
@@ -629,7 +629,7 @@ START_TEST(test_env_and_override_errors)
 		const char *env, *want;
 	} env_cases[] = {
 	    {"LESSEE_WORKER_CONCURRENCY=0",
-	     "LESSEE_WORKER_CONCURRENCY: worker.concurrency: 0 is out of range: 1 .. 4096"},
+	     "LESSEE_WORKER_CONCURRENCY: worker.concurrency: 0 is out of range: 1 .. 10000"},
 	    {"LESSEE_WORKER_CONCURENCY=2", "LESSEE_WORKER_CONCURENCY: unknown key 'concurency' in "
 	                                   "[worker] (did you mean 'concurrency'?)"},
 	    {"LESSEE_API_URL=gopher://x", "LESSEE_API_URL: api.url: 'gopher://x' is not an "

@@ -92,9 +92,20 @@ START_TEST(test_bounds)
 	                 0);
 	ck_assert_ptr_nonnull(strstr(err, "concurrency"));
 	free(err);
-	ck_assert_int_lt(load("[workflow.a]\ncommand = /bin/true\nconcurrency = 5000\n", &c, &err),
+	ck_assert_int_lt(load("[workflow.a]\ncommand = /bin/true\nconcurrency = 10001\n", &c, &err),
 	                 0);
 	free(err);
+}
+END_TEST
+
+/* 10,000 runs on one daemon (issue 15): both caps are 10000. */
+START_TEST(test_ten_thousand)
+{
+	_cleanup_conf_ struct conf *c = load_ok(
+	    "concurrency = 10000\n[workflow.a]\ncommand = /bin/true\nconcurrency = 10000\n");
+
+	ck_assert_uint_eq(c->worker.concurrency, 10000);
+	ck_assert_uint_eq(conf_find_workflow(c, "a")->concurrency, 10000);
 }
 END_TEST
 
@@ -119,6 +130,7 @@ int main(void)
 	tcase_add_test(tc, test_defaults_and_inheritance);
 	tcase_add_test(tc, test_bounds);
 	tcase_add_test(tc, test_warnings);
+	tcase_add_test(tc, test_ten_thousand);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
