@@ -310,7 +310,9 @@ static void lease_renew(struct run *r)
 
 void run_renew_due(struct run *r, usec_t by)
 {
-	if (ev_timer_armed(r->renew_timer) && ev_timer_deadline(r->renew_timer) <= by)
+	/* a lease backing off after a failed renewal keeps its backoff */
+	if (r->lease_retries == 0 && ev_timer_armed(r->renew_timer) &&
+	    ev_timer_deadline(r->renew_timer) <= by)
 		run_dispatch(r, RE_RENEW);
 }
 

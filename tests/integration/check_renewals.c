@@ -107,6 +107,59 @@ START_TEST(test_older_server_renews_one_by_one)
 }
 END_TEST
 
+static double renewal_errors(void)
+{
+	return tu_lessee_metric(D, "lessee_lease_renewals_total", "result", "error");
+}
+
+/* While the API fails every renewal (503), each lease retries on its own
+ * backoff (250 ms doubling to 1 s, full jitter: about 8 attempts in 2 s); a
+ * wave that pulled every lease in backoff along with each renewal that went
+ * out made it one attempt per lease every few tens of ms. */
+START_TEST(test_failed_renewals_keep_their_backoff)
+{
+	char *ids[RUNS];
+	double e0, e1;
+	long status = 0;
+
+	ck_assert_int_eq(
+	    tu_lessee_start(
+	        &(struct tu_lessee_opts){.lessor = L,
+	                                 .conf = "[worker]\nconcurrency = 16\n"
+	                                         "[status]\nlisten = 127.0.0.1:0\n"
+	                                         "[workflow.nap]\ncommand = /bin/sleep 5\n"},
+	        &D),
+	    0);
+	for (int i = 0; i < RUNS; i++) {
+		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"nap\",\"max_attempts\":1}");
+		ck_assert_ptr_nonnull(ids[i]);
+		tu_sleep(25 * USEC_PER_MSEC);
+	}
+	for (int i = 0; i < RUNS; i++)
+		ck_assert_int_eq(tu_lessor_wait_status(L, ids[i], "running", tu_timeout(10 * SEC)),
+		                 0);
+	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
+	                                "{\"endpoint\":\"lease\",\"status\":503,\"count\":1000000}",
+	                                &status, NULL),
+	                 0);
+	for (usec_t end = time_mono() + tu_timeout(10 * SEC); renewal_errors() < RUNS;
+	     tu_sleep(20 * USEC_PER_MSEC))
+		ck_assert_msg(time_mono() < end, "the renewals never failed");
+	e0 = renewal_errors();
+	tu_sleep(2 * SEC); /* the span over which the retries are counted */
+	e1 = renewal_errors();
+	ck_assert_int_eq(tu_lessor_json(L, "DELETE", "/v1/admin/faults", NULL, &status, NULL), 0);
+	fprintf(stderr, "%.0f failed renewals of %d leases in 2 s\n", e1 - e0, RUNS);
+	ck_assert_msg(e1 - e0 <= 25 * RUNS, "%.0f failed renewals of %d leases in 2 s", e1 - e0,
+	              RUNS);
+	for (int i = 0; i < RUNS; i++) {
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(30 * SEC)), 0);
+		free(ids[i]);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("renewals");
@@ -116,6 +169,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_renewals_go_in_batches);
 	tcase_add_test(tc, test_older_server_renews_one_by_one);
+	tcase_add_test(tc, test_failed_renewals_keep_their_backoff);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
