@@ -688,6 +688,8 @@ static void on_carried(struct drv_claim_answer *ans, void *userdata)
 		return;
 	}
 	l->carried = false;
+	/* it named no held leases: its answer says nothing of cancel events */
+	ans->has_cancels = w->cancels_known;
 	on_claim(ans, l);
 	/* the long poll may not be out (every slot was busy): look again */
 	if (ans->a.verdict == DRV_OK && ans->n_runs == 0)

@@ -103,6 +103,39 @@ START_TEST(test_next_run_while_reporting)
 }
 END_TEST
 
+/* 16 slots of a healthy workflow: more runs are flushing at once than the
+ * breaker's threshold (3), and none of them failed: claims go on, no run is
+ * given back as if the workflow were blocked, and the claims a completion
+ * carries (naming no held leases) do not make the daemon think the API lost
+ * its cancel events. */
+START_TEST(test_busy_healthy_workflow_not_held)
+{
+	char *ids[200];
+	_cleanup_free_ char *log = NULL;
+
+	for (int i = 0; i < 200; i++) {
+		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
+		ck_assert_ptr_nonnull(ids[i]);
+	}
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){
+	                                     .lessor = L,
+	                                     .conf = "[worker]\nconcurrency = 16\n"
+	                                             "[workflow.ok]\ncommand = /bin/true\n"},
+	                                 &D),
+	                 0);
+	for (int i = 0; i < 200; i++) {
+		ck_assert_int_eq(tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(60 * SEC)),
+		                 0);
+		free(ids[i]);
+	}
+	log = tu_lessee_log(D);
+	ck_assert_ptr_nonnull(log);
+	ck_assert_msg(!strstr(log, "(blocked_workflow)"), "runs given back as blocked");
+	ck_assert_msg(!strstr(log, "no longer delivers cancel events"),
+	              "cancel events thought lost");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reporting");
@@ -111,6 +144,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_next_run_while_reporting);
+	tcase_add_test(tc, test_busy_healthy_workflow_not_held);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
