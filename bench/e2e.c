@@ -142,7 +142,7 @@ static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee *
 struct round {
 	double runs_per_s, cpu_us_per_run;
 	double lessor_us_per_run; /* lessor's CPU over the same span (its stats
-				   * polls by this bench included, alike in both arms) */
+	                           * polls by this bench included, alike in both arms) */
 };
 
 /* --claim-delay: lessor answers every claim that much later (its test
@@ -280,9 +280,10 @@ static void bench_paired(const char *base_bin, int n, int reps)
 			ln[i] = a.lessor_us_per_run;
 		}
 		double f = tu_median(fl, reps), b = tu_median(rb, reps), a = tu_median(rn, reps);
-		printf("%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f %11.0f %11.0f\n",
-		       widths[w], f, b, a, b / f, a / f, a / b, tu_median(cb, reps),
-		       tu_median(cn, reps), tu_median(lb, reps), tu_median(ln, reps));
+		printf(
+		    "%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f %11.0f %11.0f\n",
+		    widths[w], f, b, a, b / f, a / f, a / b, tu_median(cb, reps),
+		    tu_median(cn, reps), tu_median(lb, reps), tu_median(ln, reps));
 	}
 }
 

@@ -25,7 +25,7 @@ static void complete_next(const struct json_span *next)
 	struct proto_claim_resp cr;
 	char *err = NULL, code[32];
 
-	FUZZ_ASSERT(next->len >= 2);
+	FUZZ_ASSERT(next->len >= 1); /* any JSON value, "3" too */
 	if (proto_claim_parse(next->p, next->len, 4096, &cr, &err) == 0)
 		proto_claim_resp_done(&cr);
 	free(err);

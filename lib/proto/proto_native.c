@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +100,8 @@ int proto_claim_body(const struct proto_claim_req *rq, char **ret)
 	return json_finish(o, ret);
 }
 
-/* A whole non-negative integer within [lo, hi]. */
+/* A whole non-negative integer within [lo, hi] (hi at most UINT_MAX: a
+ * queue_depth of 66666666660 is not one, fuzz/regress/answers). */
 static bool json_uint(const cJSON *j, double lo, double hi, unsigned *ret)
 {
 	double d;
@@ -107,7 +109,7 @@ static bool json_uint(const cJSON *j, double lo, double hi, unsigned *ret)
 	if (!cJSON_IsNumber(j))
 		return false;
 	d = j->valuedouble;
-	if (!isfinite(d) || d != floor(d) || d < lo || d > hi)
+	if (!isfinite(d) || d != floor(d) || d < lo || d > hi || d > (double)UINT_MAX)
 		return false;
 	*ret = (unsigned)d;
 	return true;

@@ -117,15 +117,16 @@ START_TEST(test_busy_healthy_workflow_not_held)
 		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
 		ck_assert_ptr_nonnull(ids[i]);
 	}
-	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){
-	                                     .lessor = L,
-	                                     .conf = "[worker]\nconcurrency = 16\n"
-	                                             "[workflow.ok]\ncommand = /bin/true\n"},
-	                                 &D),
-	                 0);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                             .conf =
+	                                                 "[worker]\nconcurrency = 16\n"
+	                                                 "[workflow.ok]\ncommand = /bin/true\n"},
+	                    &D),
+	    0);
 	for (int i = 0; i < 200; i++) {
-		ck_assert_int_eq(tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(60 * SEC)),
-		                 0);
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(60 * SEC)), 0);
 		free(ids[i]);
 	}
 	log = tu_lessee_log(D);
