@@ -562,9 +562,6 @@ static bool ahead_allowed(const struct claimer *w)
 	return drv_has(w->p.runs->drv, DRV_CAP_RELEASE) && !w->ahead_idle;
 }
 
-/* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW): on the
- * lane with the long poll, or, while that one is out, a claim ahead for the
- * slots freed since it was sent. */
 static bool carry_allowed(const struct claimer *w);
 
 /* The free slots a claim may ask for now: with claims carried by
@@ -579,6 +576,9 @@ static unsigned slots_to_claim(const struct claimer *w)
 	return slots > flushing ? slots - flushing : 0;
 }
 
+/* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW): on the
+ * lane with the long poll, or, while that one is out, a claim ahead for the
+ * slots freed since it was sent. */
 static void claim_kick_one(struct claimer *w)
 {
 	struct claim_lane *l = lane_get(w, NULL);

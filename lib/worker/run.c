@@ -200,8 +200,6 @@ static void lease_claimed(struct run *r, usec_t sent, unsigned ttl_s)
 	ev_timer_arm(r->renew_timer, 0);
 }
 
-static void lease_stop(struct run *r);
-
 static void lease_lost(struct run *r, const char *why)
 {
 	if (r->state == RUN_REPORTING && r->req) {
@@ -211,7 +209,11 @@ static void lease_lost(struct run *r, const char *why)
 		run_log(r, LOG_INFO,
 		        "lease refused (%s) while the completion is in flight: its answer decides",
 		        why);
-		lease_stop(r);
+		/* no more renewals; the deadline timer stays: a completion that
+		 * never gets through is offered, then spooled, as any other */
+		drv_cancel(r->lease_req);
+		r->lease_req = NULL;
+		ev_timer_disarm(r->renew_timer);
 		return;
 	}
 	run_log(r, LOG_WARNING, "lease lost (%s): stopping the run, nothing more is written", why);
