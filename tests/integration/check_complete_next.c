@@ -3,11 +3,11 @@
  * claim follows the recorded completion, an invalid "next" refuses the whole
  * request, a refused completion claims nothing, a repeated one replays. */
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonutil.h"
 #include "lessor_proc.h"
 #include "testutil.h"
 #include "util/macro.h"
@@ -46,21 +46,10 @@ static void teardown(void)
 	L = tu_lessor_free(L);
 }
 
-_printf_(1, 2) static char *jfmt(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, fmt);
-	ck_assert_int_ge(vasprintf(&s, fmt, ap), 0);
-	va_end(ap);
-	return s;
-}
-
 /* A worker request (with the worker token when scoped); the answer's JSON. */
 static cJSON *wreq(const char *path, const char *body, long want_status)
 {
-	_cleanup_free_ char *url = jfmt("%s%s", tu_lessor_url(L), path);
+	_cleanup_free_ char *url = tu_fmt("%s%s", tu_lessor_url(L), path);
 	long status = 0;
 	cJSON *j = NULL;
 
@@ -109,9 +98,9 @@ static void grant_of(const cJSON *answer, int i, struct grant *g)
 
 static void claim_one(const char *claim_id, const char *worker, struct grant *g)
 {
-	_cleanup_free_ char *body = jfmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
-	                                 "\"max_runs\":1,\"lease_ttl_s\":60,\"wait_s\":0}",
-	                                 claim_id, worker);
+	_cleanup_free_ char *body = tu_fmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
+	                                   "\"max_runs\":1,\"lease_ttl_s\":60,\"wait_s\":0}",
+	                                   claim_id, worker);
 	cJSON *j = wreq("/v1/claims", body, 200);
 
 	grant_of(j, 0, g);
@@ -125,20 +114,20 @@ static void claim_one(const char *claim_id, const char *worker, struct grant *g)
 /* POST /v1/runs/{id}/complete (succeeded) with this "next" (NULL: none). */
 static cJSON *complete_next(const struct grant *g, const char *next, long want_status)
 {
-	_cleanup_free_ char *path = jfmt("/v1/runs/%s/complete", g->id);
+	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/complete", g->id);
 	_cleanup_free_ char *body =
-	    jfmt("{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
-	         "\"exit_code\":0%s%s}",
-	         g->token, next ? ",\"next\":" : "", next ? next : "");
+	    tu_fmt("{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
+	           "\"exit_code\":0%s%s}",
+	           g->token, next ? ",\"next\":" : "", next ? next : "");
 
 	return wreq(path, body, want_status);
 }
 
 static long renew(const struct grant *g)
 {
-	_cleanup_free_ char *path = jfmt("/v1/runs/%s/lease", g->id);
-	_cleanup_free_ char *body = jfmt("{\"token\":\"%s\",\"ttl_s\":60}", g->token);
-	_cleanup_free_ char *url = jfmt("%s%s", tu_lessor_url(L), path);
+	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/lease", g->id);
+	_cleanup_free_ char *body = tu_fmt("{\"token\":\"%s\",\"ttl_s\":60}", g->token);
+	_cleanup_free_ char *url = tu_fmt("%s%s", tu_lessor_url(L), path);
 	long status = 0;
 
 	if (worker_token)
@@ -401,7 +390,7 @@ START_TEST(test_scoped_token_names_the_worker)
 	j = complete_next(&g1, NEXT("c-2", ""), 200); /* the body says w-1 */
 	grant_of(at(j, "next"), 0, &g2);
 	cJSON_Delete(j);
-	path = jfmt("/v1/runs/%s", g2.id);
+	path = tu_fmt("/v1/runs/%s", g2.id);
 	ck_assert_int_eq(tu_lessor_json(L, "GET", path, NULL, &status, &run), 0);
 	ck_assert_int_eq(status, 200);
 	ck_assert_str_eq(str_at(at(run, "lease"), "worker_id"), "alpha");

@@ -2,13 +2,13 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lessor/client.h"
 #include "lessor/store.h"
+#include "jsonutil.h"
 #include "lessor_proc.h"
 #include "proto/proto.h"
 #include "testutil.h"
@@ -53,17 +53,6 @@ static void teardown(void)
 	if (L && tu_lessor_pid(L) > 0)
 		ck_assert_int_eq(tu_lessor_stop(L), 0); /* clean exit: no leak, no crash */
 	L = tu_lessor_free(L);
-}
-
-_printf_(1, 2) static char *jfmt(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, fmt);
-	ck_assert_int_ge(vasprintf(&s, fmt, ap), 0);
-	va_end(ap);
-	return s;
 }
 
 /* A request that must answer want_status; returns its JSON (caller frees). */
@@ -111,9 +100,9 @@ static char *enqueue(const char *body)
 static cJSON *claim(const char *claim_id, const char *worker, int max, int ttl, int wait,
                     const char *extra)
 {
-	_cleanup_free_ char *body = jfmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
-	                                 "\"max_runs\":%d,\"lease_ttl_s\":%d,\"wait_s\":%d%s}",
-	                                 claim_id, worker, max, ttl, wait, extra ? extra : "");
+	_cleanup_free_ char *body = tu_fmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
+	                                   "\"max_runs\":%d,\"lease_ttl_s\":%d,\"wait_s\":%d%s}",
+	                                   claim_id, worker, max, ttl, wait, extra ? extra : "");
 
 	return req("POST", "/v1/claims", body, 200);
 }
@@ -134,12 +123,12 @@ static char *token_of(const cJSON *run)
 static void complete(const char *id, const char *token, const char *status, bool retryable,
                      long want_status, const char *want_run_status)
 {
-	_cleanup_free_ char *path = jfmt("/v1/runs/%s/complete", id);
+	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/complete", id);
 	_cleanup_free_ char *body =
-	    jfmt("{\"token\":\"%s\",\"status\":\"%s\",\"reason\":\"exit\","
-	         "\"exit_code\":%d,\"retryable\":%s,\"duration_ms\":12,"
-	         "\"log_length\":0,\"output\":{\"ok\":true}}",
-	         token, status, streq(status, "succeeded") ? 0 : 1, retryable ? "true" : "false");
+	    tu_fmt("{\"token\":\"%s\",\"status\":\"%s\",\"reason\":\"exit\","
+	           "\"exit_code\":%d,\"retryable\":%s,\"duration_ms\":12,"
+	           "\"log_length\":0,\"output\":{\"ok\":true}}",
+	           token, status, streq(status, "succeeded") ? 0 : 1, retryable ? "true" : "false");
 	cJSON *j = req("POST", path, body, want_status);
 
 	if (want_run_status)
@@ -150,10 +139,10 @@ static void complete(const char *id, const char *token, const char *status, bool
 static int append_log(lessor_client *c, const char *id, const char *token, size_t start,
                       const char *data, long *ret_length)
 {
-	_cleanup_free_ char *path = jfmt("/v1/runs/%s/log", id);
-	_cleanup_free_ char *tok = jfmt("Lease-Token: %s", token);
+	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/log", id);
+	_cleanup_free_ char *tok = tu_fmt("Lease-Token: %s", token);
 	_cleanup_free_ char *range =
-	    jfmt("Content-Range: bytes %zu-%zu/*", start, start + strlen(data) - 1);
+	    tu_fmt("Content-Range: bytes %zu-%zu/*", start, start + strlen(data) - 1);
 	char *hdr[] = {tok, range, "Content-Type: application/octet-stream", NULL};
 	struct lessor_response resp;
 	cJSON *j;
@@ -413,10 +402,10 @@ END_TEST
 /* Every write with the token gets `want`; returns how many writes were made. */
 static int writes_with(const char *id, const char *token, long want)
 {
-	_cleanup_free_ char *lease = jfmt("/v1/runs/%s/lease", id);
-	_cleanup_free_ char *release = jfmt("/v1/runs/%s/release", id);
-	_cleanup_free_ char *b1 = jfmt("{\"token\":\"%s\",\"ttl_s\":30}", token);
-	_cleanup_free_ char *b2 = jfmt("{\"token\":\"%s\",\"reason\":\"draining\"}", token);
+	_cleanup_free_ char *lease = tu_fmt("/v1/runs/%s/lease", id);
+	_cleanup_free_ char *release = tu_fmt("/v1/runs/%s/release", id);
+	_cleanup_free_ char *b1 = tu_fmt("{\"token\":\"%s\",\"ttl_s\":30}", token);
+	_cleanup_free_ char *b2 = tu_fmt("{\"token\":\"%s\",\"reason\":\"draining\"}", token);
 	lessor_client *c = tu_lessor_client(L);
 
 	req0("POST", lease, b1, want);
@@ -447,8 +436,8 @@ START_TEST(test_expired_lease_requeued_with_new_token)
 	ck_assert_str_ne(old, fresh);
 	/* the old holder is refused on every kind of write */
 	writes_with(id, old, 409);
-	lease = jfmt("/v1/runs/%s/lease", id);
-	renew = jfmt("{\"token\":\"%s\",\"ttl_s\":1}", fresh);
+	lease = tu_fmt("/v1/runs/%s/lease", id);
+	renew = tu_fmt("{\"token\":\"%s\",\"ttl_s\":1}", fresh);
 	j = req("POST", lease, renew, 200);
 	ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "cancel_requested")));
 	cJSON_Delete(j);
@@ -496,8 +485,8 @@ START_TEST(test_claim_id_retry_returns_same_runs)
 	{
 		_cleanup_free_ char *tok = token_of(cJSON_GetArrayItem(runs_of(first), 0));
 
-		lease = jfmt("/v1/runs/%s/lease", a);
-		renew = jfmt("{\"token\":\"%s\",\"ttl_s\":30}", tok);
+		lease = tu_fmt("/v1/runs/%s/lease", a);
+		renew = tu_fmt("{\"token\":\"%s\",\"ttl_s\":30}", tok);
 	}
 	req0("POST", lease, renew, 200);
 	j = req("POST", "/v1/claims/same/cancel", NULL, 200);
@@ -573,8 +562,8 @@ START_TEST(test_log_content_range_resync)
 	ck_assert_int_eq(append_log(c, id, tok, 64, "more", &len), 413);
 	/* bad requests */
 	{
-		_cleanup_free_ char *lp = jfmt("/v1/runs/%s/log", id);
-		_cleanup_free_ char *th = jfmt("Lease-Token: %s", tok);
+		_cleanup_free_ char *lp = tu_fmt("/v1/runs/%s/log", id);
+		_cleanup_free_ char *th = tu_fmt("Lease-Token: %s", tok);
 		char *no_range[] = {th, NULL};
 		char *bad_range[] = {th, "Content-Range: bytes 64-70/*", NULL};
 		char *no_token[] = {"Content-Range: bytes 64-64/*", NULL};
@@ -590,7 +579,7 @@ START_TEST(test_log_content_range_resync)
 		ck_assert_int_eq(resp.status, 400);
 		lessor_response_done(&resp);
 	}
-	path = jfmt("/v1/runs/%s/log", id);
+	path = tu_fmt("/v1/runs/%s/log", id);
 	ck_assert_int_eq(lessor_client_request(c, "GET", path, NULL, NULL, 0, &resp), 0);
 	ck_assert_int_eq(resp.status, 200);
 	ck_assert_uint_eq(resp.len, 64);
@@ -671,8 +660,8 @@ START_TEST(test_release_keeps_attempt)
 	j = claim("a", "w", 1, 30, 0, NULL);
 	tok = token_of(cJSON_GetArrayItem(runs_of(j), 0));
 	cJSON_Delete(j);
-	path = jfmt("/v1/runs/%s/release", id);
-	body = jfmt("{\"token\":\"%s\",\"reason\":\"shutdown\",\"delay_s\":0}", tok);
+	path = tu_fmt("/v1/runs/%s/release", id);
+	body = tu_fmt("{\"token\":\"%s\",\"reason\":\"shutdown\",\"delay_s\":0}", tok);
 	j = req("POST", path, body, 200);
 	ck_assert_str_eq(jstr(j, "run_status"), "pending");
 	cJSON_Delete(j);
@@ -784,8 +773,8 @@ START_TEST(test_restart_keeps_acknowledged_state)
 		free(ids[i]);
 	}
 	/* the held lease is still good, and fencing still works */
-	lease = jfmt("/v1/runs/r-2/lease");
-	renew = jfmt("{\"token\":\"%s\",\"ttl_s\":30}", t1);
+	lease = tu_fmt("/v1/runs/r-2/lease");
+	renew = tu_fmt("{\"token\":\"%s\",\"ttl_s\":30}", t1);
 	req0("POST", lease, renew, 200);
 	complete("r-1", t1, "succeeded", false, 409, NULL);
 }
@@ -943,9 +932,9 @@ END_TEST
 static void claim_verdict(const char *worker, const char *extra, bool want)
 {
 	static unsigned n;
-	_cleanup_free_ char *body = jfmt("{\"claim_id\":\"voc-%u\",\"worker_id\":\"%s\","
-	                                 "\"max_runs\":1,\"lease_ttl_s\":5%s}",
-	                                 n++, worker, extra ? extra : "");
+	_cleanup_free_ char *body = tu_fmt("{\"claim_id\":\"voc-%u\",\"worker_id\":\"%s\","
+	                                   "\"max_runs\":1,\"lease_ttl_s\":5%s}",
+	                                   n++, worker, extra ? extra : "");
 
 	req0("POST", "/v1/claims", body, want ? 200 : 400);
 }
@@ -989,12 +978,12 @@ START_TEST(test_vocabulary)
 	for (size_t i = 0; i < ELEMENTSOF(workers); i++)
 		claim_verdict(workers[i], NULL, proto_valid_worker_id(workers[i]));
 	for (size_t i = 0; i < ELEMENTSOF(tags); i++) {
-		_cleanup_free_ char *extra = jfmt(",\"tags\":[\"%s\"]", tags[i]);
+		_cleanup_free_ char *extra = tu_fmt(",\"tags\":[\"%s\"]", tags[i]);
 
 		claim_verdict("w", extra, proto_valid_tag(tags[i]));
 	}
 	for (size_t i = 0; i < ELEMENTSOF(ids); i++) {
-		_cleanup_free_ char *extra = jfmt(",\"workflows\":[\"%s\"]", ids[i]);
+		_cleanup_free_ char *extra = tu_fmt(",\"workflows\":[\"%s\"]", ids[i]);
 
 		claim_verdict("w", extra, proto_valid_id(ids[i]));
 	}
@@ -1007,8 +996,8 @@ START_TEST(test_vocabulary)
 	/* lease tokens are identifiers: unknown run (404), not a bad request */
 	req0("POST", "/v1/runs/r-1/lease", "{\"token\":\"tok:1.a_b-c\",\"ttl_s\":5}", 404);
 	{
-		_cleanup_free_ char *ok = jfmt("{\"token\":\"%s\",\"ttl_s\":5}", id128);
-		_cleanup_free_ char *bad = jfmt("{\"token\":\"%s\",\"ttl_s\":5}", id129);
+		_cleanup_free_ char *ok = tu_fmt("{\"token\":\"%s\",\"ttl_s\":5}", id128);
+		_cleanup_free_ char *bad = tu_fmt("{\"token\":\"%s\",\"ttl_s\":5}", id129);
 
 		req0("POST", "/v1/runs/r-1/lease", ok, 404);
 		req0("POST", "/v1/runs/r-1/lease", bad, 400);
@@ -1046,8 +1035,8 @@ START_TEST(test_bearer_token)
 	_cleanup_free_ char *url = NULL, *health = NULL;
 
 	start_with("s3cret-token", NULL);
-	url = jfmt("%s/v1/stats", tu_lessor_url(L));
-	health = jfmt("%s/healthz", tu_lessor_url(L));
+	url = tu_fmt("%s/v1/stats", tu_lessor_url(L));
+	health = tu_fmt("%s/healthz", tu_lessor_url(L));
 	ck_assert_int_eq(tu_http_json("GET", url, NULL, NULL, &status, NULL), 0);
 	ck_assert_int_eq(status, 401);
 	ck_assert_int_eq(tu_http_json("GET", url, "s3cret-tokeN", NULL, &status, NULL), 0);
@@ -1072,7 +1061,7 @@ START_TEST(test_requeue_steals_and_cancel_reaches_worker)
 	j = claim("a", "w1", 1, 30, 0, NULL);
 	old = token_of(cJSON_GetArrayItem(runs_of(j), 0));
 	cJSON_Delete(j);
-	requeue = jfmt("/v1/runs/%s/requeue", id);
+	requeue = tu_fmt("/v1/runs/%s/requeue", id);
 	req0("POST", requeue, NULL, 200);
 	req0("POST", requeue, NULL, 409); /* not running any more */
 	writes_with(id, old, 409);
@@ -1080,12 +1069,12 @@ START_TEST(test_requeue_steals_and_cancel_reaches_worker)
 	tok = token_of(cJSON_GetArrayItem(runs_of(j), 0));
 	ck_assert_int_eq((int)jnum(cJSON_GetArrayItem(runs_of(j), 0), "attempt"), 1);
 	cJSON_Delete(j);
-	cancel = jfmt("/v1/runs/%s/cancel", id);
+	cancel = tu_fmt("/v1/runs/%s/cancel", id);
 	j = req("POST", cancel, NULL, 200);
 	ck_assert_str_eq(jstr(j, "status"), "running");
 	cJSON_Delete(j);
-	lease = jfmt("/v1/runs/%s/lease", id);
-	renew = jfmt("{\"token\":\"%s\",\"ttl_s\":30}", tok);
+	lease = tu_fmt("/v1/runs/%s/lease", id);
+	renew = tu_fmt("{\"token\":\"%s\",\"ttl_s\":30}", tok);
 	j = req("POST", lease, renew, 200);
 	ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "cancel_requested")));
 	cJSON_Delete(j);
@@ -1136,8 +1125,8 @@ START_TEST(test_fault_injection)
 	cJSON_Delete(j);
 	req0("POST", "/v1/admin/faults",
 	     "{\"endpoint\":\"complete\",\"status\":503,\"count\":2,\"retry_after_s\":1}", 200);
-	path = jfmt("/v1/runs/%s/complete", id);
-	body = jfmt("{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\"}", tok);
+	path = tu_fmt("/v1/runs/%s/complete", id);
+	body = tu_fmt("{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\"}", tok);
 	c = tu_lessor_client(L);
 	for (int i = 0; i < 3; i++) {
 		char *hdr[] = {"Content-Type: application/json", NULL};
@@ -1158,8 +1147,8 @@ START_TEST(test_fault_injection)
 	tok = token_of(cJSON_GetArrayItem(runs_of(j), 0));
 	cJSON_Delete(j);
 	req0("POST", "/v1/admin/faults", "{\"endpoint\":\"lease\",\"delay_ms\":300}", 200);
-	lease = jfmt("/v1/runs/%s/lease", id);
-	renew = jfmt("{\"token\":\"%s\",\"ttl_s\":30}", tok);
+	lease = tu_fmt("/v1/runs/%s/lease", id);
+	renew = tu_fmt("{\"token\":\"%s\",\"ttl_s\":30}", tok);
 	t0 = time_mono();
 	req0("POST", lease, renew, 200);
 	ck_assert_msg(time_mono() - t0 >= 300 * USEC_PER_MSEC, "the delay was not applied");

@@ -4,11 +4,11 @@
  * malformed request renews nothing, scoped tokens reach only their own
  * leases, and the lease faults (legacy: 404, as an older server) apply. */
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonutil.h"
 #include "lessor_proc.h"
 #include "proto/v1.h"
 #include "testutil.h"
@@ -49,22 +49,11 @@ static void teardown(void)
 	L = tu_lessor_free(L);
 }
 
-_printf_(1, 2) static char *jfmt(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, fmt);
-	ck_assert_int_ge(vasprintf(&s, fmt, ap), 0);
-	va_end(ap);
-	return s;
-}
-
 /* A worker request (with the worker token when scoped): its status, and
  * its answer in *ret (may be NULL). */
 static long wreq(const char *path, const char *body, cJSON **ret)
 {
-	_cleanup_free_ char *url = jfmt("%s%s", tu_lessor_url(L), path);
+	_cleanup_free_ char *url = tu_fmt("%s%s", tu_lessor_url(L), path);
 	long status = 0;
 
 	if (worker_token)
@@ -101,9 +90,9 @@ struct grant {
 /* Enqueues n runs and claims them all with lease_ttl_s ttl. */
 static void claim_n(const char *claim_id, int n, unsigned ttl, struct grant *g)
 {
-	_cleanup_free_ char *body = jfmt("{\"claim_id\":\"%s\",\"worker_id\":\"w-1\","
-	                                 "\"max_runs\":%d,\"lease_ttl_s\":%u,\"wait_s\":0}",
-	                                 claim_id, n, ttl);
+	_cleanup_free_ char *body = tu_fmt("{\"claim_id\":\"%s\",\"worker_id\":\"w-1\","
+	                                   "\"max_runs\":%d,\"lease_ttl_s\":%u,\"wait_s\":0}",
+	                                   claim_id, n, ttl);
 	cJSON *j = NULL;
 
 	for (int i = 0; i < n; i++)
@@ -123,17 +112,17 @@ static void claim_n(const char *claim_id, int n, unsigned ttl, struct grant *g)
 /* {"worker_id", "ttl_s", "leases": [...the n grants...]} */
 static char *batch_body(const struct grant *g, size_t n, unsigned ttl)
 {
-	char *s = jfmt("{\"worker_id\":\"w-1\",\"ttl_s\":%u,\"leases\":[", ttl);
+	char *s = tu_fmt("{\"worker_id\":\"w-1\",\"ttl_s\":%u,\"leases\":[", ttl);
 
 	for (size_t i = 0; i < n; i++) {
-		char *t = jfmt("%s%s{\"id\":\"%s\",\"token\":\"%s\"}", s, i ? "," : "", g[i].id,
-		               g[i].token);
+		char *t = tu_fmt("%s%s{\"id\":\"%s\",\"token\":\"%s\"}", s, i ? "," : "", g[i].id,
+		                 g[i].token);
 
 		free(s);
 		s = t;
 	}
 	{
-		char *t = jfmt("%s]}", s);
+		char *t = tu_fmt("%s]}", s);
 
 		free(s);
 		s = t;
@@ -214,8 +203,8 @@ static int rejected_writes(const char *id)
 
 static long renew_one(const struct grant *g)
 {
-	_cleanup_free_ char *path = jfmt("/v1/runs/%s/lease", g->id);
-	_cleanup_free_ char *body = jfmt("{\"token\":\"%s\",\"ttl_s\":60}", g->token);
+	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/lease", g->id);
+	_cleanup_free_ char *body = tu_fmt("{\"token\":\"%s\",\"ttl_s\":60}", g->token);
 
 	return wreq(path, body, NULL);
 }
@@ -303,7 +292,7 @@ START_TEST(test_cancel_requested_per_lease)
 
 	start();
 	claim_n("c-1", 3, 60, g);
-	path = jfmt("/v1/runs/%s/cancel", g[1].id);
+	path = tu_fmt("/v1/runs/%s/cancel", g[1].id);
 	ck_assert_int_eq(tu_lessor_json(L, "POST", path, "{}", &status, NULL), 0);
 	ck_assert_int_eq(status, 200);
 	ck_assert_int_eq(batch(g, 3, 60, &j), 200);
@@ -357,8 +346,9 @@ static char *fill(const char *tmpl, const struct grant *g)
 	ck_assert_ptr_nonnull(s);
 	for (const char *p = tmpl; *p; p++) {
 		bool var = (*p == '@' || *p == '#') && p[1] >= '0' && p[1] <= '9';
-		char *t = var ? jfmt("%s%s", s, *p == '@' ? g[p[1] - '0'].id : g[p[1] - '0'].token)
-		              : jfmt("%s%c", s, *p);
+		char *t =
+		    var ? tu_fmt("%s%s", s, *p == '@' ? g[p[1] - '0'].id : g[p[1] - '0'].token)
+		        : tu_fmt("%s%c", s, *p);
 
 		p += var;
 		free(s);
@@ -451,7 +441,7 @@ START_TEST(test_scoped_token_reaches_own_leases)
 	ck_assert_int_eq(renew_one(&b[0]), 200);
 	/* the admin token is not a worker's */
 	{
-		_cleanup_free_ char *url = jfmt("%s/v1/leases/renew", tu_lessor_url(L));
+		_cleanup_free_ char *url = tu_fmt("%s/v1/leases/renew", tu_lessor_url(L));
 		_cleanup_free_ char *body = batch_body(a, 2, 90);
 
 		ck_assert_int_eq(tu_http_json("POST", url, ADMIN, body, &status, NULL), 0);
