@@ -110,25 +110,36 @@ static int start(drv_req_t *rq, const struct http_request *hr, drv_req_t **ret)
 	return 0;
 }
 
-/* A POST of a JSON body to base + path (path_fmt with the run id); on
- * failure rq is still the caller's. */
-static int post_keep(drv_t *d, const char *path_fmt, const char *id, const char *body,
-                     const char *label, usec_t timeout, bool fresh, drv_req_t *rq, drv_req_t **ret)
+/* What one POST of a JSON body to base + path is made of. */
+struct post_args {
+	const char *path_fmt; /* with %s for id, or none */
+	const char *id;
+	const char *body;
+	const char *label;
+	usec_t timeout;      /* 0: the driver's */
+	size_t max_response; /* 0: SMALL_ANSWER */
+	bool fresh;
+};
+
+/* Send the POST pa for rq; on failure rq is still the caller's. */
+static int post_keep(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_req_t **ret)
 {
 	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
 	_cleanup_free_ char *url = NULL;
-	int q = proto_url(d->base, path_fmt, id, &url);
+	int q = proto_url(d->base, pa->path_fmt, pa->id, &url);
 
 	if (q >= 0)
-		q = drv_http_send(rq, &(struct http_request){.method = "POST",
-		                                             .url = url,
-		                                             .headers = headers,
-		                                             .body = body,
-		                                             .body_len = body ? strlen(body) : 0,
-		                                             .timeout = timeout,
-		                                             .max_response = SMALL_ANSWER,
-		                                             .label = label,
-		                                             .fresh_connect = fresh});
+		q = drv_http_send(
+		    rq, &(struct http_request){.method = "POST",
+		                               .url = url,
+		                               .headers = headers,
+		                               .body = pa->body,
+		                               .body_len = pa->body ? strlen(pa->body) : 0,
+		                               .timeout = pa->timeout,
+		                               .max_response = pa->max_response ? pa->max_response
+		                                                                : SMALL_ANSWER,
+		                               .label = pa->label,
+		                               .fresh_connect = pa->fresh});
 	if (q < 0)
 		return q;
 	rq->ret = ret;
@@ -138,10 +149,9 @@ static int post_keep(drv_t *d, const char *path_fmt, const char *id, const char 
 }
 
 /* The same; on failure rq is freed and nothing runs. */
-static int post(drv_t *d, const char *path_fmt, const char *id, const char *body, const char *label,
-                usec_t timeout, bool fresh, drv_req_t *rq, drv_req_t **ret)
+static int post(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_req_t **ret)
 {
-	int q = post_keep(d, path_fmt, id, body, label, timeout, fresh, rq, ret);
+	int q = post_keep(d, pa, rq, ret);
 
 	if (q < 0)
 		drv_req_free(rq);
@@ -285,15 +295,12 @@ static struct claim_state *claim_state_new(const struct drv_claim *c)
 static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, void *ud,
                         drv_req_t **ret)
 {
-	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
-	_cleanup_free_ char *url = NULL, *body = NULL;
+	_cleanup_free_ char *body = NULL;
 	struct claim_state *st;
 	drv_req_t *rq;
 	int q;
 
 	q = claim_req_body(d->priv, c, &body);
-	if (q >= 0)
-		q = proto_url(d->base, "/v1/claims", NULL, &url);
 	if (q < 0)
 		return q;
 	rq = drv_req_new(d, on_claim, NULL, ud);
@@ -306,16 +313,13 @@ static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, vo
 	rq->claim_cb = cb;
 	rq->state = st;
 	rq->state_free = free;
-	return start(rq,
-	             &(struct http_request){.method = "POST",
-	                                    .url = url,
-	                                    .headers = headers,
-	                                    .body = body,
-	                                    .body_len = strlen(body),
-	                                    .timeout = c->timeout,
-	                                    .max_response = st->max_response,
-	                                    .label = "claims"},
-	             ret);
+	return post(d,
+	            &(struct post_args){.path_fmt = "/v1/claims",
+	                                .body = body,
+	                                .label = "claims",
+	                                .timeout = c->timeout,
+	                                .max_response = st->max_response},
+	            rq, ret);
 }
 
 static void on_simple(drv_req_t *rq, const struct http_response *resp)
@@ -339,11 +343,28 @@ static int native_claim_cancel(drv_t *d, drv_cb cb, void *ud, drv_req_t **ret)
 	rq = drv_req_new(d, on_simple, cb, ud);
 	if (!rq)
 		return -ENOMEM;
-	return post(d, "/v1/claims/%s/cancel", n->claim_id, "{}", "claim_cancel",
-	            CLAIM_CANCEL_TIMEOUT, false, rq, ret);
+	return post(d,
+	            &(struct post_args){.path_fmt = "/v1/claims/%s/cancel",
+	                                .id = n->claim_id,
+	                                .body = "{}",
+	                                .label = "claim_cancel",
+	                                .timeout = CLAIM_CANCEL_TIMEOUT},
+	            rq, ret);
 }
 
 /* ---------------------------------------------------------------- lease */
+
+/* One renewal alone. */
+static struct post_args lease_args(const drv_run_t *run, const char *body, usec_t timeout,
+                                   bool fresh)
+{
+	return (struct post_args){.path_fmt = "/v1/runs/%s/lease",
+	                          .id = run->id,
+	                          .body = body,
+	                          .label = "lease",
+	                          .timeout = timeout,
+	                          .fresh = fresh};
+}
 
 static void on_renew(drv_req_t *rq, const struct http_response *resp)
 {
@@ -522,7 +543,13 @@ static void batch_send(void *userdata)
 	if (q >= 0 && !(carrier = drv_req_new(b->d, on_batch, NULL, b)))
 		q = -ENOMEM;
 	if (q >= 0)
-		q = post(b->d, "/v1/leases/renew", NULL, body, "leases", b->timeout, b->fresh,
+		q = post(b->d,
+		         &(struct post_args){.path_fmt = "/v1/leases/renew",
+		                             .body = body,
+		                             .label = "leases",
+		                             .timeout = b->timeout,
+		                             .max_response = proto_renew_batch_max_response(b->n),
+		                             .fresh = b->fresh},
 		         carrier, &b->carrier);
 	if (q < 0)
 		batch_fail(b, q);
@@ -548,9 +575,11 @@ static void batch_unsupported(struct renew_batch *b)
 			continue;
 		item_detach(it);
 		q = proto_lease_body(it->run->token, b->ttl_s, &body);
-		if (q >= 0)
-			q = post_keep(b->d, "/v1/runs/%s/lease", it->run->id, body, "lease",
-			              b->timeout, b->fresh, rq, rq->ret);
+		if (q >= 0) {
+			struct post_args pa = lease_args(it->run, body, b->timeout, b->fresh);
+
+			q = post_keep(b->d, &pa, rq, rq->ret);
+		}
 		if (q < 0) {
 			struct drv_answer a = {.verdict = DRV_RETRY, .error = q};
 
@@ -642,8 +671,9 @@ static int native_renew(drv_t *d, drv_run_t *run, unsigned ttl_s, usec_t timeout
 			drv_req_free(rq);
 			return q;
 		}
-		return post(d, "/v1/runs/%s/lease", run->id, body, "lease", timeout, fresh, rq,
-		            ret);
+		struct post_args pa = lease_args(run, body, timeout, fresh);
+
+		return post(d, &pa, rq, ret);
 	}
 	*it = (struct renew_item){.b = b, .idx = b->n, .run = run};
 	rq->state = it;
@@ -768,7 +798,12 @@ static int native_complete(drv_t *d, drv_run_t *run, const char *body, drv_cb cb
 
 	if (!rq)
 		return -ENOMEM;
-	return post(d, "/v1/runs/%s/complete", run->id, body, "complete", 0, false, rq, ret);
+	return post(d,
+	            &(struct post_args){.path_fmt = "/v1/runs/%s/complete",
+	                                .id = run->id,
+	                                .body = body,
+	                                .label = "complete"},
+	            rq, ret);
 }
 
 /* ------------------------------------------------ complete with a claim */
@@ -829,14 +864,11 @@ static int native_complete_claim(drv_t *d, drv_run_t *run, const char *body,
                                  const struct drv_claim *next, drv_cb cb, void *ud,
                                  drv_claim_cb ncb, void *nud, drv_req_t **ret)
 {
-	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
-	_cleanup_free_ char *url = NULL, *claim = NULL, *both = NULL;
+	_cleanup_free_ char *claim = NULL, *both = NULL;
 	struct complete_claim_state *st = calloc(1, sizeof(*st));
 	drv_req_t *rq = drv_req_new(d, on_complete_claim, cb, ud);
 	int q = st && rq ? claim_req_body(d->priv, next, &claim) : -ENOMEM;
 
-	if (q >= 0)
-		q = proto_url(d->base, "/v1/runs/%s/complete", run->id, &url);
 	if (q >= 0)
 		q = proto_complete_splice(body, claim, &both);
 	if (q < 0) {
@@ -851,15 +883,13 @@ static int native_complete_claim(drv_t *d, drv_run_t *run, const char *body,
 	st->nud = nud;
 	rq->state = st;
 	rq->state_free = free;
-	return start(rq,
-	             &(struct http_request){.method = "POST",
-	                                    .url = url,
-	                                    .headers = headers,
-	                                    .body = both,
-	                                    .body_len = strlen(both),
-	                                    .max_response = st->claim.max_response,
-	                                    .label = "complete"},
-	             ret);
+	return post(d,
+	            &(struct post_args){.path_fmt = "/v1/runs/%s/complete",
+	                                .id = run->id,
+	                                .body = both,
+	                                .label = "complete",
+	                                .max_response = st->claim.max_response},
+	            rq, ret);
 }
 
 static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
@@ -873,7 +903,11 @@ static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why,
 		return q;
 	if (!(rq = drv_req_new(d, on_simple, cb, ud)))
 		return -ENOMEM;
-	return post(d, "/v1/runs/%s/release", run->id, body, "release", 0, false, rq, ret);
+	return post(
+	    d,
+	    &(struct post_args){
+	        .path_fmt = "/v1/runs/%s/release", .id = run->id, .body = body, .label = "release"},
+	    rq, ret);
 }
 
 /* The lease token is in the completion body: it fences the delivery. */

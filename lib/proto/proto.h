@@ -102,6 +102,11 @@ struct proto_renewed {
  * into out[n]; -EBADMSG when unusable as a whole. */
 int proto_renew_batch_parse(const char *body, size_t len, const struct proto_held *asked, size_t n,
                             struct proto_renewed *out);
+/* The largest answer to a batch of n renewals worth reading: PROTO_RENEWED_MAX
+ * per lease (an id of PROTO_ID_MAX bytes, its ttl_s or error, the server's
+ * spacing and members it may add) and a small envelope. */
+#define PROTO_RENEWED_MAX 512u
+size_t proto_renew_batch_max_response(size_t n);
 int proto_lease_parse(const char *body, size_t len, unsigned *ret_ttl_s, bool *ret_cancel);
 
 enum proto_status {

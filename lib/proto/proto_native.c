@@ -442,6 +442,11 @@ size_t proto_claim_max_response(unsigned max_runs, size_t max_input)
 	return per_run * max_runs + PROTO_CLAIM_ENVELOPE;
 }
 
+size_t proto_renew_batch_max_response(size_t n)
+{
+	return 4096 + n * PROTO_RENEWED_MAX; /* n <= V1_RENEW_MAX: no overflow */
+}
+
 int proto_claim_parse(const char *body, size_t len, size_t max_input, struct proto_claim_resp *ret,
                       char **ret_error)
 {

@@ -160,6 +160,40 @@ START_TEST(test_failed_renewals_keep_their_backoff)
 }
 END_TEST
 
+/* A wave larger than one small answer: 200 leases renewed together get an
+ * answer of about 10 KiB, which must be read whole (a cap of 4 KiB failed
+ * every batch of more than about 80, and the leases were lost). */
+#define WAVE 200
+START_TEST(test_large_wave_renewed)
+{
+	char *ids[WAVE];
+	double renewed;
+
+	for (int i = 0; i < WAVE; i++) {
+		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"nap\",\"max_attempts\":1}");
+		ck_assert_ptr_nonnull(ids[i]);
+	}
+	ck_assert_int_eq(
+	    tu_lessee_start(
+	        &(struct tu_lessee_opts){.lessor = L,
+	                                 .conf = "[worker]\nconcurrency = 200\n"
+	                                         "[status]\nlisten = 127.0.0.1:0\n"
+	                                         "[workflow.nap]\ncommand = /bin/sleep 4\n"},
+	        &D),
+	    0);
+	for (int i = 0; i < WAVE; i++) {
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(60 * SEC)), 0);
+		free(ids[i]);
+	}
+	renewed = renewals_ok();
+	fprintf(stderr, "%.0f renewals of %d leases in %.0f batch requests, %.0f failed\n", renewed,
+	        WAVE, requests("leases"), renewal_errors());
+	ck_assert_msg(renewal_errors() == 0, "%.0f renewals failed", renewal_errors());
+	ck_assert_msg(renewed >= 2 * WAVE, "%.0f renewals for %d runs of 4 s", renewed, WAVE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("renewals");
@@ -170,6 +204,7 @@ int main(void)
 	tcase_add_test(tc, test_renewals_go_in_batches);
 	tcase_add_test(tc, test_older_server_renews_one_by_one);
 	tcase_add_test(tc, test_failed_renewals_keep_their_backoff);
+	tcase_add_test(tc, test_large_wave_renewed);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
