@@ -51,6 +51,7 @@ struct round {
 	double floor_s, start_s, cpu_s, lessor_cpu_s;
 	double rss_anon, hwm, rss_anon_wave, hwm_wave; /* KiB */
 	double wave_s, wave_requests, renewed_before;
+	double renew_failed; /* renewals that failed or found the lease lost, all round */
 };
 
 /* utime + stime of a process, in seconds. */
@@ -179,12 +180,13 @@ static double wave_requests(int port)
 }
 
 /* Poll until the metric reaches want: 0, or -ETIMEDOUT. */
-static int wait_metric(int port, const char *name, double want, usec_t timeout)
+static int wait_metric(int port, const char *name, const char *label, const char *value,
+                       double want, usec_t timeout)
 {
 	usec_t end = time_mono() + timeout;
 
 	for (;;) {
-		double v = metric_sum(port, name, NULL, NULL);
+		double v = metric_sum(port, name, label, value);
 
 		if (!isnan(v) && v >= want)
 			return 0;
@@ -224,13 +226,16 @@ static int start_daemon(struct tu_lessor *l, int n, int port, struct tu_lessee *
 /* The renewal wave after the start: every lease renewed once more. */
 static int renewal_wave(pid_t pid, int port, int n, struct round *rd)
 {
-	double r0 = metric_sum(port, "lessee_lease_renewals_total", NULL, NULL);
+	double r0 = metric_sum(port, "lessee_lease_renewals_total", "result", "ok");
 	double q0 = wave_requests(port);
 	usec_t t0 = time_mono();
 	int r;
 
 	rd->renewed_before = r0;
-	r = wait_metric(port, "lessee_lease_renewals_total", r0 + n, (3 * refresh_s + 120) * SEC);
+	r = wait_metric(port, "lessee_lease_renewals_total", "result", "ok", r0 + n,
+	                (3 * refresh_s + 120) * SEC);
+	rd->renew_failed = metric_sum(port, "lessee_lease_renewals_total", "result", "error") +
+	                   metric_sum(port, "lessee_lease_renewals_total", "result", "lost");
 	if (r < 0)
 		return r;
 	rd->wave_s = (double)(time_mono() - t0) / SEC;
@@ -261,7 +266,7 @@ static int scale_round(int n, struct round *rd)
 	if (r < 0)
 		goto out;
 	pid = tu_lessee_pid(d);
-	r = wait_metric(port, "lessee_runs_started_total", n, 120 * SEC);
+	r = wait_metric(port, "lessee_runs_started_total", NULL, NULL, n, 120 * SEC);
 	if (r < 0) {
 		fprintf(stderr,
 		        "the %d runs did not all start in 120 s: %.0f did (RLIMIT_NOFILE?)\n", n,
@@ -327,15 +332,16 @@ static void bench_scale(int n, int reps)
 	printf("  asleep: RssAnon %.1f MiB, VmHWM %.1f MiB\n", MEDIAN(rss_anon) / 1024,
 	       MEDIAN(hwm) / 1024);
 	printf("  after a renewal wave of %d leases (%.1f s, %.0f requests, %.0f renewals "
-	       "before it): RssAnon %.1f MiB, VmHWM %.1f MiB\n",
+	       "before it, %.0f failed or lost): RssAnon %.1f MiB, VmHWM %.1f MiB\n",
 	       n, MEDIAN(wave_s), MEDIAN(wave_requests), MEDIAN(renewed_before),
-	       MEDIAN(rss_anon_wave) / 1024, MEDIAN(hwm_wave) / 1024);
+	       MEDIAN(renew_failed), MEDIAN(rss_anon_wave) / 1024, MEDIAN(hwm_wave) / 1024);
 	tu_tsv_row("scale", "lessee", n, "start_s", st, fl);
 	tu_tsv_row("scale", "lessee", n, "cpu_us_per_run", MEDIAN(cpu_s) * 1e6 / n, NAN);
 	tu_tsv_row("scale", "lessee", n, "rss_anon_mib", MEDIAN(rss_anon) / 1024, NAN);
 	tu_tsv_row("scale", "lessee", n, "rss_anon_wave_mib", MEDIAN(rss_anon_wave) / 1024, NAN);
 	tu_tsv_row("scale", "lessee", n, "vmhwm_wave_mib", MEDIAN(hwm_wave) / 1024, NAN);
 	tu_tsv_row("scale", "lessee", n, "wave_requests", MEDIAN(wave_requests), NAN);
+	tu_tsv_row("scale", "lessee", n, "renewals_failed", MEDIAN(renew_failed), NAN);
 }
 
 static void usage(void)
