@@ -295,7 +295,7 @@ out:
 static void nofile_for(int n)
 {
 	struct rlimit rl;
-	rlim_t need = (rlim_t)n * EXEC_FDS_PER_RUN + 1024;
+	rlim_t need = (rlim_t)n * 3 + 1024; /* a pipe, a cgroup, a pidfd at most */
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
 	    rl.rlim_max < need) {

@@ -357,36 +357,17 @@ static void on_quit(ev_signal_t *s, const struct signalfd_siginfo *si, void *use
 	worker_hard_stop(d->worker, true);
 }
 
-/* fds the daemon needs besides its runs': API and status connections, the
- * spool, journal and log files, the loop's own, the offload threads' files. */
-#define FD_RESERVE 256
-
-/* Each run holds EXEC_FDS_PER_RUN fds: a few hundred runs need more than the
- * usual soft limit of 1024.  Take what the hard limit allows (runs get the
- * soft limit we started with back), and say so when even that is too few for
- * the configured concurrency.  At start and at each reload. */
-static void raise_fd_limit(const struct conf *c)
+/* Runs hold fds: a thousand need more than the usual soft limit of 1024.
+ * Take what the hard limit allows (runs get the soft limit we started with
+ * back); the worker lowers a concurrency whose fds do not fit even so. */
+static void raise_fd_limit(void)
 {
-	unsigned long long need =
-	    (unsigned long long)c->worker.concurrency * EXEC_FDS_PER_RUN + FD_RESERVE;
 	struct rlimit rl = {0};
 	int r = exec_nofile_raise(&rl);
 
 	if (r < 0)
 		log_warning("cannot raise the file descriptor limit (RLIMIT_NOFILE): %s, ignoring",
 		            strerror(-r));
-	if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
-		return;
-	log_warning("worker.concurrency=%u needs about %llu file descriptors (%d per run and %d "
-	            "for the daemon), more than its limit of %llu (RLIMIT_NOFILE, hard %llu): runs "
-	            "past about %llu fail to start; raise LimitNOFILE= in the unit (or the hard "
-	            "limit: ulimit -Hn) to %llu or more, or lower worker.concurrency",
-	            c->worker.concurrency, need, EXEC_FDS_PER_RUN, FD_RESERVE,
-	            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
-	            rl.rlim_cur > FD_RESERVE
-	                ? (unsigned long long)(rl.rlim_cur - FD_RESERVE) / EXEC_FDS_PER_RUN
-	                : 0ULL,
-	            need);
 }
 
 static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
@@ -398,7 +379,7 @@ static void on_hup(ev_signal_t *s, const struct signalfd_siginfo *si, void *user
 	notify_reloading(d->notify);
 	if (load_conf(d->opts, worker_conf(d->worker)->worker.id, &next) < 0)
 		log_error("reload failed: keeping the running configuration");
-	else if (conf_warnings(next, NULL), raise_fd_limit(next), false)
+	else if (conf_warnings(next, NULL), false)
 		;
 	else if (worker_reload(d->worker, next) < 0)
 		log_error("reload could not be applied: keeping the running configuration");
@@ -774,7 +755,7 @@ int main(int argc, char **argv)
 			        ? "api.key_id and api.key_secret_file"
 			        : "api.token_file, or the api-token credential");
 	signal(SIGPIPE, SIG_IGN);
-	raise_fd_limit(conf);
+	raise_fd_limit();
 	tighten_dirs(conf);
 	log_info("lessee %s starting: api=%s protocol=%s concurrency=%u workflows=%zu",
 		 LESSEE_VERSION, conf->api.url, drv_find(conf->api.protocol)->name,

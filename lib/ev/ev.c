@@ -752,25 +752,27 @@ static bool reap_pid(pid_t pid)
 }
 
 /* Peek at each exited child without reaping it (WNOWAIT): a watched one is
- * reaped for its watch, any other one is an orphan. */
-static void reap_orphans(ev_t *e)
+ * reaped for its watch (found in the pid table), any other one is an orphan.
+ * True when every exited child was reaped: none is left for a scan. */
+static bool reap_orphans(ev_t *e)
 {
 	while (e->reap_orphans) {
 		siginfo_t si = {0};
 		ev_child_t *c;
 
 		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
-			return;
+			return true;
 		c = child_find(e, si.si_pid);
 		if (c) {
 			if (!child_try_reap(c, P_PID, (id_t)c->pid))
-				return;
+				return false;
 			continue;
 		}
 		if (!reap_pid(si.si_pid))
-			return;
+			return false;
 		e->orphans++;
 	}
+	return false;
 }
 
 static void child_scan(ev_t *e)
@@ -778,8 +780,10 @@ static void child_scan(ev_t *e)
 	ev_child_t *c;
 
 	e->child_scan = false;
-	/* With orphan reaping on, this already reaps watched children too. */
-	reap_orphans(e);
+	/* With orphan reaping on, this already reaps watched children too, each
+	 * found by its pid: no list to walk then. */
+	if (reap_orphans(e))
+		return;
 	/* The fallback children only, not every child.  Children added by
 	 * callbacks go to the head: they are not visited now and have asked for
 	 * a scan of their own.  One reaped or removed during the scan is off the
@@ -811,9 +815,10 @@ int ev_child_add(ev_t *e, pid_t pid, int pidfd, ev_child_cb cb, void *userdata, 
 	else if (++e->nfallback == 1 && (r = sig_sync(e)) < 0)
 		e->nfallback--;
 	else {
-		/* It may have exited before SIGCHLD was blocked: look once. */
+		/* It may have exited before SIGCHLD was blocked: look once.  Not
+		 * when orphans are reaped: SIGCHLD was blocked all along then. */
 		LIST_INSERT_HEAD(&e->fallbacks, c, fallback_link);
-		e->child_scan = true;
+		e->child_scan = e->child_scan || !e->reap_orphans;
 		r = 0;
 	}
 	if (r < 0) {
@@ -845,6 +850,29 @@ ev_child_t *ev_child_del(ev_child_t *c)
 		free(c);
 	}
 	return NULL;
+}
+
+static void child_forgotten(ev_child_t *c, const siginfo_t *si, void *userdata)
+{
+	(void)ev_child_del(c);
+}
+
+int ev_child_forget(ev_child_t *c)
+{
+	if (!c || !c->fallback)
+		return -EINVAL;
+	if (c->exited)
+		(void)ev_child_del(c);
+	else {
+		c->cb = child_forgotten;
+		c->userdata = NULL;
+	}
+	return 0;
+}
+
+bool ev_reaps_children(const ev_t *e)
+{
+	return e->reap_orphans;
 }
 
 int ev_set_reap_orphans(ev_t *e, bool on)

@@ -92,11 +92,18 @@ typedef void (*ev_child_cb)(ev_child_t *c, const siginfo_t *si, void *userdata);
 int ev_child_add(ev_t *e, pid_t pid, int pidfd, ev_child_cb cb, void *userdata,
 		 ev_child_t **ret);
 ev_child_t *ev_child_del(ev_child_t *c);
+/* Leave a watch without pidfd to the loop: the child is reaped when it exits,
+ * quietly, and the watch freed then.  -EINVAL for a pidfd watch (its pidfd is
+ * the owner's). */
+int ev_child_forget(ev_child_t *c);
 
 /* Subreaper mode (containers, PID 1): reap every exited child that has no
  * ev_child watch, so orphans never accumulate as zombies.  Installs the SIGCHLD
  * handling if it is not there yet. */
 int ev_set_reap_orphans(ev_t *e, bool on);
+/* Is every child reaped here, found by its pid when SIGCHLD comes (orphan
+ * reaping on)?  Then a child needs no pidfd to be watched in O(1). */
+bool ev_reaps_children(const ev_t *e);
 /* How many orphans were reaped so far. */
 uint64_t ev_orphans_reaped(const ev_t *e);
 

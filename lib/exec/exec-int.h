@@ -83,7 +83,8 @@ uint64_t exec_child_signals_to_reset(void);
 void exec_child_release(void);
 
 /* Start the child with every signal blocked in the calling thread and the parent's
- * mask restored afterwards.  Returns the pid and the pidfd, or -errno when no
+ * mask restored afterwards.  Returns the pid and the pidfd (none asked for when
+ * ret_pidfd is NULL), or -errno when no
  * child was created; *ret_report says whether the execve happened (err 0) or
  * which step failed (the child is then dead but not reaped; with no child, a
  * step the parent did on the child's behalf, or err 0 for the clone itself). */

@@ -3,6 +3,7 @@
 #include "exec/exec.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -79,12 +80,14 @@ bool exec_running(const exec_proc_t *p)
 
 /* The whole process group.  pidfd_send_signal() names the group by the pidfd's
  * struct pid, so it stays right after the leader was reaped and its number reused;
- * kill(-pgid) is the fallback for kernels before 6.9. */
+ * kill(-pgid) is the fallback for kernels before 6.9, and for a child watched
+ * without pidfd: the group's number stays taken while a member lives, and the
+ * leader is reaped by this loop only, right before its group is signalled. */
 static int group_signal(exec_proc_t *p, int sig)
 {
 	static bool no_pidfd_group;
 
-	if (!no_pidfd_group) {
+	if (!no_pidfd_group && p->pidfd >= 0) {
 		if (syscall(SYS_pidfd_send_signal, p->pidfd, sig, NULL,
 		            PIDFD_SIGNAL_PROCESS_GROUP) == 0)
 			return 0;
@@ -136,7 +139,9 @@ static void proc_reap_now(exec_proc_t *p)
 
 	(void)group_sigkill(p);
 	p->child = ev_child_del(p->child);
-	while (waitid(P_PIDFD, (id_t)p->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+	while ((p->pidfd >= 0 ? waitid(P_PIDFD, (id_t)p->pidfd, &si, WEXITED)
+	                      : waitid(P_PID, (id_t)p->pid, &si, WEXITED)) < 0 &&
+	       errno == EINTR)
 		;
 	/* ECHILD: someone reaped it already (a subreaper loop), fine. */
 	p->state = PROC_DONE;
@@ -159,12 +164,28 @@ static void reap_done(void *arg, int r)
 	free(pidfd);
 }
 
+/* SIGKILL the group and leave the leader to a loop that reaps every child:
+ * it is reaped when it dies, quietly. */
+static bool proc_reap_forget(exec_proc_t *p)
+{
+	if (p->pidfd >= 0 || !p->child)
+		return false;
+	(void)group_sigkill(p);
+	if (ev_child_forget(p->child) < 0)
+		return false;
+	p->child = NULL;
+	p->state = PROC_DONE;
+	return true;
+}
+
 /* SIGKILL the group, reap the leader on a helper thread: a child in
  * uninterruptible sleep (D state) dies only when the kernel lets it. */
 static bool proc_reap_later(exec_proc_t *p)
 {
 	int *pidfd;
 
+	if (proc_reap_forget(p))
+		return true;
 	if (!p->offload || p->pidfd < 0 || !(pidfd = malloc(sizeof(*pidfd))))
 		return false;
 	(void)group_sigkill(p);
@@ -177,6 +198,18 @@ static bool proc_reap_later(exec_proc_t *p)
 	p->pidfd = -1; /* the job's now */
 	p->state = PROC_DONE;
 	return true;
+}
+
+unsigned exec_fds_per_run(const ev_t *e, bool cgroup)
+{
+	return 1 + (cgroup ? 1 : 0) + (ev_reaps_children(e) ? 0 : 1);
+}
+
+unsigned exec_runs_fitting(unsigned long long limit, unsigned per_run, unsigned reserve)
+{
+	unsigned long long n = limit > reserve ? (limit - reserve) / MAX(per_run, 1u) : 0;
+
+	return (unsigned)MIN(MAX(n, 1ULL), (unsigned long long)UINT_MAX);
 }
 
 /* Run processes in existence: while there is one, the spawn's fds stay open. */
@@ -574,7 +607,9 @@ static int spawn_child(exec_proc_t *p, const struct exec_child_args *a, struct s
 	pid_t pid;
 
 	p->start = time_mono();
-	pid = exec_child_start(a, &p->pidfd, &rep);
+	/* A loop that reaps every child finds this one by its pid: no pidfd,
+	 * one fd less per run. */
+	pid = exec_child_start(a, ev_reaps_children(p->e) ? NULL : &p->pidfd, &rep);
 	if (pid < 0) {
 		*step = rep.err ? exec_step_name(rep.step) : "clone";
 		return pid;

@@ -102,9 +102,12 @@ bool exec_env_forbidden(const char *name);
  * NAME=value strings, NULL-terminated; free with strv_free(). */
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret);
 
-/* The fds the daemon holds for each running child: its pidfd, its stdout
- * (and stderr) pipe, its cgroup directory. */
-#define EXEC_FDS_PER_RUN 4
+/* The fds the daemon holds for each running child: its output pipe, its
+ * cgroup directory when it has one, and its pidfd unless the loop reaps every
+ * child (ev_reaps_children(): then it is found by its pid). */
+unsigned exec_fds_per_run(const ev_t *e, bool cgroup);
+/* How many runs of per_run fds fit under limit with reserve kept: at least 1. */
+unsigned exec_runs_fitting(unsigned long long limit, unsigned per_run, unsigned reserve);
 
 /* Raise this process's RLIMIT_NOFILE soft limit to its hard limit.  The first
  * call remembers the limit the process had: children spawned from then on get

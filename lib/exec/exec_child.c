@@ -378,7 +378,7 @@ static pid_t clone_vfork(struct exec_child_args *a, int *pidfd)
 	 * does the same); under valgrind, which turns this into a fork, it is a
 	 * copy. */
 	_Alignas(16) char stack[CHILD_STACK_SIZE];
-	int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
+	int flags = CLONE_VM | CLONE_VFORK | (pidfd ? CLONE_PIDFD : 0) | SIGCHLD;
 
 	if (a->files_below > 0)
 		flags |= CLONE_FILES;
@@ -388,7 +388,7 @@ static pid_t clone_vfork(struct exec_child_args *a, int *pidfd)
 static pid_t clone_fork(struct exec_child_args *a, int *pidfd)
 {
 	struct clone_args ca = {
-	    .flags = CLONE_PIDFD,
+	    .flags = pidfd ? CLONE_PIDFD : 0,
 	    .pidfd = (uint64_t)(uintptr_t)pidfd,
 	    .exit_signal = SIGCHLD,
 	};
@@ -553,13 +553,14 @@ pid_t exec_child_start(const struct exec_child_args *args, int *ret_pidfd,
 	a.report = (struct exec_child_report){0};
 	a.sig_reset = signals_to_reset();
 	if (shares_memory() && !legacy_child)
-		pid = start_shared(&a, &pidfd);
+		pid = start_shared(&a, ret_pidfd ? &pidfd : NULL);
 	else
-		pid = start_piped(&a, &pidfd);
+		pid = start_piped(&a, ret_pidfd ? &pidfd : NULL);
 	pthread_mutex_unlock(&spawn.lock);
 	*ret_report = a.report;
 	if (pid < 0)
 		return pid;
-	*ret_pidfd = pidfd;
+	if (ret_pidfd)
+		*ret_pidfd = pidfd;
 	return pid;
 }

@@ -82,6 +82,7 @@ static int drv_common_init(drv_t *d, ev_t *e, const struct conf *c, metrics_t *m
 	                      .client_key = c->api.client_key,
 	                      .basic_user = c->api.user,
 	                      .basic_password = c->api.password,
+	                      .max_host_connections = DRV_MAX_CONNECTIONS,
 	                      .observer = drv_observe,
 	                      .observer_ctx = d};
 

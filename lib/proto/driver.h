@@ -25,6 +25,11 @@
 #include "ev/ev.h"
 #include "util/time.h"
 
+/* Connections to the API at once, at most: more requests wait for one (a
+ * run's log, renewals and completions share them; sockets stay bounded
+ * whatever the number of runs). */
+#define DRV_MAX_CONNECTIONS 128
+
 struct conf;
 typedef struct metrics metrics_t;
 

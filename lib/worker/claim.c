@@ -95,11 +95,12 @@ static unsigned slots_free(const struct claimer *w, unsigned running, unsigned r
                            unsigned n)
 {
 	const struct conf_worker *c = &claimer_conf(w)->worker;
-	unsigned rep_max = conf_max_reporting(c), held_max = c->concurrency + rep_max;
+	unsigned slots = w->p.ops->slots(w->p.host);
+	unsigned rep_max = conf_max_reporting(c), held_max = slots + rep_max;
 
-	if (running >= c->concurrency || reporting >= rep_max || n >= held_max)
+	if (running >= slots || reporting >= rep_max || n >= held_max)
 		return 0;
-	return MIN(MIN(c->concurrency - running, held_max - n), CLAIM_MAX_RUNS);
+	return MIN(MIN(slots - running, held_max - n), CLAIM_MAX_RUNS);
 }
 
 static unsigned free_slots(const struct claimer *w)
@@ -873,7 +874,7 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	if (w->p.table->running > claimer_conf(w)->worker.concurrency) {
+	if (w->p.table->running > w->p.ops->slots(w->p.host)) {
 		/* more than we asked for: not ours to run */
 		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;

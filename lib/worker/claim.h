@@ -17,6 +17,8 @@ typedef struct claimer claimer_t;
 struct claimer_host_ops {
 	/* The configuration new runs start under. */
 	struct conf_ref *(*conf)(void *host);
+	/* Execution slots: worker.concurrency, or fewer when the fds allow fewer. */
+	unsigned (*slots)(void *host);
 	/* The workflow's failure breaker; NULL when it has none. */
 	struct breaker *(*breaker)(void *host, const char *workflow);
 	/* Claiming (not draining or stopping). */

@@ -29,6 +29,10 @@ struct wfstate {
 	struct breaker breaker;
 };
 
+/* fds the daemon keeps besides its runs': the API connections, the status
+ * endpoint's, the spool, journal and log files, the loop's own. */
+#define WORKER_FD_RESERVE (DRV_MAX_CONNECTIONS + 64)
+
 struct worker {
 	ev_t *ev;
 	struct conf_ref *cref;
@@ -56,6 +60,7 @@ struct worker {
 
 	/* kill mode: a cgroup per run when we have a subtree, else process groups */
 	cgroup_tree_t *cgroups;
+	unsigned fd_slots;       /* the runs whose fds fit under RLIMIT_NOFILE; 0: any */
 	char kill_mode_why[256]; /* why process groups */
 	metric_t *m_kill_mode;
 

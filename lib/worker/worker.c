@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "log/log.h"
@@ -262,6 +263,11 @@ static struct conf_ref *host_conf(void *host)
 	return w->cref;
 }
 
+static unsigned host_slots(void *host)
+{
+	return worker_slots(host);
+}
+
 static bool host_running(void *host)
 {
 	worker_t *w = host;
@@ -287,12 +293,13 @@ static void host_idle(void *host)
 }
 
 static const struct claimer_host_ops claimer_host_ops = {
-	.conf = host_conf,
-	.breaker = host_breaker,
-	.running = host_running,
-	.may_start = host_may_start,
-	.add = host_add,
-	.idle = host_idle,
+    .conf = host_conf,
+    .slots = host_slots,
+    .breaker = host_breaker,
+    .running = host_running,
+    .may_start = host_may_start,
+    .add = host_add,
+    .idle = host_idle,
 };
 
 static const struct conf *host_cur_conf(void *host)
@@ -453,7 +460,9 @@ static int worker_metrics_init(worker_t *w)
 	w->m_finished = metrics_counter(m, "lessee_runs_finished_total",
 					"Runs finished by workflow and outcome", "workflow,outcome");
 	w->m_in_flight = metrics_gauge(m, "lessee_runs_in_flight", "Runs held now", NULL);
-	w->m_slots = metrics_gauge(m, "lessee_slots", "Configured concurrency", NULL);
+	w->m_slots = metrics_gauge(
+	    m, "lessee_slots",
+	    "Execution slots (worker.concurrency, or fewer when the fds do not fit)", NULL);
 	w->m_slots_busy = metrics_gauge(m, "lessee_slots_busy",
 					"Execution slots in use: runs claimed, waiting or running",
 					NULL);
@@ -514,7 +523,7 @@ static int worker_metrics_init(worker_t *w)
 	metric_set(w->m_spool, 0);
 	metric_add(w->m_spool_delivered, 0);
 	metric_set(w->m_queue_depth, 0);
-	metric_set(w->m_slots, worker_cur_conf(w)->worker.concurrency);
+	metric_set(w->m_slots, worker_slots(w));
 	metric_set(w->m_backend, 1, ev_backend(w->ev));
 	metric_set(w->m_build_info, 1, LESSEE_VERSION);
 	worker_metrics_zero(w);
@@ -627,11 +636,44 @@ const char *worker_kill_mode(const worker_t *w)
 	return w->cgroups ? "cgroup" : "process_group";
 }
 
+unsigned worker_slots(const worker_t *w)
+{
+	unsigned c = worker_cur_conf(w)->worker.concurrency;
+
+	return w->fd_slots ? MIN(c, w->fd_slots) : c;
+}
+
+/* Each run holds exec_fds_per_run() fds and the daemon keeps
+ * WORKER_FD_RESERVE (its API connections are bounded by DRV_MAX_CONNECTIONS):
+ * a concurrency beyond what RLIMIT_NOFILE (raised to the hard limit at start)
+ * allows is lowered, rather than runs failing to start and leases being lost
+ * for want of a socket to renew them. */
+static void worker_fit_fds(worker_t *w)
+{
+	unsigned conc = worker_cur_conf(w)->worker.concurrency;
+	unsigned per_run = exec_fds_per_run(w->ev, w->cgroups != NULL);
+	struct rlimit rl = {0};
+
+	w->fd_slots = 0;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		w->fd_slots = exec_runs_fitting(rl.rlim_cur, per_run, WORKER_FD_RESERVE);
+	metric_set(w->m_slots, worker_slots(w));
+	if (worker_slots(w) >= conc)
+		return;
+	log_warning("worker.concurrency=%u lowered to %u: each run holds %u file descriptors "
+	            "and the daemon keeps %u, under a limit of %llu (RLIMIT_NOFILE, hard %llu); "
+	            "raise LimitNOFILE= in the unit (or ulimit -Hn) to %llu or more for %u runs",
+	            conc, worker_slots(w), per_run, WORKER_FD_RESERVE,
+	            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+	            (unsigned long long)conc * per_run + WORKER_FD_RESERVE, conc);
+}
+
 int worker_start(worker_t *w)
 {
 	const struct conf *c = worker_cur_conf(w);
 
 	setup_kill_mode(w);
+	worker_fit_fds(w);
 	clean_stale_run_dirs(c->worker.run_dir);
 	spooler_load(w->spooler);
 	w->phase = WORKER_RUNNING;
@@ -668,7 +710,7 @@ int worker_reload(worker_t *w, struct conf *next)
 	conf_ref_put(w->cref);
 	w->cref = nr;
 	log_set_max_level(next->log.level);
-	metric_set(w->m_slots, next->worker.concurrency);
+	worker_fit_fds(w);
 	metric_set(w->m_reporting_max, conf_max_reporting(&next->worker));
 	for (size_t i = 0; i < w->n_wfs; i++) {
 		struct breaker *b = &w->wfs[i].breaker;

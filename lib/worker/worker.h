@@ -58,6 +58,9 @@ const char *worker_not_ready_reason(const worker_t *w);
 const struct conf *worker_conf(const worker_t *w);
 /* "cgroup" (each run in its own cgroup, cgroup.kill) or "process_group". */
 const char *worker_kill_mode(const worker_t *w);
+/* Execution slots: worker.concurrency, or fewer when the runs' file
+ * descriptors would not fit under RLIMIT_NOFILE (said at start and reload). */
+unsigned worker_slots(const worker_t *w);
 metrics_t *worker_metrics(worker_t *w);
 /* JSON document for /status: runs in flight with age and state, breakers, config summary. */
 int worker_status_json(const worker_t *w, struct buf *out);

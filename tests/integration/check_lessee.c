@@ -881,7 +881,8 @@ END_TEST
 /* Started with a soft limit of 1024 fds under a hard one of 4096: the daemon
  * takes the hard limit for itself, its runs get the 1024 it started with
  * (select() users keep working), and a concurrency whose fds do not fit
- * (1000 runs x 4 + a reserve > 4096) is said at start and at each reload. */
+ * (5000 runs x 1 + a reserve > 4096) is lowered, said at start and at each
+ * reload. */
 START_TEST(test_fd_limits)
 {
 	char *const wrap[] = {"prlimit", "--nofile=1024:4096", "--", NULL};
@@ -892,7 +893,7 @@ START_TEST(test_fd_limits)
 	D = tu_lessee_free(D);
 	ck_assert_int_ge(asprintf(&extra,
 	                          "[workflow.limits]\ncommand = %s/limits.sh\n"
-	                          "[worker]\nconcurrency = 1000\n",
+	                          "[worker]\nconcurrency = 5000\n",
 	                          scripts),
 	                 0);
 	conf = conf_text(extra);
@@ -903,7 +904,8 @@ START_TEST(test_fd_limits)
 	ck_assert_int_eq(read_file_capped(path, 65536, &limits, NULL), 0);
 	ck_assert_msg(strstr(limits, "Max open files            4096                 4096"), "%s",
 	              limits);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=1000 needs", 5 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=5000 lowered to 3904", 5 * SEC),
+	                 0);
 	ck_assert_int_eq(log_count("LimitNOFILE="), 1);
 	id = enqueue("limits", NULL);
 	wait_status(id, "succeeded", 20 * SEC);
@@ -913,14 +915,15 @@ START_TEST(test_fd_limits)
 	free(extra);
 	ck_assert_int_ge(asprintf(&extra,
 	                          "[workflow.limits]\ncommand = %s/limits.sh\n"
-	                          "[worker]\nconcurrency = 1010\n",
+	                          "[worker]\nconcurrency = 5010\n",
 	                          scripts),
 	                 0);
 	conf = conf_text(extra);
 	ck_assert_int_eq(tu_lessee_set_conf(D, conf), 0);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency: 1000 -> 1010", 10 * SEC), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=1010 needs", 5 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency: 5000 -> 5010", 10 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=5010 lowered to 3904", 5 * SEC),
+	                 0);
 	ck_assert_int_eq(log_count("LimitNOFILE="), 2);
 }
 END_TEST

@@ -171,6 +171,14 @@ static bool pid_gone(pid_t pid)
 }
 
 /* No child of ours left, reaped or not. */
+/* No child left, not even a zombie. */
+static bool tu_no_children(void)
+{
+	siginfo_t si;
+
+	return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
 static void assert_no_children(void)
 {
 	siginfo_t si;
@@ -1027,6 +1035,50 @@ START_TEST(test_noisy_child)
 }
 END_TEST
 
+/* A loop that reaps every child (the daemon's, a subreaper's): children are
+ * watched by pid, each holds one fd (its pipe) instead of two, their
+ * statuses come all the same, and one given up while it runs (exec_free) is
+ * reaped when it dies, quietly (not counted as an orphan). */
+#define BY_PID 20
+START_TEST(test_watched_by_pid)
+{
+	char *sleeper[] = {"/bin/sleep", "30", NULL};
+	char *exit7[] = {"/bin/sh", "-c", "exit 7", NULL};
+	struct exec_spec spec = spec_for(sleeper);
+	struct run r[BY_PID], x = {0};
+	ev_t *e = loop_new();
+	int fds;
+
+	memset(r, 0, sizeof(r));
+	ck_assert_int_eq(ev_set_reap_orphans(e, true), 0);
+	ck_assert(ev_reaps_children(e));
+	ck_assert_uint_eq(exec_fds_per_run(e, false), 1);
+	spawn_ok(e, &spec, &r[0]); /* the spawns' own fds open with the first */
+	fds = fd_count() - 1;      /* all but its pipe */
+	for (int i = 1; i < BY_PID; i++)
+		spawn_ok(e, &spec, &r[i]);
+	ck_assert_int_eq(fd_count() - fds, BY_PID);
+	spec = spec_for(exit7);
+	run_to_exit(e, &spec, &x);
+	ck_assert(x.res.exited);
+	ck_assert_int_eq(x.res.exit_code, 7);
+	run_done(&x);
+	for (int i = 0; i < BY_PID; i++)
+		r[i].p = exec_free(r[i].p);
+	ck_assert_int_le(fd_count(), fds);
+	for (usec_t end = time_mono() + WAIT_LONG; !tu_no_children();) {
+		ck_assert_msg(time_mono() < end, "the children given up were not reaped");
+		ck_assert_int_ge(ev_run_once(e, 100 * USEC_PER_MSEC), 0);
+	}
+	ck_assert_uint_eq(ev_orphans_reaped(e), 0);
+	for (int i = 0; i < BY_PID; i++) {
+		ck_assert_int_eq(r[i].exits, 0);
+		run_done(&r[i]);
+	}
+	ev_free(e);
+}
+END_TEST
+
 static TCase *tcase_new(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -1058,6 +1110,8 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, test_noisy_child);
 	tc = tcase_new(s, "many");
 	tcase_add_test(tc, test_many);
+	tc = tcase_new(s, "bypid");
+	tcase_add_test(tc, test_watched_by_pid);
 	tc = tcase_new(s, "kill");
 	tcase_add_test(tc, test_kill_ladder);
 	tcase_add_test(tc, test_kill_no_lengthen);
