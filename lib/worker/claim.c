@@ -258,8 +258,9 @@ static void cancels_arrived(struct claimer *w, const struct drv_claim_answer *an
 	for (size_t i = 0; ans->cancels && ans->cancels[i]; i++) {
 		struct run *r;
 
-		for (r = w->p.table->head; r; r = r->next)
-			if (cancellable(r) && streq(r->id, ans->cancels[i]))
+		for (r = run_table_find(w->p.table, ans->cancels[i]); r;
+		     r = run_table_find_next(r, ans->cancels[i]))
+			if (cancellable(r))
 				break;
 		if (!r)
 			continue;
@@ -893,9 +894,9 @@ static struct log_fields run_fields(const struct run *r)
  * exit callback (process reaped, group SIGKILLed, output at EOF) has not run. */
 static struct run *find_busy(struct claimer *w, const struct run *r)
 {
-	for (struct run *o = w->p.table->head; o; o = o->next)
-		if (o != r && streq_ptr(o->id, r->id) &&
-		    (o->state == RUN_RUNNING || o->state == RUN_KILLING))
+	for (struct run *o = run_table_find(w->p.table, r->id); o;
+	     o = run_table_find_next(o, r->id))
+		if (o != r && (o->state == RUN_RUNNING || o->state == RUN_KILLING))
 			return o;
 	return NULL;
 }
@@ -903,8 +904,9 @@ static struct run *find_busy(struct claimer *w, const struct run *r)
 /* Another lease of this run id that we still think is ours. */
 static struct run *find_older(struct claimer *w, const struct run *r)
 {
-	for (struct run *o = w->p.table->head; o; o = o->next)
-		if (o != r && !o->lost && o->state != RUN_DONE && streq_ptr(o->id, r->id))
+	for (struct run *o = run_table_find(w->p.table, r->id); o;
+	     o = run_table_find_next(o, r->id))
+		if (o != r && !o->lost && o->state != RUN_DONE)
 			return o;
 	return NULL;
 }
@@ -912,9 +914,11 @@ static struct run *find_older(struct claimer *w, const struct run *r)
 /* The same lease delivered twice (a confused API): the copy we hold is it. */
 static bool lease_held(struct claimer *w, const struct drv_grant *g)
 {
-	for (struct run *o = w->p.table->head; o; o = o->next)
-		if (g->id && g->lease_key && streq_ptr(o->id, g->id) &&
-		    streq_ptr(o->lease_key, g->lease_key))
+	if (!g->id || !g->lease_key)
+		return false;
+	for (struct run *o = run_table_find(w->p.table, g->id); o;
+	     o = run_table_find_next(o, g->id))
+		if (streq_ptr(o->lease_key, g->lease_key))
 			return true;
 	return false;
 }
@@ -960,8 +964,8 @@ void claim_run_unblocked(struct claimer *w, const char *id)
 
 	if (!w->p.ops->may_start(w->p.host)) /* hard stop released the waiters */
 		return;
-	for (r = w->p.table->head; r; r = r->next)
-		if (r->state == RUN_WAITING && streq_ptr(r->id, id))
+	for (r = run_table_find(w->p.table, id); r; r = run_table_find_next(r, id))
+		if (r->state == RUN_WAITING)
 			break;
 	if (!r || find_busy(w, r))
 		return;

@@ -1363,9 +1363,95 @@ static unsigned *run_place(struct run_table *t, enum run_state s)
 	return run_holds_slot(s) ? &t->running : &t->reporting;
 }
 
+static size_t id_bucket(const struct run_table *t, const char *id)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ t->id_seed; /* FNV-1a, keyed */
+
+	for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ULL;
+	h ^= h >> 29; /* the low bits pick the bucket: mix the high ones in */
+	return (size_t)h & (t->n_ids - 1);
+}
+
+static void id_link(struct run_table *t, struct run *r)
+{
+	struct run **b = &t->ids[id_bucket(t, r->id)];
+
+	r->id_next = *b;
+	*b = r;
+}
+
+/* Twice the buckets once there are more runs than buckets; when that fails
+ * the chains only grow longer. */
+static void ids_grow(struct run_table *t)
+{
+	size_t n = t->n_ids ? t->n_ids * 2 : 64;
+	struct run **old = t->ids, **ids = calloc(n, sizeof(*ids));
+	size_t n_old = t->n_ids;
+
+	if (!ids)
+		return;
+	if (!t->ids)
+		random_bytes(&t->id_seed, sizeof(t->id_seed));
+	t->ids = ids;
+	t->n_ids = n;
+	for (size_t i = 0; i < n_old; i++)
+		for (struct run *r = old[i], *next; r; r = next) {
+			next = r->id_next;
+			id_link(t, r);
+		}
+	free(old);
+}
+
+static void id_unlink(struct run_table *t, struct run *r)
+{
+	struct run **p;
+
+	if (!r->id || !t->ids)
+		return;
+	for (p = &t->ids[id_bucket(t, r->id)]; *p; p = &(*p)->id_next)
+		if (*p == r) {
+			*p = r->id_next;
+			break;
+		}
+	r->id_next = NULL;
+}
+
+struct run *run_table_find(const struct run_table *t, const char *id)
+{
+	struct run *r;
+
+	if (!id || !t->ids)
+		return NULL;
+	for (r = t->ids[id_bucket(t, id)]; r && !streq(r->id, id); r = r->id_next)
+		;
+	return r;
+}
+
+struct run *run_table_find_next(struct run *r, const char *id)
+{
+	for (r = r->id_next; r && !streq(r->id, id); r = r->id_next)
+		;
+	return r;
+}
+
+void run_table_free(struct run_table *t)
+{
+	free(t->ids);
+	t->ids = NULL;
+	t->n_ids = 0;
+}
+
 void run_table_add(struct run_table *t, struct run *r)
 {
 	unsigned *place = run_place(t, r->state);
+
+	if (r->id) {
+		if (t->n >= t->n_ids)
+			ids_grow(t);
+		if (t->ids)
+			id_link(t, r);
+	}
 
 	r->prev = NULL;
 	r->next = t->head;
@@ -1379,6 +1465,7 @@ void run_table_add(struct run_table *t, struct run *r)
 
 void run_table_remove(struct run_table *t, struct run *r)
 {
+	id_unlink(t, r);
 	if (r->prev)
 		r->prev->next = r->next;
 	else

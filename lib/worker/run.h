@@ -111,6 +111,7 @@ struct run_host {
 struct run {
 	struct run_host *h;
 	struct run *prev, *next; /* the host's table */
+	struct run *id_next;     /* the table's chain of runs whose ids hash alike */
 	struct conf_ref *cref;
 	const struct conf_workflow *wf; /* NULL for runs released or rejected unstarted */
 	char *id, *workflow;
@@ -173,6 +174,9 @@ bool run_holds_slot(enum run_state s);
 /* The runs a host holds (r->next order), counted by place. */
 struct run_table {
 	struct run *head;
+	struct run **ids;   /* the runs by id: chained, grown with n (NULL: none yet) */
+	size_t n_ids;       /* buckets, a power of two */
+	uint64_t id_seed;   /* the ids are the API's: keyed, so none can make chains long */
 	unsigned n;         /* every run held */
 	unsigned running;   /* of those, holding an execution slot */
 	unsigned reporting; /* of those, in the reporting queue */
@@ -185,6 +189,11 @@ void run_table_remove(struct run_table *t, struct run *r);
 /* r left state before (ops->moved).  Returns true when that freed an
  * execution slot or a place in the reporting queue (time to claim). */
 bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before);
+/* The runs of this id (a run re-granted may be held twice), in O(1):
+ * for (o = run_table_find(t, id); o; o = run_table_find_next(o, id)). */
+struct run *run_table_find(const struct run_table *t, const char *id);
+struct run *run_table_find_next(struct run *r, const char *id);
+void run_table_free(struct run_table *t);
 
 /* Renew r now if its renewal is due by `by` (monotonic): a wave of renewals
  * that the driver sends in one request. */

@@ -749,6 +749,7 @@ worker_t *worker_free(worker_t *w)
 	w->host.tearing_down = true;
 	while (w->table.head)
 		run_dispatch(w->table.head, RE_ABANDON);
+	run_table_free(&w->table);
 	w->claimer = claimer_free(w->claimer);
 	offload_finish(w->offload);
 	w->offload = offload_free(w->offload); /* cancels the jobs not started */

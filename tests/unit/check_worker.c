@@ -417,8 +417,11 @@ static void setup(void)
 	};
 }
 
+static struct run_table T;
+
 static void teardown(void)
 {
+	run_table_free(&T);
 	free(last_tail);
 	last_tail = NULL;
 	offload_drain(O, 10 * SEC);
@@ -760,13 +763,61 @@ START_TEST(test_every_cell_covered)
 }
 END_TEST
 
-/* ---------------------------------------------------------------- the claimer */
+/* The table's index by run id: every run of an id found (a re-granted run
+ * is held twice), none after it left, across the index's growth. */
+#define IDS 3000
+START_TEST(test_table_ids)
+{
+	struct run_table t = {0};
+	struct run *runs = calloc(IDS + 1, sizeof(*runs));
+	char ids[IDS][16];
+	int found;
 
-static struct run_table T;
+	ck_assert_ptr_nonnull(runs);
+	for (int i = 0; i < IDS; i++) {
+		snprintf(ids[i], sizeof(ids[i]), "r-%d", i);
+		runs[i] = (struct run){.id = ids[i], .state = RUN_RUNNING};
+		run_table_add(&t, &runs[i]);
+	}
+	runs[IDS] = (struct run){.id = ids[7], .state = RUN_CLAIMED}; /* r-7 again */
+	run_table_add(&t, &runs[IDS]);
+	for (int i = 0; i < IDS; i++) {
+		struct run *r = run_table_find(&t, ids[i]);
+
+		ck_assert_ptr_nonnull(r);
+		ck_assert_str_eq(r->id, ids[i]);
+	}
+	found = 0;
+	for (struct run *r = run_table_find(&t, "r-7"); r; r = run_table_find_next(r, "r-7"))
+		found++;
+	ck_assert_int_eq(found, 2);
+	ck_assert_ptr_null(run_table_find(&t, "r-3000"));
+	ck_assert_ptr_null(run_table_find(&t, NULL));
+	run_table_remove(&t, &runs[7]);
+	ck_assert_ptr_eq(run_table_find(&t, "r-7"), &runs[IDS]);
+	ck_assert_ptr_null(run_table_find_next(&runs[IDS], "r-7"));
+	for (int i = 0; i < IDS; i++)
+		if (i != 7)
+			run_table_remove(&t, &runs[i]);
+	run_table_remove(&t, &runs[IDS]);
+	ck_assert_uint_eq(t.n, 0);
+	ck_assert_ptr_null(t.head);
+	ck_assert_ptr_null(run_table_find(&t, "r-1"));
+	run_table_free(&t);
+	free(runs);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the claimer */
 
 static struct conf_ref *ch_conf(void *host)
 {
 	return CR;
+}
+
+static unsigned ch_slots(void *host)
+{
+	return CR->conf->worker.concurrency;
 }
 
 static bool ch_true(void *host)
@@ -792,6 +843,7 @@ static void ch_idle(void *host)
 
 static const struct claimer_host_ops claimer_ops = {
     .conf = ch_conf,
+    .slots = ch_slots,
     .breaker = host_breaker,
     .running = ch_is_running,
     .may_start = ch_true,
@@ -823,6 +875,7 @@ static void claim_for(const struct drv_ops *ops, usec_t how_long)
 	CR = conf_ref_new(c);
 	ck_assert_int_eq(drv_new_ops(E, c, M, ops, &D), 0);
 	H.drv = D;
+	run_table_free(&T);
 	T = (struct run_table){0};
 	ck_assert_int_eq(
 	    claimer_new(
@@ -967,6 +1020,7 @@ static void queue_start(const char *worker_extra, unsigned runs)
 	ck_assert_int_eq(drv_new_ops(E, c, M, &queue_ops, &D), 0);
 	H.drv = D;
 	H.ops = &queue_host_ops;
+	run_table_free(&T);
 	T = (struct run_table){0};
 	grant_left = runs;
 	granted = claims_sent = 0;
@@ -1108,6 +1162,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_cell, 0, (int)ELEMENTSOF(cases));
 	tcase_add_test(tc, test_every_cell_covered);
+	tcase_add_test(tc, test_table_ids);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(tcc, setup, teardown);
 	tcase_add_test(tcc, test_claim_lanes);
