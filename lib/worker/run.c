@@ -690,13 +690,14 @@ static void on_result_read(void *arg, int q)
 }
 
 /* Off the loop, with the run's own fsuid/fsgid: a child can leave a FIFO, a
- * symlink to a root-only file or a huge file there. */
+ * symlink to a root-only file or a huge file there.  Most runs leave none:
+ * then no helper thread is woken. */
 static void collect_start(struct run *r)
 {
 	struct offload_creds cr = {.uid = r->wf->uid, .gid = r->wf->gid};
 	struct result_job *j;
 
-	if (!r->dir)
+	if (!r->dir || runfiles_result_absent(r->dir))
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j || !(j->dir = strdup(r->dir))) {

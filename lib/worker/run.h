@@ -225,6 +225,9 @@ struct result_job {
 	bool valid_json;
 };
 void result_job_work(void *arg); /* on a helper thread, as the run's user */
+/* The run left no result file: one lstat, on the loop (it opens nothing, so
+ * nothing the run left can make it wait), and no helper thread is woken. */
+bool runfiles_result_absent(const char *dir);
 struct result_job *result_job_free(struct result_job *j);
 /* Remove the run directory: input.json and the directory on the loop when
  * that is all there is, else rm_rf on a helper thread. */

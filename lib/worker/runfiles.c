@@ -113,6 +113,16 @@ void result_job_work(void *arg)
 	cJSON_Delete(json);
 }
 
+bool runfiles_result_absent(const char *dir)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/" RESULT_NAME, dir) >= sizeof(path))
+		return false;
+	return lstat(path, &st) < 0 && errno == ENOENT;
+}
+
 struct result_job *result_job_free(struct result_job *j)
 {
 	if (j) {
