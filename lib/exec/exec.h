@@ -102,6 +102,12 @@ bool exec_env_forbidden(const char *name);
  * NAME=value strings, NULL-terminated; free with strv_free(). */
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret);
 
+/* The dispositions the children reset (every signal ignored or caught here)
+ * are learnt at the first spawn: a program that ignores or catches a signal
+ * after it has spawned says so with this, or its children may inherit an
+ * ignored signal.  lessee sets its dispositions before its first run. */
+void exec_signals_changed(void);
+
 /* The fds the daemon holds for each running child: its output pipe, its
  * cgroup directory when it has one, and its pidfd unless the loop reaps every
  * child (ev_reaps_children(): then it is found by its pid). */

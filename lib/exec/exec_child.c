@@ -90,6 +90,8 @@ static struct {
 	int slots[N_SLOTS];
 	int slots_end; /* one above the highest slot */
 	int status_fd;
+	uint64_t sig_reset; /* signals_to_reset()'s answer, while sig_known */
+	bool sig_known;
 } spawn = {
     .lock = PTHREAD_MUTEX_INITIALIZER, .null_fd = -1, .slots = {-1, -1, -1, -1}, .status_fd = -1};
 
@@ -141,20 +143,34 @@ static uint64_t status_mask(const char *text, const char *key)
 /* Which signals the child must set to SIG_DFL: the ignored ones (an ignored
  * disposition survives execve) and the caught ones (execve resets those, but
  * the child must not run a handler of ours on our memory before it gets
- * there).  One pread of /proc/self/status instead of 64 sigaction() calls;
- * when that cannot be had, all of them. */
+ * there).  One pread of /proc/self/status instead of 64 sigaction() calls,
+ * at the first spawn and after exec_signals_changed(); when that cannot be
+ * had, all of them. */
 static uint64_t signals_to_reset(void)
 {
 	char buf[4096];
 	ssize_t n;
 
-	if (legacy_child || spawn.status_fd < 0)
+	if (legacy_child)
+		return ALL_SIGNALS;
+	if (spawn.sig_known)
+		return spawn.sig_reset;
+	if (spawn.status_fd < 0)
 		return ALL_SIGNALS;
 	n = pread(spawn.status_fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
 		return ALL_SIGNALS;
 	buf[n] = '\0';
-	return status_mask(buf, "\nSigIgn:\t") | status_mask(buf, "\nSigCgt:\t");
+	spawn.sig_reset = status_mask(buf, "\nSigIgn:\t") | status_mask(buf, "\nSigCgt:\t");
+	spawn.sig_known = true;
+	return spawn.sig_reset;
+}
+
+void exec_signals_changed(void)
+{
+	pthread_mutex_lock(&spawn.lock);
+	spawn.sig_known = false;
+	pthread_mutex_unlock(&spawn.lock);
 }
 
 const char *exec_step_name(int step)
@@ -190,6 +206,7 @@ uint64_t exec_child_signals_to_reset(void)
 	pthread_mutex_lock(&spawn.lock);
 	if (spawn.null_fd < 0)
 		spawn_init();
+	spawn.sig_known = false; /* a fresh look */
 	v = signals_to_reset();
 	pthread_mutex_unlock(&spawn.lock);
 	return v;

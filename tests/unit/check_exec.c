@@ -288,6 +288,32 @@ static void noop_handler(int sig)
 {
 }
 
+/* The dispositions are learnt at the first spawn (one pread of
+ * /proc/self/status, not one per spawn): a signal ignored after that and
+ * said with exec_signals_changed() is not ignored in the next child. */
+START_TEST(test_signals_changed)
+{
+	_cleanup_free_ char *probe = tu_aux_bin("probe");
+	char *argv[] = {probe, NULL};
+	struct sigaction sa = {.sa_handler = SIG_IGN}, old_usr2;
+	struct exec_spec spec = spec_for(argv);
+	struct run r = {0};
+	ev_t *e = loop_new();
+
+	run_to_exit(e, &spec, &r);
+	assert_probe(&r, "SigIgn", "0000000000000000");
+	run_done(&r);
+	ck_assert_int_eq(sigaction(SIGUSR2, &sa, &old_usr2), 0);
+	exec_signals_changed();
+	run_to_exit(e, &spec, &r);
+	assert_probe(&r, "SigIgn", "0000000000000000");
+	run_done(&r);
+	sigaction(SIGUSR2, &old_usr2, NULL);
+	exec_signals_changed();
+	ev_free(e);
+}
+END_TEST
+
 /* Whatever the daemon did to its own signals and fds, the child starts clean. */
 START_TEST(test_child_setup)
 {
@@ -320,6 +346,7 @@ START_TEST(test_child_setup)
 	sa.sa_handler = SIG_IGN;
 	ck_assert_int_eq(sigaction(SIGPIPE, &sa, &old_pipe), 0);
 	ck_assert_int_eq(sigaction(SIGUSR2, &sa, &old_usr2), 0);
+	exec_signals_changed(); /* for CK_FORK=no: an earlier test spawned */
 
 	spec.rlimits = rl;
 	spec.n_rlimits = ELEMENTSOF(rl);
@@ -364,6 +391,7 @@ START_TEST(test_child_setup)
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGPIPE, &old_pipe, NULL);
 	sigaction(SIGUSR2, &old_usr2, NULL);
+	exec_signals_changed();
 	close(leak_fd);
 	close(leak_pipe[0]);
 	close(leak_pipe[1]);
@@ -1098,6 +1126,7 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, test_env_child);
 	tc = tcase_new(s, "setup");
 	tcase_add_test(tc, test_child_setup);
+	tcase_add_test(tc, test_signals_changed);
 	tcase_add_test(tc, test_set_ids);
 	tcase_add_test(tc, test_spawn_errors);
 	tcase_add_test(tc, test_signals_reset_set);
