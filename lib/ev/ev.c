@@ -744,33 +744,23 @@ static ev_child_t *child_find(ev_t *e, pid_t pid)
 	return pid_lookup(e, pid);
 }
 
-static bool reap_pid(pid_t pid)
-{
-	siginfo_t si = {0};
-
-	return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG) == 0 && si.si_pid == pid;
-}
-
-/* Peek at each exited child without reaping it (WNOWAIT): a watched one is
- * reaped for its watch (found in the pid table), any other one is an orphan.
- * True when every exited child was reaped: none is left for a scan. */
+/* Reap each exited child: a watched one (found in the pid table, which the
+ * reap cannot have changed: only this thread adds to it) gets its status,
+ * any other one is an orphan.  True when every exited child was reaped: none
+ * is left for a scan. */
 static bool reap_orphans(ev_t *e)
 {
 	while (e->reap_orphans) {
 		siginfo_t si = {0};
 		ev_child_t *c;
 
-		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
 			return true;
 		c = child_find(e, si.si_pid);
-		if (c) {
-			if (!child_try_reap(c, P_PID, (id_t)c->pid))
-				return false;
-			continue;
-		}
-		if (!reap_pid(si.si_pid))
-			return false;
-		e->orphans++;
+		if (c)
+			child_exited(c, &si);
+		else
+			e->orphans++;
 	}
 	return false;
 }
