@@ -58,6 +58,9 @@ struct http_req {
 	char errbuf[CURL_ERROR_SIZE];
 };
 
+/* Easy handles kept for reuse, at most. */
+#define HTTP_IDLE_EASY 32
+
 struct http {
 	ev_t *ev;
 	CURLM *multi;
@@ -74,6 +77,8 @@ struct http {
 	void *observer_ctx;
 	http_req_t *reqs;
 	struct http_sock *socks;
+	CURL *idle[HTTP_IDLE_EASY]; /* easy handles of finished requests, reset */
+	unsigned n_idle;
 	unsigned n_reqs;
 	unsigned dispatching; /* > 0 while finished transfers are handed out */
 	bool freed;           /* http_free() ran inside a callback: the dispatcher frees h */
@@ -359,12 +364,31 @@ static void req_unlink(http_req_t *req)
 	h->n_reqs--;
 }
 
+/* An easy handle for a new request: one a finished request left, or a new
+ * one (curl_easy_init allocates and sets up some kilobytes each time). */
+static CURL *easy_take(http_t *h)
+{
+	return h->n_idle > 0 ? h->idle[--h->n_idle] : curl_easy_init();
+}
+
+/* Out of any multi: kept for the next request with every option reset
+ * (curl_easy_reset: its copies of the URL, the credentials, the headers
+ * pointer go), or cleaned up. */
+static void easy_give(http_t *h, CURL *e)
+{
+	if (h && !h->freed && h->n_idle < HTTP_IDLE_EASY) {
+		curl_easy_reset(e);
+		h->idle[h->n_idle++] = e;
+	} else
+		curl_easy_cleanup(e);
+}
+
 static http_req_t *req_free(http_req_t *req)
 {
 	if (!req)
 		return NULL;
 	if (req->easy)
-		curl_easy_cleanup(req->easy);
+		easy_give(req->h, req->easy);
 	curl_slist_free_all(req->headers);
 	buf_done(&req->resp);
 	free(req->body);
@@ -565,7 +589,7 @@ static int req_new(http_t *h, const struct http_request *rq, http_req_t **ret)
 			return -ENOMEM;
 		memcpy(req->body, rq->body, rq->body_len);
 	}
-	req->easy = curl_easy_init();
+	req->easy = easy_take(h);
 	if (!req->easy)
 		return -ENOMEM;
 	r = req_set_headers(req, rq->headers);
@@ -884,6 +908,8 @@ http_t *http_free(http_t *h)
 	if (h->multi)
 		curl_multi_cleanup(h->multi);
 	h->multi = NULL;
+	while (h->n_idle > 0)
+		curl_easy_cleanup(h->idle[--h->n_idle]);
 	while (h->socks)
 		sock_free(h->socks);
 	h->timer = ev_timer_del(h->timer);
