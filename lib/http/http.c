@@ -855,9 +855,14 @@ static int http_set_opts(http_t *h, const struct http_opts *opts)
 	    opts && opts->user_agent ? strdup(opts->user_agent) : strdup("lessee/" LESSEE_VERSION);
 	if (!h->user_agent)
 		return -ENOMEM;
+	/* The idle connections kept as many as may be open: curl's default cache
+	 * is 4 per transfer in the multi at the moment, so after a burst the
+	 * connections beyond it were closed and opened again for the next. */
 	if (opts && opts->max_host_connections > 0 &&
-	    curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-	                      opts->max_host_connections) != CURLM_OK)
+	    (curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+	                       opts->max_host_connections) != CURLM_OK ||
+	     curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, opts->max_host_connections) !=
+	         CURLM_OK))
 		return -EINVAL;
 	return 0;
 }
