@@ -376,14 +376,29 @@ static void lease_stop(struct run *r)
 /* ---------------------------------------------------------------- spawn */
 
 /* A scratch file in the run's own directory: no fsync, it dies with the run. */
+/* The input file, written at offset 0 and left there: the fd is also the
+ * child's stdin (one open, not one to write and one to read).  Returns the
+ * fd or -errno. */
 static int write_input(struct run *r, const char *path)
 {
-	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-				      0600);
+	_cleanup_close_ int fd =
+	    open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	size_t done = 0;
 
 	if (fd < 0)
 		return -errno;
-	return write_all(fd, r->input, r->input_len);
+	while (done < r->input_len) {
+		ssize_t n = pwrite(fd, r->input + done, r->input_len - done, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	if (r->wf->user && fchown(fd, r->wf->uid, r->wf->gid) < 0)
+		return -errno;
+	return TAKE_FD(fd);
 }
 
 static int env_pushf(char ***v, const char *fmt, ...) _printf_(2, 3);
@@ -598,10 +613,8 @@ static int spawn(struct run *r, const char **step)
 		return q;
 	snprintf(input, sizeof(input), "%s/input.json", r->dir);
 	*step = "input file";
-	if ((q = write_input(r, input)) < 0 || (in = open(input, O_RDONLY | O_CLOEXEC)) < 0)
-		return q < 0 ? q : -errno;
-	if (r->wf->user && chown(input, r->wf->uid, r->wf->gid) < 0)
-		return -errno;
+	if ((in = write_input(r, input)) < 0)
+		return in;
 	*step = "environment";
 	if ((q = build_env(r, &env)) < 0)
 		return q;
