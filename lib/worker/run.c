@@ -522,10 +522,20 @@ static int make_run_dir(struct run *r)
 	return 0;
 }
 
+static int start_logship(struct run *r);
+
+/* The log shipper comes with the first output: a run that prints nothing
+ * (a sleeper, /bin/true) holds none, about 600 bytes and two timers less. */
 static void on_output(exec_proc_t *p, int stream, const void *data, size_t len, void *userdata)
 {
 	struct run *r = userdata;
 
+	if (!r->log && !r->log_failed && start_logship(r) < 0) {
+		r->log_failed = true;
+		run_log(r, LOG_ERR,
+		        "cannot ship the run's log: out of memory; its output "
+		        "goes to this log's tail only");
+	}
 	if (r->log)
 		logship_write(r->log, data, len);
 	if (tail_feed(&r->tail, data, len) < 0)
@@ -1059,9 +1069,7 @@ static enum run_state act_start(struct run *r)
 		breaker_run_started(b);
 	r->breaker_started = b != NULL;
 	metric_add(r->h->m.started, 1, r->workflow);
-	q = start_logship(r);
-	if (q >= 0)
-		q = spawn(r, &step);
+	q = spawn(r, &step);
 	if (q >= 0) {
 		snprintf(r->note, sizeof(r->note), "pid %d", (int)exec_pid(r->proc));
 		return RUN_RUNNING;

@@ -132,6 +132,7 @@ struct run {
 	bool verdict_given;   /* its verdict is recorded (the breaker is done with it) */
 	bool lost;            /* the lease is gone: nothing more is written */
 	bool spool_log;       /* the spooled result carries the unshipped log */
+	bool log_failed;      /* its log shipper could not be made: output not shipped */
 
 	usec_t claimed_at, started_at;
 	usec_t lease_deadline; /* monotonic, local */
