@@ -55,6 +55,10 @@ int lessor_db_next(lessor_sqlite *s, sqlite3_stmt *st);
  * result or the COMMIT's error. */
 typedef int (*lessor_db_fn)(lessor_sqlite *s, void *userdata);
 int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata);
+/* Inside a write transaction's fn: fn in a savepoint of its own, whose
+ * failure undoes only fn's statements.  *ret_tx_lost: SQLite rolled the
+ * whole transaction back (I/O error, full disk): the caller's fn must fail. */
+int lessor_db_nested(lessor_sqlite *s, lessor_db_fn fn, void *userdata, bool *ret_tx_lost);
 
 /* Column helpers: text as a new string ("" never NULL unless the column is NULL). */
 char *lessor_db_strdup(sqlite3_stmt *st, int col);
@@ -75,6 +79,10 @@ int lessor_sqlite_renew_batch(void *be, struct lessor_renewal *v, size_t n, unsi
                               int64_t now);
 int lessor_sqlite_append_log(void *be, const char *id, const char *token, uint64_t start,
                              const void *data, size_t len, int64_t now, uint64_t *ret_length);
+int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_completion *in,
+                                 const struct lessor_claim_req *next, int64_t now,
+                                 const char **ret_run_status, int *ret_claim_r,
+                                 struct lessor_claim_result *ret_claim);
 int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *c, int64_t now,
                            const char **ret_run_status);
 int lessor_sqlite_release(void *be, const char *id, const char *token, const char *reason,

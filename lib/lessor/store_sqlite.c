@@ -291,6 +291,30 @@ static int write_in_savepoint(lessor_sqlite *s, struct lessor_db_write *w)
 	return r;
 }
 
+static const char SQL_NESTED[] = "SAVEPOINT n";
+static const char SQL_NESTED_RELEASE[] = "RELEASE n";
+static const char SQL_NESTED_ROLLBACK_TO[] = "ROLLBACK TO n";
+
+int lessor_db_nested(lessor_sqlite *s, lessor_db_fn fn, void *userdata, bool *ret_tx_lost)
+{
+	int r = lessor_db_query(s, NULL, SQL_NESTED, "");
+
+	if (r >= 0) {
+		r = fn(s, userdata);
+		reset_all(s);
+		if (r < 0 && !sqlite3_get_autocommit(s->db))
+			(void)lessor_db_query(s, NULL, SQL_NESTED_ROLLBACK_TO, "");
+		if (!sqlite3_get_autocommit(s->db)) {
+			int k = lessor_db_query(s, NULL, SQL_NESTED_RELEASE, "");
+
+			if (r >= 0 && k < 0)
+				r = k;
+		}
+	}
+	*ret_tx_lost = sqlite3_get_autocommit(s->db);
+	return r;
+}
+
 static void fail_from(struct lessor_db_write *w, struct lessor_db_write *end, int r)
 {
 	for (; w != end; w = w->next)
@@ -589,6 +613,7 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .renew_batch = lessor_sqlite_renew_batch,
     .append_log = lessor_sqlite_append_log,
     .complete = lessor_sqlite_complete,
+    .complete_claim = lessor_sqlite_complete_claim,
     .release = lessor_sqlite_release,
     .cancel = lessor_sqlite_cancel,
     .requeue = lessor_sqlite_requeue,

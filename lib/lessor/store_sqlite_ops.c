@@ -750,6 +750,52 @@ int lessor_sqlite_complete(void *be, const char *id, const struct lessor_complet
 	return 0;
 }
 
+/* ---- complete and the claim of its "next" ---- */
+
+struct complete_claim_ctx {
+	struct complete_ctx done;
+	struct claim_ctx next;
+	int claim_r;
+};
+
+static int complete_claim_tx(lessor_sqlite *s, void *userdata)
+{
+	struct complete_claim_ctx *c = userdata;
+	bool lost;
+	int r = complete_tx(s, &c->done);
+
+	if (r < 0 || c->done.answer < 0)
+		return r;
+	c->claim_r = lessor_db_nested(s, claim_tx, &c->next, &lost);
+	if (c->claim_r >= 0)
+		c->claim_r = c->next.answer;
+	if (c->claim_r < 0)
+		lessor_claim_result_done(c->next.res);
+	return lost ? c->claim_r : 0;
+}
+
+int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_completion *in,
+                                 const struct lessor_claim_req *next, int64_t now,
+                                 const char **ret_run_status, int *ret_claim_r,
+                                 struct lessor_claim_result *ret_claim)
+{
+	struct lessor_claim_result res = {0};
+	struct complete_claim_ctx c = {.done = {.id = id, .in = in, .now = now},
+	                               .next = {.req = next, .now = now, .res = &res}};
+	int r = lessor_db_tx(be, true, complete_claim_tx, &c);
+
+	if (r >= 0 && c.done.answer < 0)
+		r = c.done.answer;
+	if (r < 0) {
+		lessor_claim_result_done(&res);
+		return r;
+	}
+	*ret_run_status = c.done.run_status;
+	*ret_claim_r = c.claim_r;
+	*ret_claim = res;
+	return 0;
+}
+
 /* ---- release ---- */
 
 struct release_ctx {
