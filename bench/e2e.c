@@ -126,6 +126,30 @@ static char sync_mode[8] = "normal"; /* lessor's --synchronous */
 static const char *baseline;         /* --baseline: another lessee to compare with */
 static const char *baseline_lessor;  /* --baseline-lessor: another lessor */
 static unsigned claim_delay_ms;      /* --claim-delay: every claim answered this late */
+static int widths[8] = {1, 16, 64};  /* --widths: the concurrencies measured */
+static size_t n_widths = 3;
+
+/* "1,16,64": at most 8 widths, each 1..4096. */
+static int parse_widths(const char *s)
+{
+	size_t n = 0;
+
+	for (;;) {
+		char *end;
+		long v = strtol(s, &end, 10);
+
+		if (end == s || v < 1 || v > 4096 || n >= ELEMENTSOF(widths))
+			return -EINVAL;
+		widths[n++] = (int)v;
+		if (*end == '\0')
+			break;
+		if (*end != ',')
+			return -EINVAL;
+		s = end + 1;
+	}
+	n_widths = n;
+	return 0;
+}
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
@@ -237,14 +261,12 @@ static int e2e_round_of(const char *lessee, const char *lessor, int concurrency,
 
 static void bench_throughput(int n, int reps)
 {
-	static const int widths[] = {1, 16, 64};
-
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s) + lessee (%d runs x %d "
 	       "rounds, medians)\n",
 	       sync_mode, n, reps);
 	printf("%-6s %12s %14s %12s %12s %10s %10s %11s\n", "slots", "lessee run/s", "cpu us/run",
 	       "floor run/s", "exec run/s", "vs floor", "vs exec", "lessor us/r");
-	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
+	for (size_t w = 0; w < n_widths; w++) {
 		double rate[32], cpu[32], fl[32], ex[32], lc[32];
 		ev_t *e = NULL;
 
@@ -275,8 +297,6 @@ static void bench_throughput(int n, int reps)
  * medians. */
 static void bench_paired(const char *base_lessee, const char *base_lessor, int n, int reps)
 {
-	static const int widths[] = {1, 16, 64};
-
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s, claims %u ms late): "
 	       "baseline %s against %s, paired rounds (%d runs x %d rounds, medians)\n",
 	       sync_mode, claim_delay_ms, base_lessee ? base_lessee : base_lessor,
@@ -284,7 +304,7 @@ static void bench_paired(const char *base_lessee, const char *base_lessor, int n
 	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s %11s %11s %10s\n", "slots", "floor/s",
 	       "base run/s", "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r",
 	       "lessor b/r", "lessor n/r", "lessor n/b");
-	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
+	for (size_t w = 0; w < n_widths; w++) {
 		double fl[32], rb[32], rn[32], cb[32], cn[32], lb[32], ln[32];
 
 		for (int i = 0; i < reps; i++) {
@@ -350,6 +370,7 @@ int main(int argc, char **argv)
 	    {"baseline", required_argument, NULL, 'b'},
 	    {"baseline-lessor", required_argument, NULL, 'L'},
 	    {"claim-delay", required_argument, NULL, 'd'},
+	    {"widths", required_argument, NULL, 'w'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {},
@@ -376,6 +397,10 @@ int main(int argc, char **argv)
 		case 'd':
 			claim_delay_ms = (unsigned)atoi(optarg);
 			break;
+		case 'w':
+			if (parse_widths(optarg) < 0)
+				return 2;
+			break;
 		case 'h':
 			printf(
 			    "usage: e2e [--sync full|normal] [--no-rss] [--baseline LESSEE | "
@@ -388,6 +413,7 @@ int main(int argc, char **argv)
 			    "lessee)\n"
 			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
 			    "API)\n"
+			    "  --widths LIST: the concurrencies, comma-separated (1,16,64)\n"
 			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n"
 			    "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its "
 			    "default)\n");
