@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "lessor/store.h"
+#include "jsonutil.h"
 #include "lessor_proc.h"
 #include "pg_proc.h"
 #include "log/log.h"
@@ -684,6 +685,55 @@ START_TEST(test_restart_recover)
 }
 END_TEST
 
+static void assert_stats(int pending, int running, int succeeded, int failed, int cancelled)
+{
+	_cleanup_free_ char *want =
+	    tu_fmt("{\"pending\":%d,\"running\":%d,\"succeeded\":%d,\"failed\":%d,"
+	           "\"cancelled\":%d,\"total\":%d}",
+	           pending, running, succeeded, failed, cancelled,
+	           pending + running + succeeded + failed + cancelled);
+	_cleanup_free_ char *got = NULL;
+	cJSON *j = NULL;
+
+	ck_assert_int_eq(lessor_store_stats_json(st, &j), 0);
+	got = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	ck_assert_str_eq(got, want);
+}
+
+/* The counts by status follow every change, a refused write changes none,
+ * and they are the same after a restart. */
+START_TEST(test_stats_follow_each_change)
+{
+	_cleanup_free_ char *a = enqueue_full("w", NULL, NULL, 2), *b = enqueue("w"),
+	                    *c = enqueue("w");
+	struct lessor_claim_result r;
+	struct lessor_completion ok, fail;
+	const char *answer;
+
+	assert_stats(3, 0, 0, 0, 0);
+	r = claim("c1", 2, T0);
+	ck_assert_str_eq(r.runs[0].id, a);
+	ck_assert_str_eq(r.runs[1].id, b);
+	assert_stats(1, 2, 0, 0, 0);
+	fail = done_fail(r.runs[0].token, true);
+	ok = done_ok(r.runs[1].token);
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 1, &answer), 0);
+	ck_assert_str_eq(answer, "retrying");
+	ck_assert_int_eq(lessor_store_complete(st, b, &ok, T0 + 1, &answer), 0);
+	assert_stats(2, 0, 1, 0, 0);
+	/* refused (the token is spent): nothing changes */
+	ck_assert_int_lt(lessor_store_complete(st, a, &ok, T0 + 2, &answer), 0);
+	assert_stats(2, 0, 1, 0, 0);
+	ck_assert_int_eq(lessor_store_cancel(st, c, T0 + 2, &answer), 0);
+	assert_stats(1, 0, 1, 0, 1);
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+	assert_stats(1, 0, 1, 0, 1);
+}
+END_TEST
+
 START_TEST(test_views)
 {
 	_cleanup_free_ char *a = enqueue("build"), *b = enqueue("deploy");
@@ -1110,6 +1160,7 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_admin_requeue_and_cancel);
 	tcase_add_test(tc, test_restart_recover);
 	tcase_add_test(tc, test_views);
+	tcase_add_test(tc, test_stats_follow_each_change);
 	tcase_add_test(tc, test_owners);
 	tcase_add_test(tc, test_concurrent_claims);
 }
