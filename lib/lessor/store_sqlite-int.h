@@ -20,6 +20,15 @@ struct lessor_db_stmt {
 typedef struct lessor_sqlite lessor_sqlite;
 struct lessor_db_write; /* a write queued for group commit (store_sqlite.c) */
 
+/* A claim filter's eligible runs as last counted (count, up to twice the
+ * cap), at now, when `left` runs had left 'pending' in all (see queue_depth
+ * in store_sqlite_ops.c). */
+struct lessor_depth_memo {
+	char *workflows_json, *tags_json; /* NULL workflows_json: any; tags_json NULL: unused */
+	int64_t count, now, left;
+};
+#define LESSOR_DEPTH_MEMO_MAX 8
+
 struct lessor_sqlite {
 	sqlite3 *db;
 	pthread_mutex_t lock;
@@ -27,6 +36,10 @@ struct lessor_sqlite {
 	size_t n_stmts;
 	struct lessor_store_config cfg;
 	int lock_fd;
+	/* under lock; forgotten whenever a write fails (its rollback may have
+	 * taken away runs a memo counted) */
+	struct lessor_depth_memo depth_memo[LESSOR_DEPTH_MEMO_MAX];
+	unsigned depth_memo_next;
 	/* group commit: writes queued for the next transaction, and whether a
 	 * thread (the leader) is running one; under gc_lock */
 	pthread_mutex_t gc_lock;
@@ -35,6 +48,9 @@ struct lessor_sqlite {
 	/* counters (lessor_store_counters) */
 	atomic_uint_fast64_t commits, writes, waiting;
 };
+
+/* Forgets every depth memo (under lock). */
+void lessor_db_forget_depths(lessor_sqlite *s);
 
 /* Maps a SQLite result to -errno, logging SQLite's own message (it exists only here). */
 int lessor_db_error(lessor_sqlite *s, int rc, const char *sql);

@@ -243,6 +243,8 @@ static int tx_alone(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdat
 		}
 		if (r < 0 && !sqlite3_get_autocommit(s->db))
 			(void)lessor_db_query(s, NULL, SQL_ROLLBACK, "");
+		if (r < 0)
+			lessor_db_forget_depths(s);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -280,6 +282,8 @@ static int write_in_savepoint(lessor_sqlite *s, struct lessor_db_write *w)
 		return r;
 	r = w->fn(s, w->userdata);
 	reset_all(s);
+	if (r < 0)
+		lessor_db_forget_depths(s);
 	if (r < 0 && !sqlite3_get_autocommit(s->db))
 		(void)lessor_db_query(s, NULL, SQL_ROLLBACK_TO, "");
 	if (!sqlite3_get_autocommit(s->db)) {
@@ -302,6 +306,8 @@ int lessor_db_nested(lessor_sqlite *s, lessor_db_fn fn, void *userdata, bool *re
 	if (r >= 0) {
 		r = fn(s, userdata);
 		reset_all(s);
+		if (r < 0)
+			lessor_db_forget_depths(s);
 		if (r < 0 && !sqlite3_get_autocommit(s->db))
 			(void)lessor_db_query(s, NULL, SQL_NESTED_ROLLBACK_TO, "");
 		if (!sqlite3_get_autocommit(s->db)) {
@@ -334,6 +340,7 @@ static struct lessor_db_write *run_group(lessor_sqlite *s, struct lessor_db_writ
 
 	atomic_fetch_add(&s->commits, 1);
 	if (r < 0) {
+		lessor_db_forget_depths(s);
 		fail_from(first, NULL, r);
 		return NULL;
 	}
@@ -342,6 +349,7 @@ static struct lessor_db_write *run_group(lessor_sqlite *s, struct lessor_db_writ
 		first->r = first->fn(s, first->userdata);
 		reset_all(s);
 		if (first->r < 0) {
+			lessor_db_forget_depths(s);
 			if (!sqlite3_get_autocommit(s->db))
 				(void)lessor_db_query(s, NULL, SQL_ROLLBACK, "");
 			return NULL;
@@ -356,6 +364,7 @@ static struct lessor_db_write *run_group(lessor_sqlite *s, struct lessor_db_writ
 	}
 	r = lessor_db_query(s, NULL, SQL_COMMIT, "");
 	if (r < 0) {
+		lessor_db_forget_depths(s);
 		/* a failed COMMIT fails every write of the transaction */
 		fail_from(first, NULL, r);
 		if (!sqlite3_get_autocommit(s->db))
@@ -504,14 +513,18 @@ static const char SQL_RUN_COUNTS[] =
     "INSERT INTO temp.run_counts SELECT column1,"
     "  (SELECT COUNT(*) FROM main.runs WHERE status = column1)"
     "  FROM (VALUES ('pending'), ('running'), ('succeeded'), ('failed'), ('cancelled'));"
+    /* how many runs ever left 'pending' (since the start): see queue_depth */
+    "INSERT INTO temp.run_counts VALUES ('left_pending', 0);"
     "CREATE TEMP TRIGGER run_counts_insert AFTER INSERT ON main.runs BEGIN"
     "  UPDATE run_counts SET n = n + 1 WHERE status = NEW.status; END;"
     "CREATE TEMP TRIGGER run_counts_update AFTER UPDATE OF status ON main.runs"
     "  WHEN OLD.status IS NOT NEW.status BEGIN"
     "  UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;"
-    "  UPDATE run_counts SET n = n + 1 WHERE status = NEW.status; END;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = NEW.status;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = 'left_' || OLD.status; END;"
     "CREATE TEMP TRIGGER run_counts_delete AFTER DELETE ON main.runs BEGIN"
-    "  UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; END;";
+    "  UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = 'left_' || OLD.status; END;";
 
 static int check_wal(lessor_sqlite *s)
 {
@@ -562,6 +575,15 @@ static int lock_database(lessor_sqlite *s, const char *path)
 	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
 		return errno == EWOULDBLOCK ? -EBUSY : -errno;
 	return 0;
+}
+
+void lessor_db_forget_depths(lessor_sqlite *s)
+{
+	for (size_t i = 0; i < LESSOR_DEPTH_MEMO_MAX; i++) {
+		free(s->depth_memo[i].workflows_json);
+		free(s->depth_memo[i].tags_json);
+		s->depth_memo[i] = (struct lessor_depth_memo){0};
+	}
 }
 
 static void sqlite_free(void *be);
@@ -619,6 +641,7 @@ static void sqlite_free(void *be)
 		sqlite3_close(s->db);
 	/* after sqlite3_close: closing an fd of the file drops SQLite's POSIX locks */
 	safe_close(s->lock_fd);
+	lessor_db_forget_depths(s);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->gc_lock);
 	free(s);

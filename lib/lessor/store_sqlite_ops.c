@@ -346,22 +346,90 @@ static int claim_new(lessor_sqlite *s, struct claim_ctx *c)
 	                       "is", (int64_t)c->res->n_runs, q->worker_id);
 }
 
-/* Counting is a scan of the eligible runs, so it stops at a cap; and when the
- * claim got fewer runs than it asked for, nothing eligible is left to count. */
-static int queue_depth(lessor_sqlite *s, struct claim_ctx *c)
+/* How many runs ever left 'pending' (kept by a trigger, store_sqlite.c). */
+static int left_pending(lessor_sqlite *s, int64_t *ret)
 {
 	sqlite3_stmt *st;
+	int r = lessor_db_query(s, &st, "SELECT n FROM temp.run_counts WHERE status = 'left_pending'",
+	                        "");
+
+	if (r == 0)
+		r = -EIO;
+	if (r > 0)
+		*ret = lessor_db_int(st, 0);
+	return r < 0 ? r : 0;
+}
+
+static struct lessor_depth_memo *memo_find(lessor_sqlite *s, const struct lessor_claim_req *q)
+{
+	for (size_t i = 0; i < LESSOR_DEPTH_MEMO_MAX; i++) {
+		struct lessor_depth_memo *m = &s->depth_memo[i];
+
+		if (m->tags_json && streq(m->tags_json, q->tags_json) &&
+		    streq_ptr(m->workflows_json, q->workflows_json))
+			return m;
+	}
+	return NULL;
+}
+
+static void memo_keep(lessor_sqlite *s, const struct lessor_claim_req *q, int64_t count,
+                      int64_t now, int64_t left)
+{
+	struct lessor_depth_memo *m = memo_find(s, q);
+
+	if (!m) {
+		m = &s->depth_memo[s->depth_memo_next++ % LESSOR_DEPTH_MEMO_MAX];
+		free(m->workflows_json);
+		free(m->tags_json);
+		*m = (struct lessor_depth_memo){
+		    .workflows_json = q->workflows_json ? strdup(q->workflows_json) : NULL,
+		    .tags_json = strdup(q->tags_json)};
+		if (!m->tags_json || (q->workflows_json && !m->workflows_json)) {
+			free(m->workflows_json);
+			free(m->tags_json);
+			*m = (struct lessor_depth_memo){0};
+			return;
+		}
+	}
+	m->count = count;
+	m->now = now;
+	m->left = left;
+}
+
+/* Counting is a scan of the eligible runs, so it stops at a cap; and when the
+ * claim got fewer runs than it asked for, nothing eligible is left to count.
+ * The same filter's runs stay eligible until they leave 'pending' (not_before
+ * only falls behind a clock that goes on; new runs only add): a count that
+ * found n >= cap runs answers `cap` without counting again until n - cap runs
+ * have left 'pending'.  So a deep queue is counted (up to twice the cap) once
+ * in every cap claims, not at each. */
+static int queue_depth(lessor_sqlite *s, struct claim_ctx *c)
+{
+	const int64_t cap = LESSOR_QUEUE_DEPTH_CAP;
+	const struct lessor_depth_memo *m;
+	sqlite3_stmt *st;
+	int64_t left = 0, n;
 	int r;
 
 	if (c->res->n_runs < c->req->max_runs)
 		return 0;
+	if ((r = left_pending(s, &left)) < 0)
+		return r;
+	m = memo_find(s, c->req);
+	if (m && c->now >= m->now && m->count - (left - m->left) >= cap) {
+		c->res->queue_depth = (uint64_t)cap;
+		return 0;
+	}
 	r = lessor_db_query(
 	    s, &st, "SELECT COUNT(*) FROM (SELECT 1 FROM runs r WHERE" ELIGIBLE_WHERE " LIMIT ?4)",
-	    "issi", c->now, c->req->workflows_json, c->req->tags_json,
-	    (int64_t)LESSOR_QUEUE_DEPTH_CAP);
-	if (r > 0)
-		c->res->queue_depth = (uint64_t)lessor_db_int(st, 0);
-	return r < 0 ? r : 0;
+	    "issi", c->now, c->req->workflows_json, c->req->tags_json, 2 * cap);
+	if (r <= 0)
+		return r < 0 ? r : -EIO;
+	n = lessor_db_int(st, 0);
+	c->res->queue_depth = (uint64_t)MIN(n, cap);
+	if (n > cap)
+		memo_keep(s, c->req, n, c->now, left);
+	return 0;
 }
 
 static int claim_tx(lessor_sqlite *s, void *userdata)

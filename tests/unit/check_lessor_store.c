@@ -685,6 +685,35 @@ START_TEST(test_restart_recover)
 }
 END_TEST
 
+/* A deep queue's depth is the cap, then each run that leaves 'pending'
+ * (claimed, cancelled) counts, to the exact figure below the cap. */
+START_TEST(test_queue_depth_follows_a_deep_queue)
+{
+	const int n = LESSOR_QUEUE_DEPTH_CAP + 3;
+	int pending = n;
+	_cleanup_free_ char *last = NULL;
+	const char *status;
+
+	for (int i = 0; i < n; i++) {
+		free(last);
+		last = enqueue("w");
+	}
+	for (int i = 0; i < 6; i++) {
+		_cleanup_free_ char *cid = tu_fmt("deep-%d", i);
+		struct lessor_claim_result r = claim(cid, 1, T0 + i);
+
+		ck_assert_uint_eq(r.n_runs, 1);
+		pending--;
+		ck_assert_uint_eq(r.queue_depth, (uint64_t)MIN(pending, LESSOR_QUEUE_DEPTH_CAP));
+		lessor_claim_result_done(&r);
+		if (i == 1) { /* a cancel takes one away too */
+			ck_assert_int_eq(lessor_store_cancel(st, last, T0 + i, &status), 0);
+			pending--;
+		}
+	}
+}
+END_TEST
+
 static void assert_stats(int pending, int running, int succeeded, int failed, int cancelled)
 {
 	_cleanup_free_ char *want =
@@ -1161,6 +1190,7 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_restart_recover);
 	tcase_add_test(tc, test_views);
 	tcase_add_test(tc, test_stats_follow_each_change);
+	tcase_add_test(tc, test_queue_depth_follows_a_deep_queue);
 	tcase_add_test(tc, test_owners);
 	tcase_add_test(tc, test_concurrent_claims);
 }
