@@ -286,8 +286,8 @@ static void bench_throughput(int n, int reps)
 		ev_free(e);
 		double r = tu_median(rate, reps), c = tu_median(cpu, reps);
 		double f = tu_median(fl, reps), x = tu_median(ex, reps);
-		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx %11.0f\n", widths[w], r, c, f,
-		       x, r / f, r / x, tu_median(lc, reps));
+		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx %11.0f\n", widths[w], r, c,
+		       f, x, r / f, r / x, tu_median(lc, reps));
 	}
 }
 

@@ -350,8 +350,8 @@ static int claim_new(lessor_sqlite *s, struct claim_ctx *c)
 static int left_pending(lessor_sqlite *s, int64_t *ret)
 {
 	sqlite3_stmt *st;
-	int r = lessor_db_query(s, &st, "SELECT n FROM temp.run_counts WHERE status = 'left_pending'",
-	                        "");
+	int r = lessor_db_query(s, &st,
+	                        "SELECT n FROM temp.run_counts WHERE status = 'left_pending'", "");
 
 	if (r == 0)
 		r = -EIO;
