@@ -21,11 +21,14 @@ typedef struct lessor_sqlite lessor_sqlite;
 struct lessor_db_write; /* a write queued for group commit (store_sqlite.c) */
 
 /* A claim filter's eligible runs as last counted (count, up to twice the
- * cap), at now, when `left` runs had left 'pending' in all (see queue_depth
- * in store_sqlite_ops.c). */
+ * cap; exact when below it), at now, when `left` runs had ever left
+ * 'pending' and `entered` entered it, and no pending run not due yet is due
+ * before due_next; granted: the runs claims with this filter took since (see
+ * queue_depth in store_sqlite_ops.c). */
 struct lessor_depth_memo {
 	char *workflows_json, *tags_json; /* NULL workflows_json: any; tags_json NULL: unused */
-	int64_t count, now, left;
+	int64_t count, now, left, entered, due_next, granted;
+	bool exact;
 };
 #define LESSOR_DEPTH_MEMO_MAX 8
 

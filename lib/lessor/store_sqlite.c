@@ -513,15 +513,18 @@ static const char SQL_RUN_COUNTS[] =
     "INSERT INTO temp.run_counts SELECT column1,"
     "  (SELECT COUNT(*) FROM main.runs WHERE status = column1)"
     "  FROM (VALUES ('pending'), ('running'), ('succeeded'), ('failed'), ('cancelled'));"
-    /* how many runs ever left 'pending' (since the start): see queue_depth */
-    "INSERT INTO temp.run_counts VALUES ('left_pending', 0);"
+    /* how many runs ever left and entered 'pending' (since the start): see
+     * queue_depth */
+    "INSERT INTO temp.run_counts VALUES ('left_pending', 0), ('entered_pending', 0);"
     "CREATE TEMP TRIGGER run_counts_insert AFTER INSERT ON main.runs BEGIN"
-    "  UPDATE run_counts SET n = n + 1 WHERE status = NEW.status; END;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = NEW.status;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = 'entered_' || NEW.status; END;"
     "CREATE TEMP TRIGGER run_counts_update AFTER UPDATE OF status ON main.runs"
     "  WHEN OLD.status IS NOT NEW.status BEGIN"
     "  UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;"
     "  UPDATE run_counts SET n = n + 1 WHERE status = NEW.status;"
-    "  UPDATE run_counts SET n = n + 1 WHERE status = 'left_' || OLD.status; END;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = 'left_' || OLD.status;"
+    "  UPDATE run_counts SET n = n + 1 WHERE status = 'entered_' || NEW.status; END;"
     "CREATE TEMP TRIGGER run_counts_delete AFTER DELETE ON main.runs BEGIN"
     "  UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;"
     "  UPDATE run_counts SET n = n + 1 WHERE status = 'left_' || OLD.status; END;";

@@ -714,6 +714,46 @@ START_TEST(test_queue_depth_follows_a_deep_queue)
 }
 END_TEST
 
+static void claim_depth(const char *claim_id, const char *workflows, int64_t now,
+                        const char *want_id, uint64_t want_depth)
+{
+	struct lessor_claim_result r = claim_as(claim_id, "w1", workflows, "[]", 1, now);
+
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_str_eq(r.runs[0].id, want_id);
+	ck_assert_uint_eq(r.queue_depth, want_depth);
+	lessor_claim_result_done(&r);
+}
+
+/* Below the cap the depth is exact whatever happened between two claims of
+ * the same filter: claims with another filter, a run coming back delayed and
+ * becoming due later, a new run. */
+START_TEST(test_queue_depth_exact_below_the_cap)
+{
+	char *id[9];
+	struct lessor_claim_result r;
+
+	for (int i = 1; i <= 6; i++)
+		id[i] = enqueue("w");
+	r = claim("c1", 1, T0);
+	ck_assert_str_eq(r.runs[0].id, id[1]);
+	ck_assert_int_eq(lessor_store_release(st, id[1], r.runs[0].token, "draining", 5, T0 + 1),
+	                 0);
+	lessor_claim_result_done(&r);
+	claim_depth("c2", NULL, T0 + 2, id[2], 4); /* 3..6 due, 1 not yet */
+	claim_depth("c3", NULL, T0 + 3, id[3], 3);
+	claim_depth("c4", NULL, T0 + 6000, id[4], 3);      /* 5, 6 and 1, due now */
+	claim_depth("o1", "[\"w\"]", T0 + 6001, id[5], 2); /* another filter */
+	claim_depth("c5", NULL, T0 + 6002, id[6], 1);      /* 1 */
+	claim_depth("c6", NULL, T0 + 6003, id[1], 0);
+	id[7] = enqueue("w"); /* new runs */
+	id[8] = enqueue("w");
+	claim_depth("c7", NULL, T0 + 6004, id[7], 1);
+	for (int i = 1; i <= 8; i++)
+		free(id[i]);
+}
+END_TEST
+
 static void assert_stats(int pending, int running, int succeeded, int failed, int cancelled)
 {
 	_cleanup_free_ char *want =
@@ -1191,6 +1231,7 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_views);
 	tcase_add_test(tc, test_stats_follow_each_change);
 	tcase_add_test(tc, test_queue_depth_follows_a_deep_queue);
+	tcase_add_test(tc, test_queue_depth_exact_below_the_cap);
 	tcase_add_test(tc, test_owners);
 	tcase_add_test(tc, test_concurrent_claims);
 }
