@@ -358,6 +358,7 @@ static struct lessor_db_write *run_group(lessor_sqlite *s, struct lessor_db_writ
 	for (w = first->next ? first : NULL; w; w = w->next) {
 		w->r = write_in_savepoint(s, w);
 		if (sqlite3_get_autocommit(s->db)) {
+			lessor_db_forget_depths(s);
 			fail_from(first, w->next, w->r < 0 ? w->r : -EIO);
 			return w->next;
 		}
