@@ -9,7 +9,9 @@
  * (bench/lessor_claims measures lessor itself); --sync full runs it as issue
  * 15's table does, each claim and completion durable before it is answered.
  * LESSEE_BIN picks the daemon; --baseline OTHER_LESSEE runs both in every
- * round, back to back, so two builds compare on a shared machine. */
+ * round, back to back, so two builds compare on a shared machine;
+ * --baseline-lessor OTHER_LESSOR does the same for lessor (LESSOR_BIN), the
+ * same lessee in both arms. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -122,7 +124,32 @@ static int wait_count(struct tu_lessor *l, const char *key, long want, usec_t ti
 static char run_dir[64] = "/dev/shm/lessee-bench-XXXXXX";
 static char sync_mode[8] = "normal"; /* lessor's --synchronous */
 static const char *baseline;         /* --baseline: another lessee to compare with */
+static const char *baseline_lessor;  /* --baseline-lessor: another lessor */
 static unsigned claim_delay_ms;      /* --claim-delay: every claim answered this late */
+static int widths[8] = {1, 16, 64};  /* --widths: the concurrencies measured */
+static size_t n_widths = 3;
+
+/* "1,16,64": at most 8 widths, each 1..4096. */
+static int parse_widths(const char *s)
+{
+	size_t n = 0;
+
+	for (;;) {
+		char *end;
+		long v = strtol(s, &end, 10);
+
+		if (end == s || v < 1 || v > 4096 || n >= ELEMENTSOF(widths))
+			return -EINVAL;
+		widths[n++] = (int)v;
+		if (*end == '\0')
+			break;
+		if (*end != ',')
+			return -EINVAL;
+		s = end + 1;
+	}
+	n_widths = n;
+	return 0;
+}
 
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
@@ -198,33 +225,49 @@ out:
 	return r;
 }
 
-/* One round of the daemon at path (NULL: tu_lessee_bin()'s). */
-static int e2e_round_of(const char *path, int concurrency, int n, struct round *ret)
+/* Sets the environment variable name to value (NULL: left as it is);
+ * returns its old value, to put back with env_restore(). */
+static char *env_swap(const char *name, const char *value)
 {
-	_cleanup_free_ char *saved = getenv("LESSEE_BIN") ? strdup(getenv("LESSEE_BIN")) : NULL;
-	int r;
+	char *saved = getenv(name) ? strdup(getenv(name)) : NULL;
 
-	if (path)
-		setenv("LESSEE_BIN", path, 1);
-	r = e2e_round(concurrency, n, ret);
+	if (value)
+		setenv(name, value, 1);
+	return saved;
+}
+
+static void env_restore(const char *name, char *saved)
+{
 	if (saved)
-		setenv("LESSEE_BIN", saved, 1);
+		setenv(name, saved, 1);
 	else
-		unsetenv("LESSEE_BIN");
+		unsetenv(name);
+	free(saved);
+}
+
+/* One round of the daemon at lessee and the server at lessor (NULL:
+ * tu_lessee_bin()'s, tu_lessor_bin()'s). */
+static int e2e_round_of(const char *lessee, const char *lessor, int concurrency, int n,
+                        struct round *ret)
+{
+	char *saved_lessee = env_swap("LESSEE_BIN", lessee);
+	char *saved_lessor = env_swap("LESSOR_BIN", lessor);
+	int r = e2e_round(concurrency, n, ret);
+
+	env_restore("LESSEE_BIN", saved_lessee);
+	env_restore("LESSOR_BIN", saved_lessor);
 	return r;
 }
 
 static void bench_throughput(int n, int reps)
 {
-	static const int widths[] = {1, 16, 64};
-
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s) + lessee (%d runs x %d "
 	       "rounds, medians)\n",
 	       sync_mode, n, reps);
-	printf("%-6s %12s %14s %12s %12s %10s %10s\n", "slots", "lessee run/s", "cpu us/run",
-	       "floor run/s", "exec run/s", "vs floor", "vs exec");
-	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
-		double rate[32], cpu[32], fl[32], ex[32];
+	printf("%-6s %12s %14s %12s %12s %10s %10s %11s\n", "slots", "lessee run/s", "cpu us/run",
+	       "floor run/s", "exec run/s", "vs floor", "vs exec", "lessor us/r");
+	for (size_t w = 0; w < n_widths; w++) {
+		double rate[32], cpu[32], fl[32], ex[32], lc[32];
 		ev_t *e = NULL;
 
 		if (ev_new(&e, NULL) < 0)
@@ -238,39 +281,38 @@ static void bench_throughput(int n, int reps)
 				fprintf(stderr, "round failed\n");
 			rate[i] = rd.runs_per_s;
 			cpu[i] = rd.cpu_us_per_run;
+			lc[i] = rd.lessor_us_per_run;
 		}
 		ev_free(e);
 		double r = tu_median(rate, reps), c = tu_median(cpu, reps);
 		double f = tu_median(fl, reps), x = tu_median(ex, reps);
-		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx\n", widths[w], r, c, f, x,
-		       r / f, r / x);
+		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx %11.0f\n", widths[w], r, c,
+		       f, x, r / f, r / x, tu_median(lc, reps));
 	}
 }
 
-/* --baseline: in each round the spawn floor, then the baseline daemon, then
- * this one, back to back, so a machine shared with other work loads both
- * alike; the ratios are of medians. */
-static void bench_paired(const char *base_bin, int n, int reps)
+/* --baseline, --baseline-lessor: in each round the spawn floor, then the
+ * baseline (that lessee, or that lessor), then this build, back to back, so a
+ * machine shared with other work loads both alike; the ratios are of
+ * medians. */
+static void bench_paired(const char *base_lessee, const char *base_lessor, int n, int reps)
 {
-	static const int widths[] = {1, 16, 64};
-
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s, claims %u ms late): "
-	       "baseline "
-	       "%s against "
-	       "%s, paired rounds (%d runs x %d rounds, medians)\n",
-	       sync_mode, claim_delay_ms, base_bin, tu_lessee_bin(), n, reps);
-	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s %11s %11s\n", "slots", "floor/s",
+	       "baseline %s against %s, paired rounds (%d runs x %d rounds, medians)\n",
+	       sync_mode, claim_delay_ms, base_lessee ? base_lessee : base_lessor,
+	       base_lessee ? tu_lessee_bin() : tu_lessor_bin(), n, reps);
+	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s %11s %11s %10s\n", "slots", "floor/s",
 	       "base run/s", "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r",
-	       "lessor b/r", "lessor n/r");
-	for (size_t w = 0; w < ELEMENTSOF(widths); w++) {
+	       "lessor b/r", "lessor n/r", "lessor n/b");
+	for (size_t w = 0; w < n_widths; w++) {
 		double fl[32], rb[32], rn[32], cb[32], cn[32], lb[32], ln[32];
 
 		for (int i = 0; i < reps; i++) {
 			struct round b = {0}, a = {0};
 
 			fl[i] = tu_spawn_rate(NULL, true_argv, n, widths[w]);
-			if (e2e_round_of(base_bin, widths[w], n, &b) < 0 ||
-			    e2e_round_of(NULL, widths[w], n, &a) < 0)
+			if (e2e_round_of(base_lessee, base_lessor, widths[w], n, &b) < 0 ||
+			    e2e_round_of(NULL, NULL, widths[w], n, &a) < 0)
 				fprintf(stderr, "round failed\n");
 			rb[i] = b.runs_per_s;
 			rn[i] = a.runs_per_s;
@@ -280,10 +322,11 @@ static void bench_paired(const char *base_bin, int n, int reps)
 			ln[i] = a.lessor_us_per_run;
 		}
 		double f = tu_median(fl, reps), b = tu_median(rb, reps), a = tu_median(rn, reps);
-		printf(
-		    "%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f %11.0f %11.0f\n",
-		    widths[w], f, b, a, b / f, a / f, a / b, tu_median(cb, reps),
-		    tu_median(cn, reps), tu_median(lb, reps), tu_median(ln, reps));
+		double mlb = tu_median(lb, reps), mln = tu_median(ln, reps);
+		printf("%-6d %11.0f %11.0f %11.0f %8.2fx %8.2fx %8.2fx %10.0f %10.0f %11.0f %11.0f "
+		       "%9.2fx\n",
+		       widths[w], f, b, a, b / f, a / f, a / b, tu_median(cb, reps),
+		       tu_median(cn, reps), mlb, mln, mln / mlb);
 	}
 }
 
@@ -325,7 +368,9 @@ int main(int argc, char **argv)
 	    {"sync", required_argument, NULL, 's'},
 	    {"no-rss", no_argument, NULL, 'R'},
 	    {"baseline", required_argument, NULL, 'b'},
+	    {"baseline-lessor", required_argument, NULL, 'L'},
 	    {"claim-delay", required_argument, NULL, 'd'},
+	    {"widths", required_argument, NULL, 'w'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {},
@@ -346,19 +391,29 @@ int main(int argc, char **argv)
 		case 'b':
 			baseline = optarg;
 			break;
+		case 'L':
+			baseline_lessor = optarg;
+			break;
 		case 'd':
 			claim_delay_ms = (unsigned)atoi(optarg);
 			break;
+		case 'w':
+			if (parse_widths(optarg) < 0)
+				return 2;
+			break;
 		case 'h':
 			printf(
-			    "usage: e2e [--sync full|normal] [--no-rss] [--baseline LESSEE] [RUNS "
-			    "[ROUNDS [CONCURRENT_SLEEPS]]]\n"
+			    "usage: e2e [--sync full|normal] [--no-rss] [--baseline LESSEE | "
+			    "--baseline-lessor LESSOR] [RUNS [ROUNDS [CONCURRENT_SLEEPS]]]\n"
 			    "  RUNS /bin/true runs per round (300), ROUNDS (3), CONCURRENT_SLEEPS "
 			    "(1000)\n"
 			    "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
 			    "  --baseline: each round also runs that lessee binary, back to back\n"
+			    "  --baseline-lessor: each round also runs that lessor binary (same "
+			    "lessee)\n"
 			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
 			    "API)\n"
+			    "  --widths LIST: the concurrencies, comma-separated (1,16,64)\n"
 			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n"
 			    "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its "
 			    "default)\n");
@@ -375,7 +430,7 @@ int main(int argc, char **argv)
 		reps = MIN(atoi(argv[optind + 1]), 32);
 	if (optind + 2 < argc)
 		rss_runs = atoi(argv[optind + 2]);
-	if (n <= 0 || reps <= 0 || rss_runs <= 0)
+	if (n <= 0 || reps <= 0 || rss_runs <= 0 || (baseline && baseline_lessor))
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	if (!mkdtemp(run_dir)) {
@@ -384,8 +439,8 @@ int main(int argc, char **argv)
 	}
 	printf("loop backend: %s; run directories on tmpfs (%s); lessee %s\n", tu_backend(),
 	       run_dir, tu_lessee_bin());
-	if (baseline)
-		bench_paired(baseline, n, reps);
+	if (baseline || baseline_lessor)
+		bench_paired(baseline, baseline_lessor, n, reps);
 	else
 		bench_throughput(n, reps);
 	if (rss)

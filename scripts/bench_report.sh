@@ -36,10 +36,10 @@ die() {
 parse_e2e() {
 	awk -F '[ \t]+' -v OFS='\t' '
 	function bad(why) { print "bench-report: e2e output: " why ": " $0 > "/dev/stderr"; err = 1; exit 1 }
-	/^slots +lessee run\/s +cpu us\/run +floor run\/s +exec run\/s +vs floor +vs exec$/ { intable = 1; next }
+	/^slots +lessee run\/s +cpu us\/run +floor run\/s +exec run\/s +vs floor +vs exec( +lessor us\/r)?$/ { intable = 1; next }
 	intable && NF == 0 { intable = 0; next }
 	intable {
-		if (NF != 7 || $1 !~ /^[0-9]+$/) bad("unexpected row in the throughput table")
+		if ((NF != 7 && NF != 8) || $1 !~ /^[0-9]+$/) bad("unexpected row in the throughput table")
 		sys = "lessee + lessor (normal)"
 		print "e2e", sys, $1, "runs_per_s", $2, $4, ($4 > 0 ? sprintf("%.4f", $2 / $4) : "-")
 		print "e2e", sys, $1, "cpu_us_per_run", $3, "-", "-"

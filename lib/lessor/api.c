@@ -233,6 +233,8 @@ int lessor_call_park(lessor_call *c, uint64_t seen_gen)
 {
 	c->waiter.resume = c->io.resume;
 	c->waiter.userdata = c->io.userdata;
+	c->waiter.fd = c->io.fd ? c->io.fd(c->io.userdata) : -1;
+	c->waiter.watch_hangup = c->waiter.fd >= 0;
 	return lessor_waiters_park(c->api->waiters, &c->waiter, seen_gen, c->io.suspend,
 	                           c->io.userdata);
 }
@@ -455,7 +457,7 @@ static int inject_fault(lessor_call *c)
 
 bool lessor_call_lose_answer(const lessor_call *c)
 {
-	return c->fault_taken && c->fault.lose_answer;
+	return (c->fault_taken && c->fault.lose_answer) || c->waiter.gone;
 }
 
 int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_large)
@@ -464,6 +466,8 @@ int lessor_call_run(lessor_call *c, const void *body, size_t len, bool body_too_
 
 	c->body = body;
 	c->len = len;
+	if (c->waiter.gone) /* nobody to answer, nothing to do (a claim takes no run) */
+		return LESSOR_CALL_REPLY;
 	r = c->route ? reauthorize(c) : prepare(c, body_too_large);
 	if (r != 0)
 		return r;

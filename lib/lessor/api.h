@@ -35,6 +35,9 @@ struct lessor_call_io {
 	const char *(*query)(void *userdata, const char *name);
 	void (*suspend)(void *userdata);
 	void (*resume)(void *userdata);
+	/* optional: the client's socket, watched while parked so that a client
+	 * that hangs up is let go at once (-1: none) */
+	int (*fd)(void *userdata);
 	void *userdata;
 };
 
@@ -65,7 +68,8 @@ struct lessor_reply {
 };
 struct lessor_reply *lessor_call_reply(lessor_call *c);
 /* The test fault lose_answer: the request was handled, the answer is not sent
- * (the connection is closed instead). */
+ * (the connection is closed instead).  Also a parked request whose client
+ * hung up: it is let go unanswered. */
 bool lessor_call_lose_answer(const lessor_call *c);
 const char *lessor_call_method(const lessor_call *c);
 const char *lessor_call_path(const lessor_call *c);

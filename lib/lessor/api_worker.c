@@ -630,20 +630,17 @@ static int next_parse(lessor_call *c, struct claim_state **ret)
 	return claim_parse(c, next, "next", ret);
 }
 
-/* The claim of "next", after the completion was recorded: what a claim
- * would have answered, or no runs and the error a claim would have got
- * (the completion stands whatever happens here). */
-static cJSON *next_answer(lessor_call *c, struct claim_state *cs)
+/* The answer to the claim of "next", made with the completion (r, res):
+ * what a claim would have answered, or no runs and the error a claim would
+ * have got (the completion stands whatever happened to it). */
+static cJSON *next_answer(lessor_call *c, struct claim_state *cs, int r,
+                          struct lessor_claim_result *res)
 {
-	struct lessor_claim_result res = {0};
 	const char *code, *message;
 	cJSON *o;
-	int r;
 
-	cs->req.record_worker = true;
-	r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
 	if (r >= 0)
-		return claim_json(cs, &res, NULL);
+		return claim_json(cs, res, NULL);
 	if (lessor_store_error_answer(r, &code, &message) >= 500)
 		log_warning("%s %s: the claim of 'next' failed: %s, answering it as an error",
 		            c->method, c->path, strerror(-r));
@@ -660,7 +657,9 @@ int lessor_h_complete(lessor_call *c)
 	const cJSON *output = cJSON_GetObjectItemCaseSensitive(c->json, "output");
 	_cleanup_free_ char *output_json = NULL;
 	struct claim_state *next;
+	struct lessor_claim_result res = {0};
 	const char *run_status;
+	int claim_r = 0;
 	cJSON *o;
 	int r;
 
@@ -677,13 +676,19 @@ int lessor_h_complete(lessor_call *c)
 	}
 	if ((r = lessor_call_check_holder(c, in.token)) != 0)
 		return r;
-	r = lessor_store_complete(c->api->store, c->arg, &in, lessor_now_ms(), &run_status);
+	if (next) {
+		/* one transaction, one commit: the claim in a savepoint of its own */
+		next->req.record_worker = true;
+		r = lessor_store_complete_claim(c->api->store, c->arg, &in, &next->req,
+		                                lessor_now_ms(), &run_status, &claim_r, &res);
+	} else
+		r = lessor_store_complete(c->api->store, c->arg, &in, lessor_now_ms(), &run_status);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "run_status", run_status);
 	if (next)
-		cJSON_AddItemToObject(o, "next", next_answer(c, next));
+		cJSON_AddItemToObject(o, "next", next_answer(c, next, claim_r, &res));
 	return lessor_reply_json(c, 200, o);
 }
 

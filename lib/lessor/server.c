@@ -78,6 +78,15 @@ static void io_resume(void *userdata)
 	MHD_resume_connection(rq->conn);
 }
 
+static int io_fd(void *userdata)
+{
+	struct request *rq = userdata;
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+	return ci ? ci->connect_fd : -1;
+}
+
 /* ---- requests ---- */
 
 static struct request *request_new(lessor_server *s, struct MHD_Connection *conn,
@@ -88,6 +97,7 @@ static struct request *request_new(lessor_server *s, struct MHD_Connection *conn
 	                            .query = io_query,
 	                            .suspend = io_suspend,
 	                            .resume = io_resume,
+	                            .fd = io_fd,
 	                            .userdata = rq};
 
 	if (!rq)

@@ -37,6 +37,12 @@ struct lessor_store_backend {
 	                  const void *data, size_t len, int64_t now, uint64_t *ret_length);
 	int (*complete)(void *be, const char *id, const struct lessor_completion *c, int64_t now,
 	                const char **ret_run_status);
+	/* complete, then the claim next in the same transaction (one commit);
+	 * NULL: lessor_store_complete_claim makes them two */
+	int (*complete_claim)(void *be, const char *id, const struct lessor_completion *c,
+	                      const struct lessor_claim_req *next, int64_t now,
+	                      const char **ret_run_status, int *ret_claim_r,
+	                      struct lessor_claim_result *ret_claim);
 	int (*release)(void *be, const char *id, const char *token, const char *reason,
 	               unsigned delay_s, int64_t now);
 	int (*cancel)(void *be, const char *id, int64_t now, const char **ret_status);

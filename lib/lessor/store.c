@@ -128,6 +128,22 @@ int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_c
 	return s->be->complete(s->impl, id, c, now, ret_run_status);
 }
 
+int lessor_store_complete_claim(lessor_store *s, const char *id, const struct lessor_completion *c,
+                                const struct lessor_claim_req *next, int64_t now,
+                                const char **ret_run_status, int *ret_claim_r,
+                                struct lessor_claim_result *ret_claim)
+{
+	int r;
+
+	if (s->be->complete_claim)
+		return s->be->complete_claim(s->impl, id, c, next, now, ret_run_status, ret_claim_r,
+		                             ret_claim);
+	r = s->be->complete(s->impl, id, c, now, ret_run_status);
+	if (r >= 0)
+		*ret_claim_r = s->be->claim(s->impl, next, now, ret_claim);
+	return r;
+}
+
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
                          unsigned delay_s, int64_t now)
 {

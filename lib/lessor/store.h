@@ -182,6 +182,17 @@ struct lessor_completion {
 int lessor_store_complete(lessor_store *s, const char *id, const struct lessor_completion *c,
                           int64_t now, const char **ret_run_status);
 
+/* lessor_store_complete, then (when it succeeded) lessor_store_claim of
+ * next, committed together where the backend can (SQLite: one transaction,
+ * one fsync), the claim in a savepoint of its own.  Returns the completion's
+ * result: < 0, nothing written and nothing claimed; >= 0, the completion
+ * stands, *ret_claim_r is the claim's (0 with *ret_claim filled, or < 0 as
+ * lessor_store_claim fails, nothing claimed). */
+int lessor_store_complete_claim(lessor_store *s, const char *id, const struct lessor_completion *c,
+                                const struct lessor_claim_req *next, int64_t now,
+                                const char **ret_run_status, int *ret_claim_r,
+                                struct lessor_claim_result *ret_claim);
+
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
                          unsigned delay_s, int64_t now);
 

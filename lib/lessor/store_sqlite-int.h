@@ -20,6 +20,18 @@ struct lessor_db_stmt {
 typedef struct lessor_sqlite lessor_sqlite;
 struct lessor_db_write; /* a write queued for group commit (store_sqlite.c) */
 
+/* A claim filter's eligible runs as last counted (count, up to twice the
+ * cap; exact when below it), at now, when `left` runs had ever left
+ * 'pending' and `entered` entered it, and no pending run not due yet is due
+ * before due_next; granted: the runs claims with this filter took since (see
+ * queue_depth in store_sqlite_ops.c). */
+struct lessor_depth_memo {
+	char *workflows_json, *tags_json; /* NULL workflows_json: any; tags_json NULL: unused */
+	int64_t count, now, left, entered, due_next, granted;
+	bool exact;
+};
+#define LESSOR_DEPTH_MEMO_MAX 8
+
 struct lessor_sqlite {
 	sqlite3 *db;
 	pthread_mutex_t lock;
@@ -27,6 +39,10 @@ struct lessor_sqlite {
 	size_t n_stmts;
 	struct lessor_store_config cfg;
 	int lock_fd;
+	/* under lock; forgotten whenever a write fails (its rollback may have
+	 * taken away runs a memo counted) */
+	struct lessor_depth_memo depth_memo[LESSOR_DEPTH_MEMO_MAX];
+	unsigned depth_memo_next;
 	/* group commit: writes queued for the next transaction, and whether a
 	 * thread (the leader) is running one; under gc_lock */
 	pthread_mutex_t gc_lock;
@@ -35,6 +51,9 @@ struct lessor_sqlite {
 	/* counters (lessor_store_counters) */
 	atomic_uint_fast64_t commits, writes, waiting;
 };
+
+/* Forgets every depth memo (under lock). */
+void lessor_db_forget_depths(lessor_sqlite *s);
 
 /* Maps a SQLite result to -errno, logging SQLite's own message (it exists only here). */
 int lessor_db_error(lessor_sqlite *s, int rc, const char *sql);
@@ -55,6 +74,10 @@ int lessor_db_next(lessor_sqlite *s, sqlite3_stmt *st);
  * result or the COMMIT's error. */
 typedef int (*lessor_db_fn)(lessor_sqlite *s, void *userdata);
 int lessor_db_tx(lessor_sqlite *s, bool write, lessor_db_fn fn, void *userdata);
+/* Inside a write transaction's fn: fn in a savepoint of its own, whose
+ * failure undoes only fn's statements.  *ret_tx_lost: SQLite rolled the
+ * whole transaction back (I/O error, full disk): the caller's fn must fail. */
+int lessor_db_nested(lessor_sqlite *s, lessor_db_fn fn, void *userdata, bool *ret_tx_lost);
 
 /* Column helpers: text as a new string ("" never NULL unless the column is NULL). */
 char *lessor_db_strdup(sqlite3_stmt *st, int col);
@@ -75,6 +98,10 @@ int lessor_sqlite_renew_batch(void *be, struct lessor_renewal *v, size_t n, unsi
                               int64_t now);
 int lessor_sqlite_append_log(void *be, const char *id, const char *token, uint64_t start,
                              const void *data, size_t len, int64_t now, uint64_t *ret_length);
+int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_completion *in,
+                                 const struct lessor_claim_req *next, int64_t now,
+                                 const char **ret_run_status, int *ret_claim_r,
+                                 struct lessor_claim_result *ret_claim);
 int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *c, int64_t now,
                            const char **ret_run_status);
 int lessor_sqlite_release(void *be, const char *id, const char *token, const char *reason,

@@ -346,22 +346,148 @@ static int claim_new(lessor_sqlite *s, struct claim_ctx *c)
 	                       "is", (int64_t)c->res->n_runs, q->worker_id);
 }
 
-/* Counting is a scan of the eligible runs, so it stops at a cap; and when the
- * claim got fewer runs than it asked for, nothing eligible is left to count. */
-static int queue_depth(lessor_sqlite *s, struct claim_ctx *c)
+/* How many runs ever left and entered 'pending' (kept by the run_counts
+ * triggers, store_sqlite.c). */
+static int pending_moves(lessor_sqlite *s, int64_t *ret_left, int64_t *ret_entered)
 {
 	sqlite3_stmt *st;
+	int r =
+	    lessor_db_query(s, &st,
+	                    "SELECT (SELECT n FROM temp.run_counts WHERE status = 'left_pending'),"
+	                    " (SELECT n FROM temp.run_counts WHERE status = 'entered_pending')",
+	                    "");
+
+	if (r == 0)
+		r = -EIO;
+	if (r > 0) {
+		*ret_left = lessor_db_int(st, 0);
+		*ret_entered = lessor_db_int(st, 1);
+	}
+	return r < 0 ? r : 0;
+}
+
+/* When the first pending run not due at now will be. */
+static int due_next(lessor_sqlite *s, int64_t now, int64_t *ret)
+{
+	sqlite3_stmt *st;
+	int r = lessor_db_query(s, &st,
+	                        "SELECT MIN(not_before) FROM runs"
+	                        " WHERE status = 'pending' AND not_before > ?",
+	                        "i", now);
+
+	if (r == 0)
+		r = -EIO;
+	if (r > 0)
+		*ret = lessor_db_is_null(st, 0) ? INT64_MAX : lessor_db_int(st, 0);
+	return r < 0 ? r : 0;
+}
+
+static struct lessor_depth_memo *memo_find(lessor_sqlite *s, const struct lessor_claim_req *q)
+{
+	for (size_t i = 0; i < LESSOR_DEPTH_MEMO_MAX; i++) {
+		struct lessor_depth_memo *m = &s->depth_memo[i];
+
+		if (m->tags_json && streq(m->tags_json, q->tags_json) &&
+		    streq_ptr(m->workflows_json, q->workflows_json))
+			return m;
+	}
+	return NULL;
+}
+
+static struct lessor_depth_memo *memo_new(lessor_sqlite *s, const struct lessor_claim_req *q)
+{
+	struct lessor_depth_memo *m = &s->depth_memo[s->depth_memo_next++ % LESSOR_DEPTH_MEMO_MAX];
+
+	free(m->workflows_json);
+	free(m->tags_json);
+	*m = (struct lessor_depth_memo){.workflows_json =
+	                                    q->workflows_json ? strdup(q->workflows_json) : NULL,
+	                                .tags_json = strdup(q->tags_json)};
+	if (!m->tags_json || (q->workflows_json && !m->workflows_json)) {
+		free(m->workflows_json);
+		free(m->tags_json);
+		*m = (struct lessor_depth_memo){0};
+		return NULL;
+	}
+	return m;
+}
+
+/* The depth the memo m proves, or -1 when it proves nothing.  A filter's
+ * eligible runs go away only by leaving 'pending' (not_before only falls
+ * behind a clock that goes on), so after d departures at least count - d are
+ * left: when that is the cap or more, the answer is the cap.  And when every
+ * departure since was a run that claims with this filter took (each one it
+ * counted), no run entered 'pending' and none became due, exactly
+ * count - granted are left. */
+static int64_t memo_depth(const struct lessor_depth_memo *m, int64_t now, int64_t left,
+                          int64_t entered)
+{
+	const int64_t cap = LESSOR_QUEUE_DEPTH_CAP;
+
+	if (!m || now < m->now)
+		return -1;
+	if (m->count - (left - m->left) >= cap)
+		return cap;
+	if (m->exact && entered == m->entered && now < m->due_next && left - m->left == m->granted)
+		return m->count - m->granted;
+	return -1;
+}
+
+/* A count of the eligible runs (up to twice the cap), remembered. */
+static int count_depth(lessor_sqlite *s, struct claim_ctx *c, int64_t left, int64_t entered)
+{
+	const int64_t cap = LESSOR_QUEUE_DEPTH_CAP;
+	struct lessor_depth_memo *m;
+	sqlite3_stmt *st;
+	int64_t n, due = 0;
 	int r;
 
-	if (c->res->n_runs < c->req->max_runs)
-		return 0;
 	r = lessor_db_query(
 	    s, &st, "SELECT COUNT(*) FROM (SELECT 1 FROM runs r WHERE" ELIGIBLE_WHERE " LIMIT ?4)",
-	    "issi", c->now, c->req->workflows_json, c->req->tags_json,
-	    (int64_t)LESSOR_QUEUE_DEPTH_CAP);
-	if (r > 0)
-		c->res->queue_depth = (uint64_t)lessor_db_int(st, 0);
-	return r < 0 ? r : 0;
+	    "issi", c->now, c->req->workflows_json, c->req->tags_json, 2 * cap);
+	if (r <= 0)
+		return r < 0 ? r : -EIO;
+	n = lessor_db_int(st, 0);
+	c->res->queue_depth = (uint64_t)MIN(n, cap);
+	if ((r = due_next(s, c->now, &due)) < 0)
+		return r;
+	m = memo_find(s, c->req);
+	if (!m && !(m = memo_new(s, c->req)))
+		return 0; /* no memory for a memo: the next claim counts */
+	*m = (struct lessor_depth_memo){.workflows_json = m->workflows_json,
+	                                .tags_json = m->tags_json,
+	                                .count = n,
+	                                .now = c->now,
+	                                .left = left,
+	                                .entered = entered,
+	                                .due_next = due,
+	                                .exact = n < 2 * cap};
+	return 0;
+}
+
+/* Counting is a scan of the eligible runs, so it stops at a cap; and when the
+ * claim got fewer runs than it asked for, nothing eligible is left to count.
+ * A memo of the filter's last count spares the scan while it proves the
+ * answer (memo_depth): a deep queue is counted once in ~cap claims, and a
+ * queue that only this filter's claims drain is counted once. */
+static int queue_depth(lessor_sqlite *s, struct claim_ctx *c)
+{
+	struct lessor_depth_memo *m = memo_find(s, c->req);
+	int64_t left = 0, entered = 0, d;
+	int r;
+
+	if (m)
+		m->granted += (int64_t)c->res->n_runs;
+	if (c->res->n_runs < c->req->max_runs)
+		return 0;
+	if ((r = pending_moves(s, &left, &entered)) < 0)
+		return r;
+	d = memo_depth(m, c->now, left, entered);
+	if (d >= 0) {
+		c->res->queue_depth = (uint64_t)d;
+		return 0;
+	}
+	return count_depth(s, c, left, entered);
 }
 
 static int claim_tx(lessor_sqlite *s, void *userdata)
@@ -747,6 +873,52 @@ int lessor_sqlite_complete(void *be, const char *id, const struct lessor_complet
 	if (c.answer < 0)
 		return c.answer;
 	*ret_run_status = c.run_status;
+	return 0;
+}
+
+/* ---- complete and the claim of its "next" ---- */
+
+struct complete_claim_ctx {
+	struct complete_ctx done;
+	struct claim_ctx next;
+	int claim_r;
+};
+
+static int complete_claim_tx(lessor_sqlite *s, void *userdata)
+{
+	struct complete_claim_ctx *c = userdata;
+	bool lost;
+	int r = complete_tx(s, &c->done);
+
+	if (r < 0 || c->done.answer < 0)
+		return r;
+	c->claim_r = lessor_db_nested(s, claim_tx, &c->next, &lost);
+	if (c->claim_r >= 0)
+		c->claim_r = c->next.answer;
+	if (c->claim_r < 0)
+		lessor_claim_result_done(c->next.res);
+	return lost ? c->claim_r : 0;
+}
+
+int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_completion *in,
+                                 const struct lessor_claim_req *next, int64_t now,
+                                 const char **ret_run_status, int *ret_claim_r,
+                                 struct lessor_claim_result *ret_claim)
+{
+	struct lessor_claim_result res = {0};
+	struct complete_claim_ctx c = {.done = {.id = id, .in = in, .now = now},
+	                               .next = {.req = next, .now = now, .res = &res}};
+	int r = lessor_db_tx(be, true, complete_claim_tx, &c);
+
+	if (r >= 0 && c.done.answer < 0)
+		r = c.done.answer;
+	if (r < 0) {
+		lessor_claim_result_done(&res);
+		return r;
+	}
+	*ret_run_status = c.done.run_status;
+	*ret_claim_r = c.claim_r;
+	*ret_claim = res;
 	return 0;
 }
 

@@ -3,35 +3,45 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util/macro.h"
 #include "util/strutil.h"
 
+/* The timer sleeps in epoll_wait on the kick (an eventfd, readable exactly
+ * while `kicked`: both change under the lock) and on the sockets of the
+ * watched waiters, each by its watch_id (the kick's is 0). */
 struct lessor_waiters {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	int epfd, kickfd;
 	struct lessor_waiter *head;
 	size_t n;
 	uint64_t gen;
+	uint64_t last_watch_id;
 	bool shutdown;
 	bool kicked;
 	usec_t sleeping_until;
 };
 
+#define HANGUPS_MAX 64 /* hang-ups handled per wake of the timer */
+
 lessor_waiters *lessor_waiters_new(void)
 {
 	lessor_waiters *w = calloc(1, sizeof(*w));
-	pthread_condattr_t attr;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
 
 	if (!w)
 		return NULL;
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cond, &attr);
-	pthread_condattr_destroy(&attr);
 	w->sleeping_until = USEC_INFINITY;
+	w->epfd = w->kickfd = -1;
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	w->kickfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->epfd < 0 || w->kickfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->kickfd, &ev) < 0)
+		return lessor_waiters_free(w);
 	return w;
 }
 
@@ -39,10 +49,34 @@ lessor_waiters *lessor_waiters_free(lessor_waiters *w)
 {
 	if (!w)
 		return NULL;
-	pthread_cond_destroy(&w->cond);
+	safe_close(w->kickfd);
+	safe_close(w->epfd);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 	return NULL;
+}
+
+/* Under the lock: the timer wakes (once, until it has seen it). */
+static void kick_locked(lessor_waiters *w)
+{
+	if (w->kicked)
+		return;
+	w->kicked = true;
+	(void)!write(w->kickfd, &(uint64_t){1}, sizeof(uint64_t));
+}
+
+/* Under the lock.  A socket that cannot be watched is answered at its
+ * deadline, as before watching. */
+static void watch_locked(lessor_waiters *w, struct lessor_waiter *x)
+{
+	struct epoll_event ev = {.events = EPOLLRDHUP};
+
+	x->watch_id = 0;
+	if (!x->watch_hangup || x->fd < 0)
+		return;
+	ev.data.u64 = ++w->last_watch_id;
+	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, x->fd, &ev) == 0)
+		x->watch_id = ev.data.u64;
 }
 
 uint64_t lessor_waiters_gen(lessor_waiters *w)
@@ -65,6 +99,10 @@ static void unlink_waiter(lessor_waiters *w, struct lessor_waiter *x)
 		x->next->prev = x->prev;
 	x->prev = x->next = NULL;
 	w->n--;
+	/* before resume(): the socket is closed only after that */
+	if (x->watch_id)
+		(void)epoll_ctl(w->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+	x->watch_id = 0;
 }
 
 int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t seen_gen,
@@ -81,16 +119,16 @@ int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t see
 		/* suspend before linking: no waker can resume what is not suspended yet */
 		suspend(userdata);
 		x->woken = false;
+		x->gone = false;
+		watch_locked(w, x);
 		x->prev = NULL;
 		x->next = w->head;
 		if (w->head)
 			w->head->prev = x;
 		w->head = x;
 		w->n++;
-		if (x->deadline < w->sleeping_until) {
-			w->kicked = true;
-			pthread_cond_signal(&w->cond);
-		}
+		if (x->deadline < w->sleeping_until)
+			kick_locked(w);
 	}
 	pthread_mutex_unlock(&w->lock);
 	return r;
@@ -101,7 +139,7 @@ typedef bool (*match_fn)(const struct lessor_waiter *x, const void *arg);
 /* Unlinks every waiter that matches (under the lock) and resumes them after
  * (without it): resume() may run the request on another thread at once. */
 static void resume_matching(lessor_waiters *w, match_fn match, const void *arg, bool woken,
-                            bool bump_gen)
+                            bool bump_gen, bool gone)
 {
 	struct lessor_waiter *out = NULL, *x, *next;
 
@@ -114,6 +152,7 @@ static void resume_matching(lessor_waiters *w, match_fn match, const void *arg, 
 			continue;
 		unlink_waiter(w, x);
 		x->woken = woken;
+		x->gone = gone;
 		x->next = out;
 		out = x;
 	}
@@ -150,7 +189,7 @@ void lessor_waiters_wake(lessor_waiters *w, const char *workflow, char *const *t
 {
 	struct run_desc d = {workflow, tags};
 
-	resume_matching(w, match_run, &d, true, true);
+	resume_matching(w, match_run, &d, true, true, false);
 }
 
 static bool match_held(const struct lessor_waiter *x, const void *arg)
@@ -160,7 +199,7 @@ static bool match_held(const struct lessor_waiter *x, const void *arg)
 
 void lessor_waiters_wake_cancel(lessor_waiters *w, const char *id)
 {
-	resume_matching(w, match_held, id, true, true);
+	resume_matching(w, match_held, id, true, true, false);
 }
 
 static bool match_claim_id(const struct lessor_waiter *x, const void *arg)
@@ -170,7 +209,7 @@ static bool match_claim_id(const struct lessor_waiter *x, const void *arg)
 
 void lessor_waiters_wake_claim(lessor_waiters *w, const char *claim_id)
 {
-	resume_matching(w, match_claim_id, claim_id, true, true);
+	resume_matching(w, match_claim_id, claim_id, true, true, false);
 }
 
 static bool match_due(const struct lessor_waiter *x, const void *arg)
@@ -182,7 +221,7 @@ usec_t lessor_waiters_expire(lessor_waiters *w, usec_t now)
 {
 	usec_t next = USEC_INFINITY;
 
-	resume_matching(w, match_due, &now, false, false);
+	resume_matching(w, match_due, &now, false, false, false);
 	pthread_mutex_lock(&w->lock);
 	for (struct lessor_waiter *x = w->head; x; x = x->next)
 		next = MIN(next, x->deadline);
@@ -200,7 +239,7 @@ void lessor_waiters_shutdown(lessor_waiters *w)
 	pthread_mutex_lock(&w->lock);
 	w->shutdown = true;
 	pthread_mutex_unlock(&w->lock);
-	resume_matching(w, match_all, NULL, false, true);
+	resume_matching(w, match_all, NULL, false, true, false);
 }
 
 size_t lessor_waiters_count(lessor_waiters *w)
@@ -213,27 +252,61 @@ size_t lessor_waiters_count(lessor_waiters *w)
 	return n;
 }
 
+struct hangups {
+	uint64_t ids[HANGUPS_MAX];
+	size_t n;
+};
+
+static bool match_hung_up(const struct lessor_waiter *x, const void *arg)
+{
+	const struct hangups *h = arg;
+
+	for (size_t i = 0; x->watch_id && i < h->n; i++)
+		if (h->ids[i] == x->watch_id)
+			return true;
+	return false;
+}
+
+static int timeout_ms(usec_t until)
+{
+	usec_t now = time_mono();
+
+	if (until <= now)
+		return 0;
+	return (int)MIN((until - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC, (usec_t)3600 * 1000);
+}
+
 void lessor_waiters_sleep(lessor_waiters *w, usec_t until)
 {
-	struct timespec ts;
+	struct epoll_event ev[HANGUPS_MAX];
+	struct hangups h = {.n = 0};
+	int n = 0;
 
-	until = MIN(until, time_mono() + USEC_PER_HOUR);
-	ts = (struct timespec){.tv_sec = (time_t)(until / USEC_PER_SEC),
-	                       .tv_nsec = (long)(until % USEC_PER_SEC) * 1000};
 	pthread_mutex_lock(&w->lock);
-	w->sleeping_until = until;
-	while (!w->kicked)
-		if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT)
-			break;
-	w->kicked = false;
+	if (!w->kicked) {
+		w->sleeping_until = until;
+		pthread_mutex_unlock(&w->lock);
+		n = epoll_wait(w->epfd, ev, HANGUPS_MAX, timeout_ms(until));
+		pthread_mutex_lock(&w->lock);
+	}
+	if (w->kicked) {
+		uint64_t v;
+
+		(void)!read(w->kickfd, &v, sizeof(v));
+		w->kicked = false;
+	}
 	w->sleeping_until = USEC_INFINITY;
 	pthread_mutex_unlock(&w->lock);
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.u64 != 0)
+			h.ids[h.n++] = ev[i].data.u64;
+	if (h.n > 0)
+		resume_matching(w, match_hung_up, &h, false, false, true);
 }
 
 void lessor_waiters_kick(lessor_waiters *w)
 {
 	pthread_mutex_lock(&w->lock);
-	w->kicked = true;
-	pthread_cond_signal(&w->cond);
+	kick_locked(w);
 	pthread_mutex_unlock(&w->lock);
 }

@@ -31,6 +31,12 @@ struct lessor_waiter {
 	void (*resume)(void *userdata);    /* called once, from any thread, lock not held */
 	void *userdata;
 	bool woken; /* set before resume: the wake-up was a match or a cancel, not the deadline */
+	/* watch_hangup: fd is the client's socket, open until resumed; its peer
+	 * closing resumes the waiter at once with gone set (nobody to answer) */
+	bool watch_hangup;
+	int fd;
+	bool gone;
+	uint64_t watch_id; /* the waiters' own, while watched (0: not) */
 };
 
 #define LESSOR_GEN_ANY UINT64_MAX
@@ -61,6 +67,7 @@ void lessor_waiters_shutdown(lessor_waiters *w);
 size_t lessor_waiters_count(lessor_waiters *w);
 
 /* The timer: sleep until `until` (monotonic), an earlier deadline being
- * parked, or a kick. */
+ * parked, a kick, or a watched client hanging up (that waiter is resumed
+ * here, gone). */
 void lessor_waiters_sleep(lessor_waiters *w, usec_t until);
 void lessor_waiters_kick(lessor_waiters *w);

@@ -1,10 +1,13 @@
 /* lessor over HTTP: a real `lessor serve` on 127.0.0.1 for every test. */
 #include <check.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "lessor/client.h"
 #include "lessor/store.h"
@@ -393,6 +396,54 @@ START_TEST(test_claim_cancel_answers_parked_poll)
 	free(enqueue("{\"workflow\":\"w\"}"));
 	j = claim("cc", "w", 1, 30, 0, NULL);
 	ck_assert_int_eq(cJSON_GetArraySize(runs_of(j)), 0);
+	cJSON_Delete(j);
+}
+END_TEST
+
+/* A connection to lessor with one request sent and left unread; -1 when not. */
+static int send_raw(const char *method, const char *path, const char *body)
+{
+	const char *url = tu_lessor_url(L), *colon = strrchr(url, ':');
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	_cleanup_free_ char *rq = tu_fmt("%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: "
+	                                 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+	                                 method, path, strlen(body), body);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    write(fd, rq, strlen(rq)) != (ssize_t)strlen(rq)) {
+		safe_close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* A worker that gives up a long poll closes its connection (lessee does, for
+ * its claim for no runs when a slot frees): the parked claim goes at once,
+ * not at its wait_s, and takes no run. */
+START_TEST(test_long_poll_ends_when_client_hangs_up)
+{
+	int fd, fd0;
+	cJSON *j;
+
+	start();
+	fd = send_raw("POST", "/v1/claims",
+	              "{\"claim_id\":\"gone\",\"worker_id\":\"w\",\"max_runs\":1,"
+	              "\"lease_ttl_s\":30,\"wait_s\":60}");
+	fd0 = send_raw("POST", "/v1/claims",
+	               "{\"claim_id\":\"gone0\",\"worker_id\":\"w\",\"max_runs\":0,"
+	               "\"lease_ttl_s\":30,\"wait_s\":60,\"held\":[]}");
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_ge(fd0, 0);
+	wait_parked(2);
+	close(fd);
+	close(fd0);
+	wait_parked(0);
+	/* the claim that went took nothing: a new run is there for the next one */
+	free(enqueue("{\"workflow\":\"w\"}"));
+	j = claim("next", "w", 1, 30, 0, NULL);
+	ck_assert_int_eq(cJSON_GetArraySize(runs_of(j)), 1);
 	cJSON_Delete(j);
 }
 END_TEST
@@ -1200,6 +1251,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_long_poll_wakes_on_matching_enqueue);
 	tcase_add_test(tc, test_long_poll_deadline_and_zero_wait);
 	tcase_add_test(tc, test_claim_cancel_answers_parked_poll);
+	tcase_add_test(tc, test_long_poll_ends_when_client_hangs_up);
 	tcase_add_test(tc, test_expired_lease_requeued_with_new_token);
 	tcase_add_test(tc, test_claim_id_retry_returns_same_runs);
 	tcase_add_test(tc, test_complete_is_idempotent);

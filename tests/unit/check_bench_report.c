@@ -57,9 +57,12 @@ static int script(const char *args)
 static const char e2e_out[] =
     "loop backend: io_uring; run directories on tmpfs (/dev/shm/x)\n"
     "end-to-end /bin/true runs through lessor + lessee (200 runs x 2 rounds, medians)\n"
-    "slots  lessee run/s     cpu us/run  floor run/s   exec run/s   vs floor    vs exec\n"
-    "1               270           1125          825          825      0.33x      0.33x\n"
-    "16              877            400         1877         1979      0.47x      0.44x\n"
+    "slots  lessee run/s     cpu us/run  floor run/s   exec run/s   vs floor    vs exec "
+    "lessor us/r\n"
+    "1               270           1125          825          825      0.33x      0.33x         "
+    "640\n"
+    "16              877            400         1877         1979      0.47x      0.44x         "
+    "320\n"
     "\n"
     "daemon RSS: idle 11644 KiB; with 200 concurrent `sleep 30` runs 12220 KiB (2.9 KiB "
     "per run), 417 fds open\n";

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "lessor/store.h"
+#include "jsonutil.h"
 #include "lessor_proc.h"
 #include "pg_proc.h"
 #include "log/log.h"
@@ -684,6 +685,124 @@ START_TEST(test_restart_recover)
 }
 END_TEST
 
+/* A deep queue's depth is the cap, then each run that leaves 'pending'
+ * (claimed, cancelled) counts, to the exact figure below the cap. */
+START_TEST(test_queue_depth_follows_a_deep_queue)
+{
+	const int n = LESSOR_QUEUE_DEPTH_CAP + 3;
+	int pending = n;
+	_cleanup_free_ char *last = NULL;
+	const char *status;
+
+	for (int i = 0; i < n; i++) {
+		free(last);
+		last = enqueue("w");
+	}
+	for (int i = 0; i < 6; i++) {
+		_cleanup_free_ char *cid = tu_fmt("deep-%d", i);
+		struct lessor_claim_result r = claim(cid, 1, T0 + i);
+
+		ck_assert_uint_eq(r.n_runs, 1);
+		pending--;
+		ck_assert_uint_eq(r.queue_depth, (uint64_t)MIN(pending, LESSOR_QUEUE_DEPTH_CAP));
+		lessor_claim_result_done(&r);
+		if (i == 1) { /* a cancel takes one away too */
+			ck_assert_int_eq(lessor_store_cancel(st, last, T0 + i, &status), 0);
+			pending--;
+		}
+	}
+}
+END_TEST
+
+static void claim_depth(const char *claim_id, const char *workflows, int64_t now,
+                        const char *want_id, uint64_t want_depth)
+{
+	struct lessor_claim_result r = claim_as(claim_id, "w1", workflows, "[]", 1, now);
+
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_str_eq(r.runs[0].id, want_id);
+	ck_assert_uint_eq(r.queue_depth, want_depth);
+	lessor_claim_result_done(&r);
+}
+
+/* Below the cap the depth is exact whatever happened between two claims of
+ * the same filter: claims with another filter, a run coming back delayed and
+ * becoming due later, a new run. */
+START_TEST(test_queue_depth_exact_below_the_cap)
+{
+	char *id[9];
+	struct lessor_claim_result r;
+
+	for (int i = 1; i <= 6; i++)
+		id[i] = enqueue("w");
+	r = claim("c1", 1, T0);
+	ck_assert_str_eq(r.runs[0].id, id[1]);
+	ck_assert_int_eq(lessor_store_release(st, id[1], r.runs[0].token, "draining", 5, T0 + 1),
+	                 0);
+	lessor_claim_result_done(&r);
+	claim_depth("c2", NULL, T0 + 2, id[2], 4); /* 3..6 due, 1 not yet */
+	claim_depth("c3", NULL, T0 + 3, id[3], 3);
+	claim_depth("c4", NULL, T0 + 6000, id[4], 3);      /* 5, 6 and 1, due now */
+	claim_depth("o1", "[\"w\"]", T0 + 6001, id[5], 2); /* another filter */
+	claim_depth("c5", NULL, T0 + 6002, id[6], 1);      /* 1 */
+	claim_depth("c6", NULL, T0 + 6003, id[1], 0);
+	id[7] = enqueue("w"); /* new runs */
+	id[8] = enqueue("w");
+	claim_depth("c7", NULL, T0 + 6004, id[7], 1);
+	for (int i = 1; i <= 8; i++)
+		free(id[i]);
+}
+END_TEST
+
+static void assert_stats(int pending, int running, int succeeded, int failed, int cancelled)
+{
+	_cleanup_free_ char *want =
+	    tu_fmt("{\"pending\":%d,\"running\":%d,\"succeeded\":%d,\"failed\":%d,"
+	           "\"cancelled\":%d,\"total\":%d}",
+	           pending, running, succeeded, failed, cancelled,
+	           pending + running + succeeded + failed + cancelled);
+	_cleanup_free_ char *got = NULL;
+	cJSON *j = NULL;
+
+	ck_assert_int_eq(lessor_store_stats_json(st, &j), 0);
+	got = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	ck_assert_str_eq(got, want);
+}
+
+/* The counts by status follow every change, a refused write changes none,
+ * and they are the same after a restart. */
+START_TEST(test_stats_follow_each_change)
+{
+	_cleanup_free_ char *a = enqueue_full("w", NULL, NULL, 2), *b = enqueue("w"),
+	                    *c = enqueue("w");
+	struct lessor_claim_result r;
+	struct lessor_completion ok, fail;
+	const char *answer;
+
+	assert_stats(3, 0, 0, 0, 0);
+	r = claim("c1", 2, T0);
+	ck_assert_str_eq(r.runs[0].id, a);
+	ck_assert_str_eq(r.runs[1].id, b);
+	assert_stats(1, 2, 0, 0, 0);
+	fail = done_fail(r.runs[0].token, true);
+	ok = done_ok(r.runs[1].token);
+	ck_assert_int_eq(lessor_store_complete(st, a, &fail, T0 + 1, &answer), 0);
+	ck_assert_str_eq(answer, "retrying");
+	ck_assert_int_eq(lessor_store_complete(st, b, &ok, T0 + 1, &answer), 0);
+	assert_stats(2, 0, 1, 0, 0);
+	/* refused (the token is spent): nothing changes */
+	ck_assert_int_lt(lessor_store_complete(st, a, &ok, T0 + 2, &answer), 0);
+	assert_stats(2, 0, 1, 0, 0);
+	ck_assert_int_eq(lessor_store_cancel(st, c, T0 + 2, &answer), 0);
+	assert_stats(1, 0, 1, 0, 1);
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+	assert_stats(1, 0, 1, 0, 1);
+}
+END_TEST
+
 START_TEST(test_views)
 {
 	_cleanup_free_ char *a = enqueue("build"), *b = enqueue("deploy");
@@ -1110,6 +1229,9 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_admin_requeue_and_cancel);
 	tcase_add_test(tc, test_restart_recover);
 	tcase_add_test(tc, test_views);
+	tcase_add_test(tc, test_stats_follow_each_change);
+	tcase_add_test(tc, test_queue_depth_follows_a_deep_queue);
+	tcase_add_test(tc, test_queue_depth_exact_below_the_cap);
 	tcase_add_test(tc, test_owners);
 	tcase_add_test(tc, test_concurrent_claims);
 }

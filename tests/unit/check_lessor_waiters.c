@@ -3,6 +3,8 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "lessor/waiters.h"
 #include "testutil.h"
@@ -148,6 +150,46 @@ START_TEST(test_sleep_and_kick)
 }
 END_TEST
 
+/* A watched waiter whose peer closes is resumed by the timer's sleep, gone;
+ * one whose socket stays open is not; a waiter woken otherwise stops being
+ * watched (its socket may be reused at once). */
+START_TEST(test_hangup_resumes_gone)
+{
+	lessor_waiters *w = lessor_waiters_new();
+	struct fake_conn a = {0}, b = {0};
+	struct lessor_waiter xa, xb;
+	int pa[2], pb[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pa), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pb), 0);
+	claim_waiter(&xa, &a, NULL, NULL, "a");
+	claim_waiter(&xb, &b, NULL, NULL, "b");
+	xa.watch_hangup = xb.watch_hangup = true;
+	xa.fd = pa[0];
+	xb.fd = pb[0];
+	ck_assert_int_eq(lessor_waiters_park(w, &xa, LESSOR_GEN_ANY, on_suspend, &a), 0);
+	ck_assert_int_eq(lessor_waiters_park(w, &xb, LESSOR_GEN_ANY, on_suspend, &b), 0);
+	close(pa[1]);
+	/* the first sleep may return on the kick of the parks */
+	for (int i = 0; i < 3 && !a.resumed; i++)
+		lessor_waiters_sleep(w, time_mono() + 60 * USEC_PER_SEC);
+	ck_assert_int_eq(a.resumed, 1);
+	ck_assert(xa.gone);
+	ck_assert(!xa.woken);
+	ck_assert_int_eq(b.resumed, 0);
+	ck_assert_uint_eq(lessor_waiters_count(w), 1);
+	lessor_waiters_wake_claim(w, "b");
+	ck_assert_int_eq(b.resumed, 1);
+	ck_assert(!xb.gone);
+	close(pb[1]); /* no longer watched: nothing to resume */
+	lessor_waiters_sleep(w, time_mono() + 20 * USEC_PER_MSEC);
+	ck_assert_int_eq(b.resumed, 1);
+	close(pa[0]);
+	close(pb[0]);
+	lessor_waiters_free(w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("lessor_waiters");
@@ -158,6 +200,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_no_lost_wakeup);
 	tcase_add_test(tc, test_deadlines_and_shutdown);
 	tcase_add_test(tc, test_sleep_and_kick);
+	tcase_add_test(tc, test_hangup_resumes_gone);
 	suite_add_tcase(s, tc);
 	return s;
 }
