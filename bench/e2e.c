@@ -11,7 +11,7 @@
  * LESSEE_BIN picks the daemon; --baseline OTHER_LESSEE runs both in every
  * round, back to back, so two builds compare on a shared machine;
  * --baseline-lessor OTHER_LESSOR does the same for lessor (LESSOR_BIN), the
- * same lessee in both arms. */
+ * same lessee in both arms; both together: the old stack against the new. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -298,9 +298,11 @@ static void bench_throughput(int n, int reps)
 static void bench_paired(const char *base_lessee, const char *base_lessor, int n, int reps)
 {
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s, claims %u ms late): "
-	       "baseline %s against %s, paired rounds (%d runs x %d rounds, medians)\n",
-	       sync_mode, claim_delay_ms, base_lessee ? base_lessee : base_lessor,
-	       base_lessee ? tu_lessee_bin() : tu_lessor_bin(), n, reps);
+	       "baseline lessee %s, lessor %s against lessee %s, lessor %s, paired rounds "
+	       "(%d runs x %d rounds, medians)\n",
+	       sync_mode, claim_delay_ms, base_lessee ? base_lessee : tu_lessee_bin(),
+	       base_lessor ? base_lessor : tu_lessor_bin(), tu_lessee_bin(), tu_lessor_bin(), n,
+	       reps);
 	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s %11s %11s %10s\n", "slots", "floor/s",
 	       "base run/s", "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r",
 	       "lessor b/r", "lessor n/r", "lessor n/b");
@@ -409,8 +411,8 @@ int main(int argc, char **argv)
 			    "(1000)\n"
 			    "  --sync: lessor's --synchronous (normal); --no-rss: throughput only\n"
 			    "  --baseline: each round also runs that lessee binary, back to back\n"
-			    "  --baseline-lessor: each round also runs that lessor binary (same "
-			    "lessee)\n"
+			    "  --baseline-lessor: each round also runs that lessor binary (with "
+			    "--baseline: both old in the baseline arm)\n"
 			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
 			    "API)\n"
 			    "  --widths LIST: the concurrencies, comma-separated (1,16,64)\n"
@@ -430,7 +432,7 @@ int main(int argc, char **argv)
 		reps = MIN(atoi(argv[optind + 1]), 32);
 	if (optind + 2 < argc)
 		rss_runs = atoi(argv[optind + 2]);
-	if (n <= 0 || reps <= 0 || rss_runs <= 0 || (baseline && baseline_lessor))
+	if (n <= 0 || reps <= 0 || rss_runs <= 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	if (!mkdtemp(run_dir)) {

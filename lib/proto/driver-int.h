@@ -37,7 +37,8 @@ struct drv_req {
 	void *ud;
 	void *state; /* the driver's, freed with state_free */
 	void (*state_free)(void *state);
-	drv_req_t **ret; /* cleared when the operation ends */
+	drv_req_t **ret;   /* cleared when the operation ends */
+	const char *label; /* the accounting label of its request in flight */
 };
 
 drv_req_t *drv_req_new(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),

@@ -211,6 +211,7 @@ static void drv_on_http(http_req_t *req, const struct http_response *resp, void 
 
 int drv_http_send(drv_req_t *rq, const struct http_request *hr)
 {
+	rq->label = hr->label;
 	const char *headers[16];
 	struct http_request copy = *hr;
 	size_t n = 0;
@@ -284,8 +285,12 @@ void drv_req_complete_claim_answer(drv_req_t *rq, const struct drv_answer *a, dr
 	drv_req_free(rq);
 }
 
+/* A request given up before its answer is counted too, as code "aborted":
+ * each costs the API a connection (ours is closed with it). */
 void drv_cancel(drv_req_t *req)
 {
+	if (req && req->http)
+		metric_add(req->d->m_requests, 1, req->label ? req->label : "", "aborted");
 	drv_req_free(req);
 }
 

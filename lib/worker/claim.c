@@ -591,8 +591,6 @@ static void claim_kick_one(struct claimer *w)
 	if (!l)
 		return;
 	wfs = slots ? claimable_workflows(w, &room) : NULL;
-	if (wfs && wfs[0])
-		claim_for_cancels_stop(l);
 	if (!wfs || !wfs[0]) {
 		/* every slot busy or every workflow blocked (the breaker timer or a
 		 * run's end kicks us): only cancels to wait for */
@@ -610,9 +608,13 @@ static void claim_kick_one(struct claimer *w)
 
 		if (rep && drv_has(w->p.runs->drv, DRV_CAP_RELEASE))
 			q = claim_send(w, rep, wfs, want - reserved);
-		else if (!l->req)
+		else if (!l->req || l->held_only) {
+			/* a claim for runs takes the place of the claim for cancels
+			 * only; while a carried claim covers the freed slot, that one
+			 * stays (aborting it cost a connection on both sides per run) */
+			claim_for_cancels_stop(l);
 			q = claim_send(w, l, wfs, want - reserved);
-		else if (ahead_allowed(w) && (l = lane_ahead(w)))
+		} else if (ahead_allowed(w) && (l = lane_ahead(w)))
 			q = claim_send(w, l, wfs, want - reserved);
 		else
 			q = 0;
