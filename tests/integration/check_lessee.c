@@ -904,7 +904,7 @@ START_TEST(test_fd_limits)
 	ck_assert_int_eq(read_file_capped(path, 65536, &limits, NULL), 0);
 	ck_assert_msg(strstr(limits, "Max open files            4096                 4096"), "%s",
 	              limits);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=5000 lowered to 3904", 5 * SEC),
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=5000 lowered to ", 5 * SEC),
 	                 0);
 	ck_assert_int_eq(log_count("LimitNOFILE="), 1);
 	id = enqueue("limits", NULL);
@@ -922,7 +922,7 @@ START_TEST(test_fd_limits)
 	ck_assert_int_eq(tu_lessee_set_conf(D, conf), 0);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency: 5000 -> 5010", 10 * SEC), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=5010 lowered to 3904", 5 * SEC),
+	ck_assert_int_eq(tu_lessee_wait_log(D, "worker.concurrency=5010 lowered to ", 5 * SEC),
 	                 0);
 	ck_assert_int_eq(log_count("LimitNOFILE="), 2);
 }
