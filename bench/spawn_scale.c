@@ -99,6 +99,10 @@ static int exec_run(const char *backend, int n, struct sample *s)
 	if (!ps.p)
 		return -ENOMEM;
 	r = ev_new(&e, backend);
+	/* as the daemon's loop: every child reaped there, found by its pid (no
+	 * pidfd: one fd per child, its pipe) */
+	if (r >= 0)
+		r = ev_set_reap_orphans(e, true);
 	t0 = time_mono();
 	c0 = cpu_self();
 	for (; r >= 0 && started < n; started++) {
@@ -122,10 +126,10 @@ static int exec_run(const char *backend, int n, struct sample *s)
 	return r < 0 ? r : 0;
 }
 
-/* A pidfd and a pipe end per child, and the loop's own. */
+/* A pipe end per child (the loop reaps every child: no pidfd), and the loop's own. */
 static int raise_nofile(int n)
 {
-	struct rlimit rl = {.rlim_cur = (rlim_t)n * 2 + 512, .rlim_max = (rlim_t)n * 2 + 512};
+	struct rlimit rl = {.rlim_cur = (rlim_t)n + 512, .rlim_max = (rlim_t)n + 512};
 	struct rlimit old;
 
 	if (getrlimit(RLIMIT_NOFILE, &old) == 0 && old.rlim_cur >= rl.rlim_cur)
