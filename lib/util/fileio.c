@@ -82,6 +82,24 @@ int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
+int pwrite_all(int fd, const void *data, size_t len, off_t off)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		off += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 static int fsync_parent(const char *path)
 {
 	_cleanup_free_ char *dir = strdup(path);

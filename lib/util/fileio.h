@@ -15,6 +15,8 @@ int write_file_atomic(const char *path, const void *data, size_t len, mode_t mod
 
 /* write(2) every byte, retrying on EINTR/short writes. */
 int write_all(int fd, const void *data, size_t len);
+/* The same at offset off, the file offset left where it was. */
+int pwrite_all(int fd, const void *data, size_t len, off_t off);
 
 /* Every missing directory of path, each made with exactly mode (umask ignored). */
 int mkdir_p(const char *path, mode_t mode);

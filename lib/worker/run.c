@@ -383,19 +383,13 @@ static int write_input(struct run *r, const char *path)
 {
 	_cleanup_close_ int fd =
 	    open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	size_t done = 0;
+	int q;
 
 	if (fd < 0)
 		return -errno;
-	while (done < r->input_len) {
-		ssize_t n = pwrite(fd, r->input + done, r->input_len - done, (off_t)done);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		done += (size_t)n;
-	}
+	q = pwrite_all(fd, r->input, r->input_len, 0);
+	if (q < 0)
+		return q;
 	if (r->wf->user && fchown(fd, r->wf->uid, r->wf->gid) < 0)
 		return -errno;
 	return TAKE_FD(fd);
