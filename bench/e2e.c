@@ -126,6 +126,8 @@ static char sync_mode[8] = "normal"; /* lessor's --synchronous */
 static const char *baseline;         /* --baseline: another lessee to compare with */
 static const char *baseline_lessor;  /* --baseline-lessor: another lessor */
 static unsigned claim_delay_ms;      /* --claim-delay: every claim answered this late */
+static unsigned prefetch;            /* --prefetch: worker.prefetch of this build's arm */
+static unsigned round_prefetch;      /* the round's: 0 in a baseline arm */
 static int widths[8] = {1, 16, 64};  /* --widths: the concurrencies measured */
 static size_t n_widths = 3;
 
@@ -155,14 +157,16 @@ static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee *
 {
 	/* E2E_LOG_LEVEL=info: the daemon's default, two lines per run */
 	const char *level = getenv("E2E_LOG_LEVEL") ? getenv("E2E_LOG_LEVEL") : "warning";
-	char conf[512];
+	char conf[512], more[64] = "";
 
+	if (round_prefetch) /* a baseline older than the key never gets it */
+		snprintf(more, sizeof(more), "prefetch = %u\n", round_prefetch);
 	snprintf(conf, sizeof(conf),
 	         "[worker]\nconcurrency = %d\nlease_ttl = 60s\nlease_refresh = 20s\n"
-	         "long_poll = 5s\nrun_dir = %s\n[log]\nlevel = %s\n"
+	         "long_poll = 5s\nrun_dir = %s\n%s[log]\nlevel = %s\n"
 	         "[workflow.true]\ncommand = /bin/true\n"
 	         "[workflow.sleep]\ncommand = /bin/sleep 30\n",
-	         concurrency, run_dir, level);
+	         concurrency, run_dir, more, level);
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = l, .conf = conf}, ret);
 }
 
@@ -252,7 +256,10 @@ static int e2e_round_of(const char *lessee, const char *lessor, int concurrency,
 {
 	char *saved_lessee = env_swap("LESSEE_BIN", lessee);
 	char *saved_lessor = env_swap("LESSOR_BIN", lessor);
-	int r = e2e_round(concurrency, n, ret);
+	int r;
+
+	round_prefetch = lessee || lessor ? 0 : prefetch;
+	r = e2e_round(concurrency, n, ret);
 
 	env_restore("LESSEE_BIN", saved_lessee);
 	env_restore("LESSOR_BIN", saved_lessor);
@@ -277,6 +284,7 @@ static void bench_throughput(int n, int reps)
 
 			fl[i] = tu_spawn_rate(NULL, true_argv, n, widths[w]);
 			ex[i] = tu_spawn_rate(e, true_argv, n, widths[w]);
+			round_prefetch = prefetch;
 			if (e2e_round(widths[w], n, &rd) < 0)
 				fprintf(stderr, "round failed\n");
 			rate[i] = rd.runs_per_s;
@@ -298,11 +306,11 @@ static void bench_throughput(int n, int reps)
 static void bench_paired(const char *base_lessee, const char *base_lessor, int n, int reps)
 {
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s, claims %u ms late): "
-	       "baseline lessee %s, lessor %s against lessee %s, lessor %s, paired rounds "
-	       "(%d runs x %d rounds, medians)\n",
+	       "baseline lessee %s, lessor %s against lessee %s (prefetch %u), lessor %s, paired "
+	       "rounds (%d runs x %d rounds, medians)\n",
 	       sync_mode, claim_delay_ms, base_lessee ? base_lessee : tu_lessee_bin(),
-	       base_lessor ? base_lessor : tu_lessor_bin(), tu_lessee_bin(), tu_lessor_bin(), n,
-	       reps);
+	       base_lessor ? base_lessor : tu_lessor_bin(), tu_lessee_bin(), prefetch,
+	       tu_lessor_bin(), n, reps);
 	printf("%-6s %11s %11s %11s %9s %9s %9s %10s %10s %11s %11s %10s\n", "slots", "floor/s",
 	       "base run/s", "new run/s", "base/fl", "new/fl", "new/base", "base us/r", "new us/r",
 	       "lessor b/r", "lessor n/r", "lessor n/b");
@@ -372,6 +380,7 @@ int main(int argc, char **argv)
 	    {"baseline", required_argument, NULL, 'b'},
 	    {"baseline-lessor", required_argument, NULL, 'L'},
 	    {"claim-delay", required_argument, NULL, 'd'},
+	    {"prefetch", required_argument, NULL, 'p'},
 	    {"widths", required_argument, NULL, 'w'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
@@ -399,6 +408,9 @@ int main(int argc, char **argv)
 		case 'd':
 			claim_delay_ms = (unsigned)atoi(optarg);
 			break;
+		case 'p':
+			prefetch = (unsigned)atoi(optarg);
+			break;
 		case 'w':
 			if (parse_widths(optarg) < 0)
 				return 2;
@@ -416,6 +428,8 @@ int main(int argc, char **argv)
 			    "  --claim-delay MS: lessor answers each claim MS later (a farther "
 			    "API)\n"
 			    "  --widths LIST: the concurrencies, comma-separated (1,16,64)\n"
+			    "  --prefetch N: worker.prefetch of this build's lessee (0); a "
+			    "baseline arm runs without\n"
 			    "  LESSEE_BIN, LESSOR_BIN: the daemons (build/default/lessee, ...)\n"
 			    "  E2E_LOG_LEVEL: the daemon's log level (warning; info is its "
 			    "default)\n");

@@ -66,6 +66,8 @@ const struct conf_key conf_keys[] = {
     {"worker", "id", CONF_ID, C(worker.id), 0, 0, 0, NULL},
     {"worker", "concurrency", CONF_UINT, C(worker.concurrency), 1, 10000, LIVE, "4"},
     {"worker", "max_reporting", CONF_UINT, C(worker.max_reporting), 0, 65536, LIVE, "0"},
+    {"worker", "prefetch", CONF_UINT, C(worker.prefetch), 0, 256, LIVE, "0"},
+    {"worker", "prefetch_hold", CONF_DURATION, C(worker.prefetch_hold), 10 * MS, HOUR, LIVE, "1s"},
     {"worker", "tags", CONF_TAGS, C(worker.tags), 0, 0, LIVE, ""},
     {"worker", "lease_ttl", CONF_DURATION, C(worker.lease_ttl), SEC, HOUR, LIVE | WHOLE, "90s"},
     {"worker", "lease_refresh", CONF_DURATION, C(worker.lease_refresh), 100 * MS, HOUR / 2, LIVE,

@@ -56,6 +56,8 @@ struct conf_worker {
 	char *id; /* configured, or "<hostname>-<8 hex>" */
 	unsigned concurrency;
 	unsigned max_reporting; /* runs reporting after their child; 0 = 2 x concurrency */
+	unsigned prefetch;      /* runs claimed ahead of a free slot, waiting for one */
+	usec_t prefetch_hold;   /* how long such a run may wait before it is given back */
 	char **tags;            /* sorted, unique, never NULL (may be empty) */
 	usec_t lease_ttl;       /* whole seconds */
 	usec_t lease_refresh;   /* <= lease_ttl / 2 */

@@ -404,6 +404,7 @@ static const char *const release_names[] = {
     [DRV_RELEASE_SHUTDOWN] = "shutdown",
     [DRV_RELEASE_BLOCKED_WORKFLOW] = "blocked_workflow",
     [DRV_RELEASE_UNSUPPORTED_WORKFLOW] = "unsupported_workflow",
+    [DRV_RELEASE_NO_SLOT] = "no_slot",
 };
 
 const char *drv_status_name(enum drv_status s)

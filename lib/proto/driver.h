@@ -196,6 +196,7 @@ enum drv_release_reason {
 	DRV_RELEASE_SHUTDOWN,
 	DRV_RELEASE_BLOCKED_WORKFLOW,
 	DRV_RELEASE_UNSUPPORTED_WORKFLOW,
+	DRV_RELEASE_NO_SLOT, /* claimed ahead (worker.prefetch), no slot came free in time */
 };
 
 /* The operations table.  Every request op returns 0 with *ret set (ret may be

@@ -40,7 +40,8 @@ _Static_assert((int)DRV_SUCCEEDED == (int)PROTO_SUCCEEDED && (int)DRV_FAILED == 
 _Static_assert((int)DRV_REASON_REJECTED == (int)PROTO_REASON_REJECTED &&
                    (int)DRV_REASON_SPAWN_ERROR == (int)PROTO_REASON_SPAWN_ERROR,
                "drv_reason and proto_reason agree");
-_Static_assert((int)DRV_RELEASE_UNSUPPORTED_WORKFLOW == (int)PROTO_RELEASE_UNSUPPORTED_WORKFLOW,
+_Static_assert((int)DRV_RELEASE_UNSUPPORTED_WORKFLOW == (int)PROTO_RELEASE_UNSUPPORTED_WORKFLOW &&
+                   (int)DRV_RELEASE_NO_SLOT == (int)PROTO_RELEASE_NO_SLOT,
                "drv_release_reason and proto_release_reason agree");
 
 static int native_init(drv_t *d, const struct conf *c)

@@ -158,6 +158,7 @@ enum proto_release_reason {
 	PROTO_RELEASE_SHUTDOWN = V1_RELEASE_SHUTDOWN,
 	PROTO_RELEASE_BLOCKED_WORKFLOW = V1_RELEASE_BLOCKED_WORKFLOW,
 	PROTO_RELEASE_UNSUPPORTED_WORKFLOW = V1_RELEASE_UNSUPPORTED_WORKFLOW,
+	PROTO_RELEASE_NO_SLOT = V1_RELEASE_NO_SLOT,
 };
 const char *proto_release_reason_name(enum proto_release_reason r);
 int proto_release_body(const char *token, enum proto_release_reason reason, unsigned delay_s,

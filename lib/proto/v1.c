@@ -67,6 +67,7 @@ const char *const v1_release_reason_names[] = {
     [V1_RELEASE_SHUTDOWN] = "shutdown",
     [V1_RELEASE_BLOCKED_WORKFLOW] = "blocked_workflow",
     [V1_RELEASE_UNSUPPORTED_WORKFLOW] = "unsupported_workflow",
+    [V1_RELEASE_NO_SLOT] = "no_slot",
     [_V1_RELEASE_N] = NULL,
 };
 

@@ -76,6 +76,8 @@ struct claimer {
 	bool cancels_known;    /* the API's claim answers carry cancel events */
 	bool ahead_idle;       /* a claim ahead came back empty: none until one brings runs */
 	bool carry_off;        /* the API does not take claims in completions */
+	bool ready_idle;       /* a run claimed ahead waited its whole hold: none
+	                        * claimed ahead until a slot is seen free */
 };
 
 static const struct conf *claimer_conf(const struct claimer *cl)
@@ -107,7 +109,32 @@ static unsigned free_slots(const struct claimer *w)
 {
 	const struct run_table *t = w->p.table;
 
-	return slots_free(w, t->running, t->reporting, t->n);
+	return slots_free(w, t->running, t->reporting, t->n - t->ready);
+}
+
+/* Runs claimed ahead of a free slot wait in RUN_READY (worker.prefetch): only
+ * with one claim for every workflow and where a run not started can be given
+ * back. */
+static bool prefetch_on(const struct claimer *w)
+{
+	drv_t *d = w->p.runs->drv;
+
+	return claimer_conf(w)->worker.prefetch > 0 && drv_has(d, DRV_CAP_RELEASE) &&
+	       drv_has(d, DRV_CAP_MULTI_WORKFLOW);
+}
+
+/* Runs a claim may bring beyond the free slots, to wait for one: none while
+ * the reporting queue is full, nor after a hold ran out (the runs are long
+ * enough that a run claimed ahead only waits) until a slot is seen free. */
+static unsigned ready_room(const struct claimer *w)
+{
+	const struct run_table *t = w->p.table;
+	unsigned want = claimer_conf(w)->worker.prefetch;
+
+	if (!prefetch_on(w) || w->ready_idle || !w->p.ops->running(w->p.host) ||
+	    t->reporting >= conf_max_reporting(&claimer_conf(w)->worker))
+		return 0;
+	return want > t->ready ? want - t->ready : 0;
 }
 
 /* The runs of a workflow that hold one of its slots: claimed, waiting or
@@ -228,7 +255,7 @@ static void claim_answered(struct claimer *w)
 static bool cancellable(const struct run *r)
 {
 	return !r->lost && r->kill_reason == KILL_NONE && r->id && r->priv &&
-	       (r->state == RUN_RUNNING || r->state == RUN_WAITING);
+	       (r->state == RUN_RUNNING || r->state == RUN_WAITING || r->state == RUN_READY);
 }
 
 static struct drv_held *held_leases(const struct claimer *w, size_t *ret_n)
@@ -573,9 +600,9 @@ static unsigned slots_to_claim(const struct claimer *w)
 {
 	unsigned slots = free_slots(w), flushing = w->p.table->flushing;
 
-	if (!carry_allowed(w))
-		return slots;
-	return slots > flushing ? slots - flushing : 0;
+	if (carry_allowed(w))
+		slots = slots > flushing ? slots - flushing : 0;
+	return slots + ready_room(w);
 }
 
 /* One claim for every claimable workflow (DRV_CAP_MULTI_WORKFLOW): on the
@@ -706,10 +733,10 @@ static unsigned free_slots_after(const struct claimer *w, const struct run *r)
 {
 	const struct run_table *t = w->p.table;
 	bool leaves = run_holds_slot(r->state) && t->running > 0;
-	unsigned slots = slots_free(w, t->running - leaves, t->reporting + leaves, t->n);
+	unsigned slots = slots_free(w, t->running - leaves, t->reporting + leaves, t->n - t->ready);
 	unsigned others = t->flushing - (r->state == RUN_FLUSHING && t->flushing > 0);
 
-	return slots > others ? slots - others : 0;
+	return (slots > others ? slots - others : 0) + ready_room(w);
 }
 
 static bool carry_allowed(const struct claimer *w)
@@ -782,9 +809,48 @@ void claim_carry_dropped(struct claimer *w, void *lane)
 	carried_end(l);
 }
 
+static enum run_event start_or_wait(struct claimer *w, struct run *r);
+
+/* The oldest run claimed ahead whose workflow has room, or NULL. */
+static struct run *ready_next(struct claimer *w)
+{
+	for (struct run *r = w->p.table->ready_head; r; r = r->ready_next)
+		if (!r->wf || wf_free_slots(w, r->wf) > 0)
+			return r;
+	return NULL;
+}
+
+/* Slots that came free go to the runs claimed ahead, oldest first; a slot
+ * seen free lets runs be claimed ahead again. */
+static void start_ready(struct claimer *w)
+{
+	const struct run_table *t = w->p.table;
+	unsigned slots = w->p.ops->slots(w->p.host);
+	struct run *r;
+
+	if (t->running < slots)
+		w->ready_idle = false;
+	if (!t->ready || !w->p.ops->running(w->p.host) || !w->p.ops->may_start(w->p.host))
+		return;
+	w->in_arrival = true; /* no claim from inside a run's transition */
+	for (unsigned n = t->ready; n > 0 && t->running < slots && (r = ready_next(w)); n--) {
+		snprintf(r->note, sizeof(r->note), "a slot came free");
+		run_dispatch(r, start_or_wait(w, r));
+	}
+	w->in_arrival = false;
+}
+
+void claim_ready_expired(struct claimer *w)
+{
+	w->ready_idle = true;
+}
+
 void claim_kick(struct claimer *w)
 {
-	if (!w->p.ops->running(w->p.host) || ev_timer_armed(w->timer) || w->in_arrival)
+	if (w->in_arrival)
+		return;
+	start_ready(w);
+	if (!w->p.ops->running(w->p.host) || ev_timer_armed(w->timer))
 		return;
 	if (drv_has(w->p.runs->drv, DRV_CAP_MULTI_WORKFLOW))
 		claim_kick_one(w);
@@ -878,6 +944,9 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		return RE_RELEASE;
 	}
 	if (w->p.table->running > w->p.ops->slots(w->p.host)) {
+		/* claimed ahead of a free slot: it waits for one */
+		if (prefetch_on(w) && w->p.table->ready < claimer_conf(w)->worker.prefetch)
+			return RE_READY;
 		/* more than we asked for: not ours to run */
 		r->release_reason = DRV_RELEASE_DRAINING;
 		return RE_RELEASE;

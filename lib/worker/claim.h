@@ -42,6 +42,9 @@ struct claimer_params {
 int claimer_new(const struct claimer_params *p, claimer_t **ret);
 claimer_t *claimer_free(claimer_t *cl);
 /* Claim now if there is room. */
+/* A run claimed ahead was given back, no slot free within its hold: none is
+ * claimed ahead until a slot is seen free. */
+void claim_ready_expired(claimer_t *cl);
 void claim_kick(claimer_t *cl);
 /* A completion about to go out carries a claim (DRV_CAP_COMPLETE_CLAIM) for
  * the slot r leaves and any other free one not promised to a claim in

@@ -84,20 +84,20 @@ struct conf_ref *conf_ref_put(struct conf_ref *r)
 }
 
 static const char *const state_names[_RUN_STATE_MAX] = {
-	[RUN_CLAIMED] = "claimed",     [RUN_WAITING] = "waiting",
-	[RUN_RUNNING] = "running",
-	[RUN_KILLING] = "killing",     [RUN_FLUSHING] = "flushing",
-	[RUN_REPORTING] = "reporting", [RUN_RELEASING] = "releasing",
-	[RUN_DONE] = "done",
+    [RUN_CLAIMED] = "claimed",     [RUN_WAITING] = "waiting",     [RUN_READY] = "ready",
+    [RUN_RUNNING] = "running",     [RUN_KILLING] = "killing",     [RUN_FLUSHING] = "flushing",
+    [RUN_REPORTING] = "reporting", [RUN_RELEASING] = "releasing", [RUN_DONE] = "done",
 };
 
 static const char *const event_names[_RE_MAX] = {
-	[RE_START] = "start",           [RE_REJECT] = "reject",       [RE_RELEASE] = "release",
-	[RE_EXITED] = "exited",         [RE_CANCEL] = "cancel",
-	[RE_LEASE_LOST] = "lease-lost", [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
-	[RE_REPORTED] = "reported",     [RE_RELEASED] = "released",   [RE_WAIT] = "wait",
-	[RE_TIMER] = "timer",           [RE_RENEW] = "renew",         [RE_DEADLINE] = "deadline",
-	[RE_ABANDON] = "abandon",
+    [RE_START] = "start",         [RE_REJECT] = "reject",
+    [RE_RELEASE] = "release",     [RE_EXITED] = "exited",
+    [RE_CANCEL] = "cancel",       [RE_LEASE_LOST] = "lease-lost",
+    [RE_HARD_STOP] = "hard-stop", [RE_LOG_FLUSHED] = "log-flushed",
+    [RE_REPORTED] = "reported",   [RE_RELEASED] = "released",
+    [RE_WAIT] = "wait",           [RE_TIMER] = "timer",
+    [RE_RENEW] = "renew",         [RE_DEADLINE] = "deadline",
+    [RE_ABANDON] = "abandon",     [RE_READY] = "ready",
 };
 
 const char *run_state_name(enum run_state s)
@@ -1079,7 +1079,32 @@ static enum run_state act_release(struct run *r);
 
 static enum run_state act_wait(struct run *r)
 {
+	ev_timer_disarm(r->timer); /* a hold, when it was ready */
 	return RUN_WAITING;
+}
+
+/* No slot free: the run waits for one, at most prefetch_hold. */
+static enum run_state act_ready(struct run *r)
+{
+	ev_timer_arm(r->timer, run_conf(r)->worker.prefetch_hold);
+	return RUN_READY;
+}
+
+static enum run_state act_start_ready(struct run *r)
+{
+	ev_timer_disarm(r->timer);
+	return act_start(r);
+}
+
+/* The hold passed and no slot came free: someone else may run it sooner. */
+static enum run_state act_ready_expired(struct run *r)
+{
+	char d[TIME_DURATION_MAX];
+
+	r->release_reason = DRV_RELEASE_NO_SLOT;
+	run_log(r, LOG_INFO, "no slot came free within prefetch_hold %s",
+	        time_format_duration(d, sizeof(d), run_conf(r)->worker.prefetch_hold));
+	return act_release(r);
 }
 
 /* Never started: nothing to stop, nothing written; report it cancelled. */
@@ -1289,75 +1314,96 @@ static enum run_state act_abandon(struct run *r)
 /* Every cell that is not NULL; check_worker steps each one.  RE_RENEW,
  * RE_DEADLINE and RE_ABANDON reach every live state. */
 static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
-	[RUN_CLAIMED] = {
-		[RE_START] = act_start,
-		[RE_REJECT] = act_reject,
-		[RE_RELEASE] = act_release,
-		[RE_LEASE_LOST] = act_lost,
-		[RE_WAIT] = act_wait,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_deadline_lost,
-		[RE_ABANDON] = act_abandon,
-	},
-	[RUN_WAITING] = {
-		[RE_START] = act_start,
-		[RE_RELEASE] = act_release,
-		[RE_CANCEL] = act_cancel_waiting,
-		[RE_LEASE_LOST] = act_lost,
-		[RE_HARD_STOP] = act_stop_waiting,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_deadline_lost,
-		[RE_ABANDON] = act_abandon,
-	},
-	[RUN_RUNNING] = {
-		[RE_EXITED] = act_exited,
-		[RE_TIMER] = act_timer_running,
-		[RE_CANCEL] = act_cancel,
-		[RE_LEASE_LOST] = act_lost_running,
-		[RE_HARD_STOP] = act_stop_running,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_deadline_lost,
-		[RE_ABANDON] = act_abandon,
-	},
-	[RUN_KILLING] = {
-		[RE_EXITED] = act_killed,
-		[RE_CANCEL] = act_ignore,
-		[RE_LEASE_LOST] = act_lost_killing,
-		[RE_HARD_STOP] = act_stop_killing,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_deadline_lost,
-		[RE_ABANDON] = act_abandon,
-	},
-	[RUN_FLUSHING] = {
-		[RE_LOG_FLUSHED] = act_flushed,
-		[RE_CANCEL] = act_ignore,
-		[RE_LEASE_LOST] = act_lost,
-		[RE_HARD_STOP] = act_spool,
-		[RE_TIMER] = act_flush_bound,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_offer,
-		[RE_ABANDON] = act_abandon,
-	},
-	[RUN_REPORTING] = {
-		[RE_REPORTED] = act_done,
-		[RE_CANCEL] = act_ignore,
-		[RE_LEASE_LOST] = act_lost,
-		[RE_HARD_STOP] = act_spool,
-		[RE_TIMER] = act_resend,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_offer,
-		[RE_ABANDON] = act_abandon,
-	},
-	[RUN_RELEASING] = {
-		[RE_RELEASED] = act_done,
-		[RE_CANCEL] = act_ignore,
-		[RE_LEASE_LOST] = act_lost,
-		[RE_HARD_STOP] = act_ignore,
-		[RE_TIMER] = act_release_send,
-		[RE_RENEW] = act_renew,
-		[RE_DEADLINE] = act_deadline_lost,
-		[RE_ABANDON] = act_abandon,
-	},
+    [RUN_CLAIMED] =
+        {
+            [RE_START] = act_start,
+            [RE_REJECT] = act_reject,
+            [RE_RELEASE] = act_release,
+            [RE_LEASE_LOST] = act_lost,
+            [RE_WAIT] = act_wait,
+            [RE_READY] = act_ready,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_deadline_lost,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_READY] =
+        {
+            [RE_START] = act_start_ready,
+            [RE_WAIT] = act_wait,
+            [RE_RELEASE] = act_release,
+            [RE_TIMER] = act_ready_expired,
+            [RE_CANCEL] = act_cancel_waiting,
+            [RE_LEASE_LOST] = act_lost,
+            [RE_HARD_STOP] = act_stop_waiting,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_deadline_lost,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_WAITING] =
+        {
+            [RE_START] = act_start,
+            [RE_RELEASE] = act_release,
+            [RE_CANCEL] = act_cancel_waiting,
+            [RE_LEASE_LOST] = act_lost,
+            [RE_HARD_STOP] = act_stop_waiting,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_deadline_lost,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_RUNNING] =
+        {
+            [RE_EXITED] = act_exited,
+            [RE_TIMER] = act_timer_running,
+            [RE_CANCEL] = act_cancel,
+            [RE_LEASE_LOST] = act_lost_running,
+            [RE_HARD_STOP] = act_stop_running,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_deadline_lost,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_KILLING] =
+        {
+            [RE_EXITED] = act_killed,
+            [RE_CANCEL] = act_ignore,
+            [RE_LEASE_LOST] = act_lost_killing,
+            [RE_HARD_STOP] = act_stop_killing,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_deadline_lost,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_FLUSHING] =
+        {
+            [RE_LOG_FLUSHED] = act_flushed,
+            [RE_CANCEL] = act_ignore,
+            [RE_LEASE_LOST] = act_lost,
+            [RE_HARD_STOP] = act_spool,
+            [RE_TIMER] = act_flush_bound,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_offer,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_REPORTING] =
+        {
+            [RE_REPORTED] = act_done,
+            [RE_CANCEL] = act_ignore,
+            [RE_LEASE_LOST] = act_lost,
+            [RE_HARD_STOP] = act_spool,
+            [RE_TIMER] = act_resend,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_offer,
+            [RE_ABANDON] = act_abandon,
+        },
+    [RUN_RELEASING] =
+        {
+            [RE_RELEASED] = act_done,
+            [RE_CANCEL] = act_ignore,
+            [RE_LEASE_LOST] = act_lost,
+            [RE_HARD_STOP] = act_ignore,
+            [RE_TIMER] = act_release_send,
+            [RE_RENEW] = act_renew,
+            [RE_DEADLINE] = act_deadline_lost,
+            [RE_ABANDON] = act_abandon,
+        },
 };
 
 bool run_cell(enum run_state s, enum run_event ev)
@@ -1376,6 +1422,8 @@ static unsigned *run_place(struct run_table *t, enum run_state s)
 {
 	if (s == RUN_DONE)
 		return NULL;
+	if (s == RUN_READY)
+		return &t->ready;
 	return run_holds_slot(s) ? &t->running : &t->reporting;
 }
 
@@ -1492,9 +1540,38 @@ void run_table_remove(struct run_table *t, struct run *r)
 	t->n--;
 }
 
-bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before)
+static void ready_link(struct run_table *t, struct run *r)
+{
+	r->ready_next = NULL;
+	r->ready_prev = t->ready_tail;
+	if (t->ready_tail)
+		t->ready_tail->ready_next = r;
+	else
+		t->ready_head = r;
+	t->ready_tail = r;
+}
+
+static void ready_unlink(struct run_table *t, struct run *r)
+{
+	if (r->ready_prev)
+		r->ready_prev->ready_next = r->ready_next;
+	else
+		t->ready_head = r->ready_next;
+	if (r->ready_next)
+		r->ready_next->ready_prev = r->ready_prev;
+	else
+		t->ready_tail = r->ready_prev;
+	r->ready_prev = r->ready_next = NULL;
+}
+
+bool run_table_moved(struct run_table *t, struct run *r, enum run_state before)
 {
 	unsigned *from = run_place(t, before), *to = run_place(t, r->state);
+
+	if (before == RUN_READY && r->state != RUN_READY)
+		ready_unlink(t, r);
+	else if (r->state == RUN_READY && before != RUN_READY)
+		ready_link(t, r);
 
 	t->flushing += (r->state == RUN_FLUSHING) - (before == RUN_FLUSHING);
 	if (from == to)

@@ -31,6 +31,7 @@ struct conf_ref *conf_ref_put(struct conf_ref *r);
 enum run_state {
 	RUN_CLAIMED,
 	RUN_WAITING, /* an older lease's execution of the same run id is still alive */
+	RUN_READY,   /* claimed ahead of a free slot (worker.prefetch): waits for one */
 	RUN_RUNNING,
 	RUN_KILLING,
 	RUN_FLUSHING,
@@ -51,7 +52,8 @@ enum run_event {
 	RE_LOG_FLUSHED,
 	RE_REPORTED, /* complete accepted (or refused for good) */
 	RE_RELEASED,
-	RE_WAIT, /* an older execution of this run id is alive: start after it */
+	RE_WAIT,  /* an older execution of this run id is alive: start after it */
+	RE_READY, /* no slot is free: wait for one, at most worker.prefetch_hold */
 	/* the timers: each fires as an event of the table */
 	RE_TIMER,    /* the run's timer: a timeout, a bound, a retry's backoff */
 	RE_RENEW,    /* the lease renewal is due */
@@ -112,6 +114,7 @@ struct run {
 	struct run_host *h;
 	struct run *prev, *next; /* the host's table */
 	struct run *id_next;     /* the table's chain of runs whose ids hash alike */
+	struct run *ready_prev, *ready_next; /* the table's RUN_READY runs, oldest first */
 	struct conf_ref *cref;
 	const struct conf_workflow *wf; /* NULL for runs released or rejected unstarted */
 	char *id, *workflow;
@@ -183,13 +186,15 @@ struct run_table {
 	unsigned reporting; /* of those, in the reporting queue */
 	unsigned flushing;  /* of those, shipping the last of their log before the
 	                     * completion (RUN_FLUSHING) */
+	unsigned ready;     /* of those, claimed ahead of a free slot (RUN_READY) */
+	struct run *ready_head, *ready_tail; /* those, oldest first */
 };
 void run_table_add(struct run_table *t, struct run *r);
 /* r reached DONE: out of the table (its place was given back by run_table_moved). */
 void run_table_remove(struct run_table *t, struct run *r);
 /* r left state before (ops->moved).  Returns true when that freed an
  * execution slot or a place in the reporting queue (time to claim). */
-bool run_table_moved(struct run_table *t, const struct run *r, enum run_state before);
+bool run_table_moved(struct run_table *t, struct run *r, enum run_state before);
 /* The runs of this id (a run re-granted may be held twice), in O(1):
  * for (o = run_table_find(t, id); o; o = run_table_find_next(o, id)). */
 struct run *run_table_find(const struct run_table *t, const char *id);

@@ -130,6 +130,7 @@ static void worker_places_metrics(worker_t *w)
 	metric_set(w->m_in_flight, w->table.n);
 	metric_set(w->m_slots_busy, w->table.running);
 	metric_set(w->m_reporting, w->table.reporting);
+	metric_set(w->m_ready, w->table.ready);
 }
 
 void worker_run_add(worker_t *w, struct run *r)
@@ -157,6 +158,9 @@ static void worker_run_moved(worker_t *w, struct run *r, enum run_state before)
 	bool freed = run_table_moved(&w->table, r, before);
 
 	worker_places_metrics(w);
+	if (before == RUN_READY && r->state == RUN_RELEASING &&
+	    r->release_reason == DRV_RELEASE_NO_SLOT)
+		claim_ready_expired(w->claimer);
 	if (!freed || r->state == RUN_DONE)
 		return;
 	if (run_holds_slot(before) && !run_holds_slot(r->state))
@@ -345,14 +349,15 @@ static void on_exit_timeout(ev_timer_t *t, void *userdata)
 	worker_maybe_exit(w);
 }
 
-/* Runs waiting for an older execution of their id go back unstarted. */
+/* Runs waiting for an older execution of their id, or for a slot, go back
+ * unstarted. */
 static void release_waiting(worker_t *w, enum drv_release_reason why)
 {
 	struct run *r, *next;
 
 	for (r = w->table.head; r; r = next) {
 		next = r->next;
-		if (r->state != RUN_WAITING)
+		if (r->state != RUN_WAITING && r->state != RUN_READY)
 			continue;
 		r->release_reason = why;
 		run_dispatch(r, RE_RELEASE);
@@ -470,6 +475,10 @@ static int worker_metrics_init(worker_t *w)
 				       "Runs in the reporting queue: child gone, log flush, "
 				       "completion or release still in flight",
 				       NULL);
+	w->m_ready = metrics_gauge(m, "lessee_runs_ready",
+	                           "Runs claimed ahead of a free slot, waiting for one "
+	                           "(worker.prefetch)",
+	                           NULL);
 	w->m_reporting_max = metrics_gauge(m, "lessee_reporting_max",
 					   "Bound of the reporting queue (worker.max_reporting): "
 					   "no claims while it is full",
@@ -508,7 +517,7 @@ static int worker_metrics_init(worker_t *w)
 				       "1 for the way runs are stopped: cgroup or process_group",
 				       "mode");
 	if (!w->m_kill_mode || !w->m_log_dropped || !w->m_build_info || !w->m_slots_busy ||
-	    !w->m_reporting || !w->m_reporting_max)
+	    !w->m_reporting || !w->m_reporting_max || !w->m_ready)
 		return -ENOMEM;
 	if (!w->m_started || !w->m_finished || !w->m_in_flight || !w->m_slots || !w->m_claims ||
 	    !w->m_leases_lost || !w->m_renewals || !w->m_duration || !w->m_blocked ||

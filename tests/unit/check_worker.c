@@ -464,6 +464,7 @@ enum from {
 	F_CLAIMED,     /* a fresh grant of workflow sleep */
 	F_CLAIMED_BAD, /* a fresh grant the worker must reject */
 	F_WAITING,
+	F_READY,             /* claimed ahead of a free slot (worker.prefetch) */
 	F_RUNNING,           /* sleep.sh */
 	F_RUNNING_SAY,       /* say.sh: it says something and exits */
 	F_KILLING,           /* say_sleep.sh, cancelled: SIGTERM sent, not yet gone */
@@ -528,6 +529,9 @@ static void reach(enum from f)
 		break;
 	case F_WAITING:
 		dispatch(RE_WAIT);
+		break;
+	case F_READY:
+		dispatch(RE_READY);
 		break;
 	case F_RUNNING:
 	case F_RUNNING_SAY:
@@ -606,6 +610,7 @@ static const struct cell_case cases[] = {
     C(F_CLAIMED, RUN_CLAIMED, RE_RELEASE, RUN_RELEASING, "release"),
     C(F_CLAIMED, RUN_CLAIMED, RE_LEASE_LOST, RUN_DONE, "done"),
     C(F_CLAIMED, RUN_CLAIMED, RE_WAIT, RUN_WAITING, ""),
+    C(F_CLAIMED, RUN_CLAIMED, RE_READY, RUN_READY, ""),
     C(F_CLAIMED, RUN_CLAIMED, RE_RENEW, RUN_CLAIMED, "renew"),
     C(F_CLAIMED, RUN_CLAIMED, RE_DEADLINE, RUN_DONE, "done"),
     C(F_CLAIMED, RUN_CLAIMED, RE_ABANDON, RUN_DONE, "done"),
@@ -623,6 +628,22 @@ static const struct cell_case cases[] = {
     C(F_WAITING, RUN_WAITING, RE_RENEW, RUN_WAITING, "renew"),
     C(F_WAITING, RUN_WAITING, RE_DEADLINE, RUN_DONE, "done"),
     C(F_WAITING, RUN_WAITING, RE_ABANDON, RUN_DONE, "done"),
+    /* READY: claimed ahead of a free slot; its timer is the hold */
+    C(F_READY, RUN_READY, RE_START, RUN_RUNNING, ""),
+    C(F_READY, RUN_READY, RE_WAIT, RUN_WAITING, ""),
+    C(F_READY, RUN_READY, RE_RELEASE, RUN_RELEASING, "release"),
+    C(F_READY, RUN_READY, RE_TIMER, RUN_RELEASING, "release"),
+    C(F_READY, RUN_READY, RE_CANCEL, RUN_REPORTING, "body complete"),
+    C(F_READY, RUN_READY, RE_LEASE_LOST, RUN_DONE, "done"),
+    {.from = F_READY,
+     .state = RUN_READY,
+     .ev = RE_HARD_STOP,
+     .stopping = true,
+     .next = RUN_RELEASING,
+     .actions = "release"},
+    C(F_READY, RUN_READY, RE_RENEW, RUN_READY, "renew"),
+    C(F_READY, RUN_READY, RE_DEADLINE, RUN_DONE, "done"),
+    C(F_READY, RUN_READY, RE_ABANDON, RUN_DONE, "done"),
     /* RUNNING */
     {.from = F_RUNNING_SAY,
      .state = RUN_RUNNING,
@@ -975,9 +996,14 @@ static void q_done(void *host, struct run *r)
 	claim_kick(CL);
 }
 
+static unsigned running_max; /* T.running's highest */
+
 static void q_moved(void *host, struct run *r, enum run_state before)
 {
-	if (run_table_moved(&T, r, before) && r->state != RUN_DONE)
+	bool freed = run_table_moved(&T, r, before);
+
+	running_max = MAX(running_max, T.running);
+	if (freed && r->state != RUN_DONE)
 		claim_kick(CL);
 }
 
@@ -1024,6 +1050,7 @@ static void queue_start(const char *worker_extra, unsigned runs)
 	T = (struct run_table){0};
 	grant_left = runs;
 	granted = claims_sent = 0;
+	running_max = 0;
 	ch_running = true;
 	claim_inflight = claim_inflight_max = 0;
 	ck_assert_int_eq(
@@ -1083,6 +1110,27 @@ START_TEST(test_slot_free_while_reporting)
 	ck_assert_uint_eq(T.reporting, 2);
 	ck_assert_uint_eq(T.running, 0);
 	queue_finish();
+}
+END_TEST
+
+/* One slot and worker.prefetch = 1: a run is claimed ahead of the slot and
+ * waits in RUN_READY; it starts as the running one exits, while that one's
+ * completion is still held, and the slot never holds two children. */
+START_TEST(test_prefetch)
+{
+	queue_start("concurrency = 1\nprefetch = 1\nprefetch_hold = 1min", 10);
+	STEP_UNTIL(granted == 2);
+	ck_assert_uint_eq(T.ready + T.running, 2);
+	STEP_UNTIL(T.reporting == 3);
+	step(100 * MSEC);
+	/* three runs went through while the first completion was held; then
+	 * the full reporting queue stopped claims, the one claimed ahead ran */
+	ck_assert_uint_eq(granted, 3);
+	ck_assert_uint_eq(T.ready, 0);
+	ck_assert_uint_eq(T.running, 0);
+	ck_assert_uint_eq(running_max, 1);
+	queue_finish();
+	ck_assert_uint_eq(running_max, 1);
 }
 END_TEST
 
@@ -1174,6 +1222,7 @@ int main(void)
 	tcase_set_timeout(tq, 60);
 	tcase_add_test(tq, test_slot_free_while_reporting);
 	tcase_add_test(tq, test_reporting_queue_full);
+	tcase_add_test(tq, test_prefetch);
 	tcase_add_test(tq, test_claim_ahead);
 	tcase_add_test(tq, test_claim_ahead_stop);
 	suite_add_tcase(s, tq);
