@@ -423,35 +423,34 @@ START_TEST(test_hard_stop_unlocks)
 }
 END_TEST
 
-/* A second SIGTERM while draining is a hard stop. */
-START_TEST(test_second_term_unlocks_each_lock_once)
+/* A run in flight, then SIGTERM: with drain_timeout over, or a second
+ * SIGTERM once draining, that is a hard stop. */
+static void term_with_run_in_flight(const char *worker, bool second_term)
 {
 	_cleanup_free_ char *id = create("{\"topicName\":\"sleep\"}");
 	pid_t pid;
 
-	start_lessee("[worker]\nlease_ttl = 60s\n" SLEEPER(""), scripts);
+	start_lessee("[worker]\nlease_ttl = 60s\n%2$s\n" SLEEPER(""), scripts, worker);
 	pid = wait_pid_file(id);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
-	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	if (second_term) {
+		ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
+		ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	}
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
 	ck_assert(!tu_pid_alive(pid));
 	expect_each_lock_unlocked_once(id);
 }
+
+START_TEST(test_second_term_unlocks_each_lock_once)
+{
+	term_with_run_in_flight("", true);
+}
 END_TEST
 
-/* drain_timeout overrun is a hard stop too. */
 START_TEST(test_drain_timeout_unlocks_each_lock_once)
 {
-	_cleanup_free_ char *id = create("{\"topicName\":\"sleep\"}");
-	pid_t pid;
-
-	start_lessee("[worker]\nlease_ttl = 60s\ndrain_timeout = 1s\n" SLEEPER(""), scripts);
-	pid = wait_pid_file(id);
-	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
-	ck_assert(!tu_pid_alive(pid));
-	expect_each_lock_unlocked_once(id);
+	term_with_run_in_flight("drain_timeout = 1s", false);
 }
 END_TEST
 
