@@ -39,10 +39,22 @@ struct drv_req {
 	void (*state_free)(void *state);
 	drv_req_t **ret;   /* cleared when the operation ends */
 	const char *label; /* the accounting label of its request in flight */
+	bool deferred;     /* deferred_answer is queued with ev_defer */
+	struct drv_answer deferred_answer;
 };
 
 drv_req_t *drv_req_new(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),
                        drv_cb cb, void *ud);
+/* drv_req_new with a state of size bytes (zeroed) that state_free frees:
+ * rq->state. */
+drv_req_t *drv_req_new_state(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),
+                             drv_cb cb, void *ud, size_t size, void (*state_free)(void *));
+/* The operation's first step was taken with q: on failure rq is freed and q
+ * returned, else rq is the caller's handle (*ret, cleared when it ends). */
+int drv_req_start(drv_req_t *rq, int q, drv_req_t **ret);
+/* An answer that needs no request, given from the loop (never from inside
+ * the call that started the operation); drv_req_start's contract. */
+int drv_req_defer(drv_req_t *rq, const struct drv_answer *a, drv_req_t **ret);
 /* Send one HTTP request for rq: adds the credentials header and the
  * accounting label; on completion rq->on_http runs. */
 int drv_http_send(drv_req_t *rq, const struct http_request *hr);
@@ -61,6 +73,10 @@ void drv_req_free(drv_req_t *rq);
 bool drv_answer_common(const struct http_response *resp, struct drv_answer *a);
 /* "HTTP 503", or the transport error's text. */
 const char *drv_describe(const struct http_response *resp, char *buf, size_t len);
+/* "what: HTTP 400: " and the server's error {message} (at most msg_max
+ * UTF-16 units), else the start of its body. */
+void drv_describe_message(const struct http_response *resp, const char *what, size_t msg_max,
+                          char *buf, size_t len);
 
 /* n bytes of s as valid UTF-8 (a NUL or a byte that is not UTF-8 becomes
  * U+FFFD), at most max_units UTF-16 code units (Java's chars, what the

@@ -4,6 +4,7 @@
  * drv_<name>.c. */
 #include "proto/driver.h"
 
+#include <cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,11 @@
 #include "util/macro.h"
 #include "util/random.h"
 #include "util/strutil.h"
+
+/* An error body we read for its message: larger ones are not an error's. */
+#define SMALL_ANSWER_MAX (4 * 4096)
+
+DEFINE_FREE_FUNC(cJSON, cJSON_Delete)
 
 /* Every driver this build has (conf_protocols names the same). */
 static const struct drv_ops *const drivers[] = {
@@ -191,10 +197,27 @@ drv_req_t *drv_req_new(drv_t *d, void (*on_http)(drv_req_t *, const struct http_
 	return rq;
 }
 
+drv_req_t *drv_req_new_state(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),
+                             drv_cb cb, void *ud, size_t size, void (*state_free)(void *))
+{
+	drv_req_t *rq = drv_req_new(d, on_http, cb, ud);
+
+	if (!rq || !(rq->state = calloc(1, size))) {
+		free(rq);
+		return NULL;
+	}
+	rq->state_free = state_free;
+	return rq;
+}
+
+static void drv_req_deferred(void *userdata);
+
 void drv_req_free(drv_req_t *rq)
 {
 	if (!rq)
 		return;
+	if (rq->deferred)
+		ev_defer_cancel(rq->d->ev, drv_req_deferred, rq);
 	http_cancel(rq->http);
 	if (rq->state_free)
 		rq->state_free(rq->state);
@@ -227,6 +250,18 @@ int drv_http_send(drv_req_t *rq, const struct http_request *hr)
 	return http_send(rq->d->http, &copy, drv_on_http, rq, &rq->http);
 }
 
+int drv_req_start(drv_req_t *rq, int q, drv_req_t **ret)
+{
+	if (q < 0) {
+		drv_req_free(rq);
+		return q;
+	}
+	rq->ret = ret;
+	if (ret)
+		*ret = rq;
+	return 0;
+}
+
 /* The operation is over: the caller's handle goes first, so that the
  * callback may start the next one. */
 static void drv_req_end(drv_req_t *rq)
@@ -249,6 +284,23 @@ void drv_req_answer(drv_req_t *rq, const struct drv_answer *a)
 	drv_req_end(rq);
 	rq->cb(a, rq->ud);
 	drv_req_free(rq);
+}
+
+static void drv_req_deferred(void *userdata)
+{
+	drv_req_t *rq = userdata;
+
+	rq->deferred = false;
+	drv_req_answer(rq, &rq->deferred_answer);
+}
+
+int drv_req_defer(drv_req_t *rq, const struct drv_answer *a, drv_req_t **ret)
+{
+	int q = ev_defer(rq->d->ev, drv_req_deferred, rq);
+
+	rq->deferred_answer = *a;
+	rq->deferred = q >= 0;
+	return drv_req_start(rq, q, ret);
 }
 
 /* What the worker did not take of a claim's answer. */
@@ -304,6 +356,26 @@ const char *drv_describe(const struct http_response *resp, char *buf, size_t len
 	else
 		snprintf(buf, len, "HTTP %ld", resp->status);
 	return buf;
+}
+
+void drv_describe_message(const struct http_response *resp, const char *what, size_t msg_max,
+                          char *buf, size_t len)
+{
+	_cleanup_(cJSON_Deletep) cJSON *j = resp->body_len && resp->body_len < SMALL_ANSWER_MAX
+	                                        ? cJSON_ParseWithLength(resp->body, resp->body_len)
+	                                        : NULL;
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
+	_cleanup_free_ char *msg = cJSON_IsString(m) ? drv_text_dup(m->valuestring, msg_max) : NULL;
+	char base[96];
+
+	drv_describe(resp, base, sizeof(base));
+	if (msg)
+		snprintf(buf, len, "%s: %s: %s", what, base, msg);
+	else if (resp->body_len && !resp->error)
+		snprintf(buf, len, "%s: %s: %.*s", what, base, (int)MIN(resp->body_len, 80),
+		         resp->body);
+	else
+		snprintf(buf, len, "%s: %s", what, base);
 }
 
 bool drv_answer_common(const struct http_response *resp, struct drv_answer *a)

@@ -58,7 +58,6 @@ static const char *const bare_headers[] = {"Accept: application/json", "Expect:"
 
 struct op {
 	drv_t *d;
-	drv_req_t *rq;
 	char *url;
 	char *body;
 	const char *label;
@@ -67,8 +66,6 @@ struct op {
 	unsigned ttl_s;
 	unsigned max_runs;
 	size_t max_input;
-	bool deferred;
-	struct drv_answer answer; /* a deferred one */
 };
 
 static struct camunda7 *C(drv_t *d)
@@ -214,16 +211,12 @@ static struct c7_topic *topic_of(struct camunda7 *n, const char *workflow)
 
 /* ---------------------------------------------------------------- operations */
 
-static void deferred_answer(void *userdata);
-
 static void op_free(void *p)
 {
 	struct op *o = p;
 
 	if (!o)
 		return;
-	if (o->deferred)
-		ev_defer_cancel(o->d->ev, deferred_answer, o->rq);
 	free(o->url);
 	free(o->body);
 	free(o);
@@ -232,17 +225,12 @@ static void op_free(void *p)
 static drv_req_t *op_new(drv_t *d, void (*on_http)(drv_req_t *, const struct http_response *),
                          drv_cb cb, void *ud, struct op **ret)
 {
-	drv_req_t *rq = drv_req_new(d, on_http, cb, ud);
-	struct op *o = rq ? calloc(1, sizeof(*o)) : NULL;
+	drv_req_t *rq = drv_req_new_state(d, on_http, cb, ud, sizeof(struct op), op_free);
 
-	if (!o) {
-		drv_req_free(rq);
-		return NULL;
+	if (rq) {
+		*ret = rq->state;
+		(*ret)->d = d;
 	}
-	*o = (struct op){.d = d, .rq = rq};
-	rq->state = o;
-	rq->state_free = op_free;
-	*ret = o;
 	return rq;
 }
 
@@ -257,8 +245,7 @@ static int op_post(drv_req_t *rq, const char *path, const char *id, const char *
 	if (asprintf(&o->url, "%s%s%s%s%s", o->d->base, path, id ? id : "", endpoint ? "/" : "",
 	             endpoint ? endpoint : "") < 0) {
 		o->url = NULL;
-		drv_req_free(rq);
-		return -ENOMEM;
+		return drv_req_start(rq, -ENOMEM, ret);
 	}
 	q = drv_http_send(rq, &(struct http_request){.method = "POST",
 	                                             .url = o->url,
@@ -268,43 +255,13 @@ static int op_post(drv_req_t *rq, const char *path, const char *id, const char *
 	                                             .timeout = timeout,
 	                                             .max_response = max_response,
 	                                             .label = o->label});
-	if (q < 0) {
-		drv_req_free(rq);
-		return q;
-	}
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
-}
-
-static void deferred_answer(void *userdata)
-{
-	drv_req_t *rq = userdata;
-	struct op *o = rq->state;
-
-	o->deferred = false;
-	drv_req_answer(rq, &o->answer);
+	return drv_req_start(rq, q, ret);
 }
 
 /* The engine's error {type, message}, else the body's start, after "HTTP n". */
 static void describe(const struct http_response *resp, const char *what, char *buf, size_t len)
 {
-	_cleanup_json_ cJSON *j = resp->body_len && resp->body_len < SMALL_ANSWER * 4
-	                              ? cJSON_ParseWithLength(resp->body, resp->body_len)
-	                              : NULL;
-	const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
-	_cleanup_free_ char *msg = cJSON_IsString(m) ? drv_text_dup(m->valuestring, 110) : NULL;
-	char base[96];
-
-	drv_describe(resp, base, sizeof(base));
-	if (msg)
-		snprintf(buf, len, "%s: %s: %s", what, base, msg);
-	else if (resp->body_len && !resp->error)
-		snprintf(buf, len, "%s: %s: %.*s", what, base, (int)MIN(resp->body_len, 80),
-		         resp->body);
-	else
-		snprintf(buf, len, "%s: %s", what, base);
+	drv_describe_message(resp, what, 110, buf, len);
 }
 
 /* ---------------------------------------------------------------- input */
@@ -791,24 +748,16 @@ static int lines_emit(drv_run_t *run, const char *data, size_t len, bool all)
 static int c7_log_append(drv_t *d, drv_run_t *run, uint64_t offset, const void *data, size_t len,
                          usec_t timeout, drv_cb cb, void *ud, drv_req_t **ret)
 {
-	struct op *o;
-	drv_req_t *rq = op_new(d, NULL, cb, ud, &o);
+	drv_req_t *rq = drv_req_new(d, NULL, cb, ud);
 	int q;
 
 	(void)timeout;
 	if (!rq)
 		return -ENOMEM;
-	o->answer = (struct drv_answer){.verdict = DRV_OK, .length = offset + len};
-	if ((q = lines_emit(run, data, len, false)) < 0 ||
-	    (q = ev_defer(d->ev, deferred_answer, rq)) < 0) {
-		drv_req_free(rq);
-		return q;
-	}
-	o->deferred = true;
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
+	if ((q = lines_emit(run, data, len, false)) < 0)
+		return drv_req_start(rq, q, ret);
+	return drv_req_defer(rq, &(struct drv_answer){.verdict = DRV_OK, .length = offset + len},
+	                     ret);
 }
 
 /* ---------------------------------------------------------------- complete */

@@ -52,7 +52,6 @@ DEFINE_FREE_FUNC(cJSON, cJSON_Delete)
  * new token), and what its answer handler needs. */
 struct op {
 	drv_t *d;
-	drv_req_t *rq;
 	const char *method, *label;
 	const char *const *headers;
 	char *url;
@@ -64,7 +63,6 @@ struct op {
 	unsigned gen;       /* the token generation the request carried */
 	bool token_pending; /* the request in flight is POST /api/token */
 	bool reauthed;      /* a 401 was answered with a new token already */
-	bool deferred;      /* an answer is queued with ev_defer */
 	void (*handler)(drv_req_t *rq, const struct http_response *resp);
 	/* claim */
 	struct task_type *type;
@@ -77,7 +75,6 @@ struct op {
 	unsigned ttl_s;
 	/* log */
 	size_t chunk;
-	struct drv_answer answer; /* a deferred one */
 };
 
 static const char *const json_headers[] = {"Content-Type: application/json", "Expect:", NULL};
@@ -229,16 +226,12 @@ static struct task_type *type_of(struct conductor *n, const char *workflow)
 
 /* ---------------------------------------------------------------- operations */
 
-static void deferred_answer(void *userdata);
-
 static void op_free(void *p)
 {
 	struct op *o = p;
 
 	if (!o)
 		return;
-	if (o->deferred)
-		ev_defer_cancel(o->d->ev, deferred_answer, o->rq);
 	free(o->url);
 	if (o->body)
 		explicit_bzero(o->body, o->body_len);
@@ -251,17 +244,12 @@ static void on_any(drv_req_t *rq, const struct http_response *resp);
 static drv_req_t *op_new(drv_t *d, void (*handler)(drv_req_t *, const struct http_response *),
                          drv_cb cb, void *ud, struct op **ret)
 {
-	drv_req_t *rq = drv_req_new(d, on_any, cb, ud);
-	struct op *o = rq ? calloc(1, sizeof(*o)) : NULL;
+	drv_req_t *rq = drv_req_new_state(d, on_any, cb, ud, sizeof(struct op), op_free);
 
-	if (!o) {
-		drv_req_free(rq);
-		return NULL;
+	if (rq) {
+		*ret = rq->state;
+		**ret = (struct op){.d = d, .handler = handler};
 	}
-	*o = (struct op){.d = d, .rq = rq, .handler = handler};
-	rq->state = o;
-	rq->state_free = op_free;
-	*ret = o;
 	return rq;
 }
 
@@ -338,36 +326,13 @@ static int op_send(drv_req_t *rq)
 /* Start rq; on failure it is freed and nothing runs. */
 static int op_start(drv_req_t *rq, drv_req_t **ret)
 {
-	int q = op_send(rq);
-
-	if (q < 0) {
-		drv_req_free(rq);
-		return q;
-	}
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
+	return drv_req_start(rq, op_send(rq), ret);
 }
 
 /* The server's ErrorResponse message, else the body's start, after "HTTP n". */
 static void describe(const struct http_response *resp, const char *what, char *buf, size_t len)
 {
-	_cleanup_json_ cJSON *j = resp->body_len && resp->body_len < SMALL_ANSWER * 4
-	                              ? cJSON_ParseWithLength(resp->body, resp->body_len)
-	                              : NULL;
-	const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
-	_cleanup_free_ char *msg = cJSON_IsString(m) ? text_dup(m->valuestring, 100) : NULL;
-	char base[96];
-
-	drv_describe(resp, base, sizeof(base));
-	if (msg)
-		snprintf(buf, len, "%s: %s: %s", what, base, msg);
-	else if (resp->body_len && !resp->error)
-		snprintf(buf, len, "%s: %s: %.*s", what, base, (int)MIN(resp->body_len, 80),
-		         resp->body);
-	else
-		snprintf(buf, len, "%s: %s", what, base);
+	drv_describe_message(resp, what, 100, buf, len);
 }
 
 int drv_conductor_token_parse(const char *body, size_t len, char **ret)
@@ -496,33 +461,6 @@ static void on_any(drv_req_t *rq, const struct http_response *resp)
 		return;
 	}
 	o->handler(rq, resp);
-}
-
-/* An answer that needs no request, given from the loop (never from inside
- * the call that started the operation). */
-static void deferred_answer(void *userdata)
-{
-	drv_req_t *rq = userdata;
-	struct op *o = rq->state;
-
-	o->deferred = false;
-	drv_req_answer(rq, &o->answer);
-}
-
-static int op_defer(drv_req_t *rq, drv_req_t **ret)
-{
-	struct op *o = rq->state;
-	int q = ev_defer(o->d->ev, deferred_answer, rq);
-
-	if (q < 0) {
-		drv_req_free(rq);
-		return q;
-	}
-	o->deferred = true;
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
 }
 
 /* ---------------------------------------------------------------- claim */
@@ -828,7 +766,6 @@ static int conductor_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb,
 		return -ENOMEM;
 	rq->claim_cb = cb;
 	*o = (struct op){.d = d,
-	                 .rq = rq,
 	                 .handler = on_claim,
 	                 .method = "GET",
 	                 .label = "poll",
@@ -1159,19 +1096,10 @@ static int conductor_log_append(drv_t *d, drv_run_t *run, uint64_t offset, const
 	q = log_take(run, offset, data, len);
 	if (q >= 0)
 		q = op_url(o, "/api/tasks/%s/log", run->task_id);
-	if (q >= 0 && (q = log_send_next(rq)) == 0) {
-		/* only a partial line so far: held, answered without a request */
-		o->answer = (struct drv_answer){.verdict = DRV_OK, .length = run->log_next};
-		return op_defer(rq, ret);
-	}
-	if (q < 0) {
-		drv_req_free(rq);
-		return q;
-	}
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
+	if (q >= 0 && (q = log_send_next(rq)) == 0) /* only a partial line so far: held */
+		return drv_req_defer(
+		    rq, &(struct drv_answer){.verdict = DRV_OK, .length = run->log_next}, ret);
+	return drv_req_start(rq, q, ret);
 }
 
 /* ---------------------------------------------------------------- complete */

@@ -99,16 +99,7 @@ static const char *native_run_lease_key(const drv_run_t *run)
  * it is freed and nothing runs. */
 static int start(drv_req_t *rq, const struct http_request *hr, drv_req_t **ret)
 {
-	int q = drv_http_send(rq, hr);
-
-	if (q < 0) {
-		drv_req_free(rq);
-		return q;
-	}
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
+	return drv_req_start(rq, drv_http_send(rq, hr), ret);
 }
 
 /* What one POST of a JSON body to base + path is made of. */

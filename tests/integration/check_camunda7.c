@@ -388,24 +388,69 @@ START_TEST(test_drain_finishes_runs_and_stops_fetching)
 }
 END_TEST
 
+/* Every lock of ours a stop gives back is unlocked once, and no unlock goes
+ * to a task we do not hold (the engine would answer 404).  The fetch left
+ * open at the stop is woken by our first unlock and may lock the task again
+ * for us (FetchAndLockHandlerImpl): that lock is unlocked too, so the task
+ * is fetched and unlocked as many times. */
+static void expect_each_lock_unlocked_once(const char *id)
+{
+	cJSON *t = tu_camunda7_task(E, id);
+	int unlocks = count_of(t, "unlock");
+
+	if (!streq(tu_jstr(t, "state"), "AVAILABLE") || unlocks != count_of(t, "fetched") ||
+	    tu_camunda7_stat(E, "unlock") != unlocks)
+		dump_log();
+	ck_assert_str_eq(tu_jstr(t, "state"), "AVAILABLE");
+	ck_assert_int_ge(unlocks, 1);
+	ck_assert_int_eq(unlocks, count_of(t, "fetched"));
+	ck_assert(tu_camunda7_stat(E, "unlock") == unlocks);
+	cJSON_Delete(t);
+}
+
 START_TEST(test_hard_stop_unlocks)
 {
 	_cleanup_free_ char *id = create("{\"topicName\":\"sleep\"}");
 	pid_t pid;
-	cJSON *t;
 
 	start_lessee("[worker]\nlease_ttl = 60s\n" SLEEPER(""), scripts);
 	pid = wait_pid_file(id);
 	ck_assert_int_eq(tu_lessee_quit(D), 0);
 	ck_assert(!tu_pid_alive(pid));
 	/* unlocked: available at once, not after its 60 s lock */
-	t = tu_camunda7_task(E, id);
-	ck_assert_str_eq(tu_jstr(t, "state"), "AVAILABLE");
-	/* the fetch open at the stop may lock it again at once: the worker lets
-	 * that fetch end and unlocks what it brought too */
-	ck_assert_int_ge(count_of(t, "unlock"), 1);
-	cJSON_Delete(t);
+	expect_each_lock_unlocked_once(id);
 	ck_assert_int_eq(fetch_as("other", "sleep"), 1);
+}
+END_TEST
+
+/* A run in flight, then SIGTERM: with drain_timeout over, or a second
+ * SIGTERM once draining, that is a hard stop. */
+static void term_with_run_in_flight(const char *worker, bool second_term)
+{
+	_cleanup_free_ char *id = create("{\"topicName\":\"sleep\"}");
+	pid_t pid;
+
+	start_lessee("[worker]\nlease_ttl = 60s\n%2$s\n" SLEEPER(""), scripts, worker);
+	pid = wait_pid_file(id);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	if (second_term) {
+		ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
+		ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	}
+	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
+	ck_assert(!tu_pid_alive(pid));
+	expect_each_lock_unlocked_once(id);
+}
+
+START_TEST(test_second_term_unlocks_each_lock_once)
+{
+	term_with_run_in_flight("", true);
+}
+END_TEST
+
+START_TEST(test_drain_timeout_unlocks_each_lock_once)
+{
+	term_with_run_in_flight("drain_timeout = 1s", false);
 }
 END_TEST
 
@@ -551,6 +596,8 @@ int main(void)
 	ADD(s, cancelled_process_kills_the_run);
 	ADD(s, drain_finishes_runs_and_stops_fetching);
 	ADD(s, hard_stop_unlocks);
+	ADD(s, second_term_unlocks_each_lock_once);
+	ADD(s, drain_timeout_unlocks_each_lock_once);
 	ADD(s, spool_delivered_at_restart);
 	ADD(s, breaker_leaves_a_topic_out);
 	ADD(s, basic_auth);
