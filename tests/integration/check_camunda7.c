@@ -565,6 +565,32 @@ START_TEST(test_basic_auth_refused)
 }
 END_TEST
 
+/* worker.prefetch with one slot: while a runs, b is fetched and locked ahead
+ * of a free slot; no slot frees within prefetch_hold, so b is unlocked for
+ * another worker (once: nothing more is locked ahead while the slot stays
+ * busy), and runs here when a has ended. */
+START_TEST(test_prefetch_locks_ahead_and_gives_back)
+{
+	_cleanup_free_ char *a = create("{\"topicName\":\"sleep\"}"), *b = NULL;
+	cJSON *t;
+
+	start_lessee("[worker]\nconcurrency = 1\nprefetch = 1\nprefetch_hold = 300ms\n" SLEEPER(
+	                 "SLEEP=3") "[workflow.ok]\ncommand = %1$s/ok.sh\n",
+	             scripts);
+	wait_pid_file(a);
+	b = create("{\"topicName\":\"ok\"}");
+	ck_assert_int_eq(
+	    tu_lessee_wait_log(D, "no slot came free within prefetch_hold", tu_timeout(20 * SEC)),
+	    0);
+	cJSON_Delete(wait_task(b, "AVAILABLE"));
+	t = wait_task(b, "COMPLETED");
+	ck_assert_int_eq(count_of(t, "unlock"), 1);
+	ck_assert_int_eq(count_of(t, "complete"), 1);
+	cJSON_Delete(t);
+	cJSON_Delete(wait_task(a, "COMPLETED"));
+}
+END_TEST
+
 /* One case per test, so CK_RUN_CASE=<name> runs one. */
 static TCase *one_case(const char *name)
 {
@@ -598,6 +624,7 @@ int main(void)
 	ADD(s, hard_stop_unlocks);
 	ADD(s, second_term_unlocks_each_lock_once);
 	ADD(s, drain_timeout_unlocks_each_lock_once);
+	ADD(s, prefetch_locks_ahead_and_gives_back);
 	ADD(s, spool_delivered_at_restart);
 	ADD(s, breaker_leaves_a_topic_out);
 	ADD(s, basic_auth);
