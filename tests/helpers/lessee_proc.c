@@ -360,6 +360,13 @@ char *tu_lessee_log(const struct tu_lessee *d)
 	return log;
 }
 
+void tu_lessee_dump_log(const struct tu_lessee *d)
+{
+	_cleanup_free_ char *log = d ? tu_lessee_log(d) : NULL;
+
+	fprintf(stderr, "---- lessee log ----\n%s---- end ----\n", log ? log : "");
+}
+
 int tu_lessee_wait_log(const struct tu_lessee *d, const char *needle, usec_t timeout)
 {
 	usec_t end = time_mono() + tu_timeout(timeout);

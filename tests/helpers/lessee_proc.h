@@ -59,6 +59,8 @@ pid_t tu_lessee_pid(const struct tu_lessee *d);
 const char *tu_lessee_dir(const struct tu_lessee *d);
 /* The daemon's log so far (free it). */
 char *tu_lessee_log(const struct tu_lessee *d);
+/* The daemon's log so far on stderr, for a failing test (d may be NULL). */
+void tu_lessee_dump_log(const struct tu_lessee *d);
 /* Wait until the log contains needle: 0 or -ETIMEDOUT. */
 int tu_lessee_wait_log(const struct tu_lessee *d, const char *needle, usec_t timeout);
 

@@ -403,6 +403,14 @@ int tu_lessor_json(const struct tu_lessor *l, const char *method, const char *pa
 	return tu_http_json(method, url, l->token, body_json, ret_status, ret_resp);
 }
 
+int tu_lessor_fault(const struct tu_lessor *l, const char *json)
+{
+	long status = 0;
+	int r = tu_lessor_json(l, "POST", "/v1/admin/faults", json, &status, NULL);
+
+	return r < 0 ? r : status == 200 ? 0 : -EIO;
+}
+
 char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json)
 {
 	cJSON *j = NULL;

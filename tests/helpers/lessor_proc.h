@@ -75,6 +75,8 @@ int tu_http_json(const char *method, const char *url, const char *token, const c
 /* Against a tu_lessor, path relative ("/v1/stats"), with its token. */
 int tu_lessor_json(const struct tu_lessor *l, const char *method, const char *path,
                    const char *body_json, long *ret_status, cJSON **ret_resp);
+/* Arms a fault (a lessor started with --enable-faults; docs/lessor.md). */
+int tu_lessor_fault(const struct tu_lessor *l, const char *json);
 
 /* POST /v1/runs: the new run's id (free it), NULL unless 201/200. */
 char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json);

@@ -102,13 +102,6 @@ static char *create(const char *json)
 	return id;
 }
 
-static void dump_log(void)
-{
-	_cleanup_free_ char *log = D ? tu_lessee_log(D) : NULL;
-
-	fprintf(stderr, "--- lessee log ---\n%s--- end ---\n", log ? log : "");
-}
-
 /* Until the task is in state: its view (free it). */
 static cJSON *wait_task(const char *id, const char *state)
 {
@@ -119,7 +112,7 @@ static cJSON *wait_task(const char *id, const char *state)
 		_cleanup_free_ char *s = now ? cJSON_Print(now) : NULL;
 
 		cJSON_Delete(now);
-		dump_log();
+		tu_lessee_dump_log(D);
 		ck_abort_msg("task %s never %s; it is %s", id, state, s ? s : "?");
 	}
 	return t;
@@ -131,7 +124,7 @@ static void expect_state(const char *id, const char *state)
 	const char *now = tu_jstr(t, "state");
 
 	if (!now || !streq(now, state)) {
-		dump_log();
+		tu_lessee_dump_log(D);
 		ck_abort_msg("task %s is %s, not %s", id, now ? now : "?", state);
 	}
 	cJSON_Delete(t);
@@ -400,7 +393,7 @@ static void expect_each_lock_unlocked_once(const char *id)
 
 	if (!streq(tu_jstr(t, "state"), "AVAILABLE") || unlocks != count_of(t, "fetched") ||
 	    tu_camunda7_stat(E, "unlock") != unlocks)
-		dump_log();
+		tu_lessee_dump_log(D);
 	ck_assert_str_eq(tu_jstr(t, "state"), "AVAILABLE");
 	ck_assert_int_ge(unlocks, 1);
 	ck_assert_int_eq(unlocks, count_of(t, "fetched"));

@@ -39,14 +39,6 @@ static void teardown(void)
 	L = tu_lessor_free(L);
 }
 
-static void fault(const char *json)
-{
-	long status = 0;
-
-	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults", json, &status, NULL), 0);
-	ck_assert_int_eq(status, 200);
-}
-
 static char *enqueue(void)
 {
 	char *id = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
@@ -67,13 +59,6 @@ static void start_lessee(const char *api_extra, const char *worker_extra)
 	         api_extra, worker_extra);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
-}
-
-static void dump_log(void)
-{
-	_cleanup_free_ char *log = tu_lessee_log(D);
-
-	fprintf(stderr, "---- lessee log ----\n%s---- end ----\n", log ? log : "");
 }
 
 /* lessee_api_requests_total of one endpoint, any code. */
@@ -114,7 +99,7 @@ START_TEST(test_completions_carry_claims)
 	claims = requests("claims");
 	aborted = tu_lessee_metric(D, "lessee_api_requests_total", "code", "aborted");
 	if (claims > 5 || aborted > 3)
-		dump_log();
+		tu_lessee_dump_log(D);
 	ck_assert_double_eq(completes, RUNS);
 	ck_assert_msg(claims <= 5, "%.0f claims for %d runs: completions carried no claim", claims,
 	              RUNS);
@@ -128,7 +113,8 @@ START_TEST(test_older_server_gets_claims)
 {
 	char *ids[10];
 
-	fault("{\"endpoint\":\"claims\",\"legacy\":true,\"count\":100000}");
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"claims\",\"legacy\":true,\"count\":100000}"), 0);
 	for (int i = 0; i < 10; i++)
 		ids[i] = enqueue();
 	start_lessee("", "");
@@ -151,7 +137,8 @@ START_TEST(test_lost_answer_claim_asked_again)
 	_cleanup_free_ char *a = NULL, *b = NULL;
 	cJSON *o;
 
-	fault("{\"endpoint\":\"complete\",\"lose_answer\":true,\"count\":1}");
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"complete\",\"lose_answer\":true,\"count\":1}"), 0);
 	a = enqueue();
 	b = enqueue();
 	start_lessee("", "");
@@ -173,7 +160,8 @@ START_TEST(test_drain_releases_carried_runs)
 	_cleanup_free_ char *a = NULL, *b = NULL, *body = NULL;
 	long status = 0;
 
-	fault("{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":2000}");
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":2000}"), 0);
 	a = enqueue();
 	start_lessee("request_timeout = 10s\n", "long_poll = 0\npoll_interval = 1min\n");
 	/* a's child is gone and its completion is out */
@@ -190,7 +178,7 @@ START_TEST(test_drain_releases_carried_runs)
 	ck_assert_int_eq(tu_lessee_wait(D, tu_timeout(30 * SEC)), 0);
 	ck_assert_int_eq(tu_lessor_wait_status(L, a, "succeeded", 0), 0);
 	if (tu_lessor_wait_status(L, b, "pending", 0) != 0)
-		dump_log();
+		tu_lessee_dump_log(D);
 	ck_assert_int_eq(tu_lessor_wait_status(L, b, "pending", 0), 0);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "releasing the run unstarted (draining)", 0), 0);
 }

@@ -45,14 +45,6 @@ static void teardown(void)
 	dir = NULL;
 }
 
-static void fault(const char *json)
-{
-	long status = 0;
-
-	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults", json, &status, NULL), 0);
-	ck_assert_int_eq(status, 200);
-}
-
 static char *enqueue(const char *workflow)
 {
 	_cleanup_free_ char *body = NULL;
@@ -81,13 +73,6 @@ static void start_lessee(const char *worker_extra)
 	    0);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
-}
-
-static void dump_log(void)
-{
-	_cleanup_free_ char *log = tu_lessee_log(D);
-
-	fprintf(stderr, "---- lessee log ----\n%s---- end ----\n", log ? log : "");
 }
 
 static bool ran(const char *id)
@@ -124,7 +109,7 @@ static void wait_ready(double n)
 
 	while (tu_lessee_metric(D, "lessee_runs_ready", NULL, NULL) != n) {
 		if (time_mono() >= end)
-			dump_log();
+			tu_lessee_dump_log(D);
 		ck_assert_msg(time_mono() < end, "never %.0f runs ready", n);
 		tu_sleep(20 * USEC_PER_MSEC);
 	}
@@ -143,12 +128,14 @@ START_TEST(test_next_starts_without_a_claim)
 	b = enqueue("ok");
 	start_lessee("prefetch_hold = 1min\n");
 	ck_assert_int_eq(tu_lessor_wait_status(L, b, "running", tu_timeout(20 * SEC)), 0);
-	fault("{\"endpoint\":\"claims\",\"count\":1000,\"delay_ms\":30000}");
-	fault("{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":30000}");
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"claims\",\"count\":1000,\"delay_ms\":30000}"), 0);
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":30000}"), 0);
 	open_gate();
 	ck_assert_int_eq(tu_lessor_wait_status(L, b, "succeeded", tu_timeout(20 * SEC)), 0);
 	if (!streq(status_of(a, st, sizeof(st)), "running"))
-		dump_log();
+		tu_lessee_dump_log(D);
 	ck_assert_str_eq(status_of(a, st, sizeof(st)), "running");
 	ck_assert(ran(b));
 }
