@@ -165,6 +165,8 @@ int lessor_h_stats(lessor_call *c)
 		cJSON_AddNumberToObject(so, "commits", (double)k.commits);
 		cJSON_AddNumberToObject(so, "writes", (double)k.writes);
 		cJSON_AddNumberToObject(so, "writes_waiting", (double)k.waiting);
+		cJSON_AddNumberToObject(so, "checkpoints", (double)k.checkpoints);
+		cJSON_AddNumberToObject(so, "checkpoints_inline", (double)k.checkpoints_inline);
 	}
 	return lessor_reply_json(c, 200, o);
 }

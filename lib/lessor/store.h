@@ -43,6 +43,8 @@ struct lessor_store_config {
 	bool caller_clock;           /* PostgreSQL: use `now` instead of the database's clock */
 	bool no_group_commit;        /* SQLite: one transaction per write (the old way, to
 	                              * measure against) instead of group commit */
+	unsigned checkpoint_frames;  /* SQLite: WAL frames that wake the checkpoint
+	                              * thread (0 = 1000, SQLite's own default) */
 };
 
 #define LESSOR_SCHEMA_VERSION 1
@@ -77,6 +79,8 @@ struct lessor_store_counters {
 	uint64_t commits;
 	uint64_t writes;
 	uint64_t waiting;
+	uint64_t checkpoints;        /* SQLite: WAL checkpoints by the checkpoint thread */
+	uint64_t checkpoints_inline; /* and by a writer, the thread having fallen behind */
 };
 void lessor_store_counters(lessor_store *s, struct lessor_store_counters *ret);
 

@@ -49,8 +49,14 @@ struct lessor_sqlite {
 	struct lessor_db_write *gc_queue, **gc_tail;
 	bool gc_leading;
 	/* counters (lessor_store_counters) */
-	atomic_uint_fast64_t commits, writes, waiting;
+	atomic_uint_fast64_t commits, writes, waiting, checkpoints, checkpoints_inline;
+	struct lessor_ckpt *ckpt; /* WAL checkpoints off the request path */
 };
+
+/* The checkpoint thread and its connection to path (store_sqlite_ckpt.c);
+ * stopped before the store's own connection closes. */
+int lessor_ckpt_start(lessor_sqlite *s, const char *path);
+void lessor_ckpt_stop(lessor_sqlite *s);
 
 /* Forgets every depth memo (under lock). */
 void lessor_db_forget_depths(lessor_sqlite *s);

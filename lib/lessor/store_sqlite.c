@@ -598,7 +598,10 @@ static void sqlite_counters(void *be, struct lessor_store_counters *ret)
 
 	*ret = (struct lessor_store_counters){.commits = atomic_load(&s->commits),
 	                                      .writes = atomic_load(&s->writes),
-	                                      .waiting = atomic_load(&s->waiting)};
+	                                      .waiting = atomic_load(&s->waiting),
+	                                      .checkpoints = atomic_load(&s->checkpoints),
+	                                      .checkpoints_inline =
+	                                          atomic_load(&s->checkpoints_inline)};
 }
 
 static int sqlite_open(const char *path, const struct lessor_store_config *cfg, void **ret)
@@ -626,6 +629,9 @@ static int sqlite_open(const char *path, const struct lessor_store_config *cfg, 
 	r = configure(s);
 	if (r < 0)
 		goto fail;
+	r = lessor_ckpt_start(s, path);
+	if (r < 0)
+		goto fail;
 	*ret = s;
 	return 0;
 fail:
@@ -639,6 +645,7 @@ static void sqlite_free(void *be)
 
 	if (!s)
 		return;
+	lessor_ckpt_stop(s);
 	for (size_t i = 0; i < s->n_stmts; i++)
 		sqlite3_finalize(s->stmts[i].st);
 	if (s->db)
