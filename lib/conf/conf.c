@@ -291,6 +291,7 @@ static void workflow_done(struct conf_workflow *wf)
 	for (size_t i = 0; i < conf_n_wf_keys; i++)
 		conf_value_free(&conf_wf_keys[i], wf);
 	wf->name = mfree(wf->name);
+	wf->spawn_env = strv_free(wf->spawn_env);
 }
 
 static void wf_state_done(struct wf_state *s)

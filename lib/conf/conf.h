@@ -130,6 +130,9 @@ struct conf_workflow {
 	usec_t retry_backoff;
 	usec_t retry_backoff_max;
 	bool local_variables;
+	/* lib/worker's cache, made at the workflow's first spawn: env over the
+	 * daemon's own allowed variables (exec_env_build), freed with the conf */
+	char **spawn_env;
 };
 
 struct conf {

@@ -101,6 +101,10 @@ bool exec_env_forbidden(const char *name);
  * systemd protocol variable is -EPERM, an entry without '=' -EINVAL).
  * NAME=value strings, NULL-terminated; free with strv_free(). */
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret);
+/* The same over a base already built (exec_env_build), without copying: a
+ * NULL-terminated array of pointers into base and extra, which must outlive
+ * it; free the array alone with free().  extra as above. */
+int exec_env_overlay(char *const *base, char *const *extra, char ***ret);
 
 /* The dispositions the children reset (every signal ignored or caught here)
  * are learnt at the first spawn: a program that ignores or catches a signal

@@ -124,6 +124,39 @@ static int env_set(char ***env, const char *assignment)
 	return 0;
 }
 
+int exec_env_overlay(char *const *base, char *const *extra, char ***ret)
+{
+	size_t nb = 0, ne = 0, n;
+	char **env;
+
+	while (base && base[nb])
+		nb++;
+	while (extra && extra[ne])
+		ne++;
+	env = calloc(nb + ne + 1, sizeof(char *));
+	if (!env)
+		return -ENOMEM;
+	if (nb)
+		memcpy(env, base, nb * sizeof(char *));
+	n = nb;
+	for (size_t i = 0; i < ne; i++) {
+		size_t len = name_len(extra[i]);
+		char **slot;
+
+		if (!is_assignment(extra[i], len) || is_systemd_var(extra[i], len)) {
+			free(env);
+			return is_assignment(extra[i], len) ? -EPERM : -EINVAL;
+		}
+		slot = env_find(env, extra[i], len);
+		if (slot)
+			*slot = extra[i];
+		else
+			env[n++] = extra[i];
+	}
+	*ret = env;
+	return 0;
+}
+
 int exec_env_build(char *const *from, const char *const *allow, char *const *extra, char ***ret)
 {
 	_cleanup_(strv_freep) char **env = NULL;

@@ -410,18 +410,32 @@ static int env_pushf(char ***v, const char *fmt, ...)
 
 static usec_t run_timeout(const struct run *r);
 
-/* The workflow's variables, then the run's LESSEE_* ones; exec adds the allowlist. */
-static int build_env(struct run *r, char ***ret)
+/* The daemon's allowed variables with the workflow's over them: made at the
+ * workflow's first spawn and kept with its configuration. */
+static char *const *workflow_env(const struct conf_workflow *wf, int *ret_err)
 {
-	_cleanup_(strv_freep) char **extra = strv_copy(r->wf->env);
+	struct conf_workflow *cache = (struct conf_workflow *)(uintptr_t)wf; /* the loop's own */
+
+	*ret_err = 0;
+	if (!cache->spawn_env)
+		*ret_err = exec_env_build(NULL, NULL, wf->env, &cache->spawn_env);
+	return cache->spawn_env;
+}
+
+/* The run's own variables (the driver's, then LESSEE_*), strings of its own
+ * in *ret_own (strv_free), set over the workflow's in *ret (free() alone). */
+static int build_env(struct run *r, char ***ret, char ***ret_own)
+{
+	_cleanup_(strv_freep) char **extra = strv_copy(r->env);
 	usec_t timeout = run_timeout(r);
+	char *const *base;
 	int q;
 
 	if (!extra)
 		return -ENOMEM;
-	for (size_t i = 0; r->env && r->env[i]; i++)
-		if ((q = strv_extend(&extra, r->env[i])) < 0)
-			return q;
+	base = workflow_env(r->wf, &q);
+	if (q < 0)
+		return q;
 	if ((q = env_pushf(&extra, "LESSEE_RUN_ID=%s", r->id)) < 0 ||
 	    (q = env_pushf(&extra, "LESSEE_WORKFLOW=%s", r->workflow)) < 0 ||
 	    (q = env_pushf(&extra, "LESSEE_ATTEMPT=%u", r->attempt)) < 0 ||
@@ -432,7 +446,10 @@ static int build_env(struct run *r, char ***ret)
 	if (timeout != USEC_INFINITY &&
 	    (q = env_pushf(&extra, "LESSEE_DEADLINE_MS=%" PRIu64, timeout / USEC_PER_MSEC)) < 0)
 		return q;
-	return exec_env_build(NULL, NULL, extra, ret);
+	if ((q = exec_env_overlay(base, extra, ret)) < 0)
+		return q;
+	*ret_own = TAKE_PTR(extra);
+	return 0;
 }
 
 /* What the run asks for: the API's timeout_s, else the workflow's own, else
@@ -599,7 +616,8 @@ static int spawn(struct run *r, const char **step)
 {
 	char input[PATH_MAX];
 	_cleanup_close_ int in = -1;
-	char **env = NULL;
+	_cleanup_free_ char **env = NULL;
+	_cleanup_(strv_freep) char **own = NULL;
 	usec_t timeout = run_timeout(r);
 	struct exec_spec spec = {
 		.path = r->wf->argv[0],
@@ -620,7 +638,7 @@ static int spawn(struct run *r, const char **step)
 	if ((in = write_input(r, input)) < 0)
 		return in;
 	*step = "environment";
-	if ((q = build_env(r, &env)) < 0)
+	if ((q = build_env(r, &env, &own)) < 0)
 		return q;
 	spec.envp = env;
 	spec.stdin_fd = in;
@@ -628,7 +646,6 @@ static int spawn(struct run *r, const char **step)
 	spec.cgroup = run_cgroup(r);
 	*step = NULL;
 	q = exec_spawn(r->h->ev, &spec, on_output, on_exit_cb, r, &r->proc, step);
-	strv_free(env);
 	if (q >= 0 && timeout != USEC_INFINITY) {
 		log_timeout_cap(r);
 		ev_timer_arm(r->timer, timeout);

@@ -229,6 +229,31 @@ START_TEST(test_env_build)
 	ck_assert_int_eq(exec_env_build(from, NULL, (char *[]){"=x", NULL}, &env), -EINVAL);
 	ck_assert_ptr_null(env);
 
+	/* over a base built once: the same environment, no string copied */
+	{
+		char **base = NULL, **over = NULL;
+		char *first[] = {"FOO=1", "HOME=/run/x", NULL};
+		char *then[] = {"LESSEE_RUN_ID=r1", "FOO=2", NULL};
+
+		ck_assert_int_eq(exec_env_build(from, NULL, first, &base), 0);
+		ck_assert_int_eq(exec_env_build(from, NULL, extra, &env), 0);
+		ck_assert_int_eq(exec_env_overlay(base, then, &over), 0);
+		ck_assert_int_eq(strv_length(over), strv_length(env));
+		for (size_t i = 0; env[i]; i++)
+			ck_assert_str_eq(over[i], env[i]);
+		ck_assert_ptr_eq(over[0], base[0]);
+		ck_assert_ptr_eq(over[5], then[1]);
+		free(over);
+		env = strv_free(env);
+		ck_assert_int_eq(
+		    exec_env_overlay(base, (char *[]){"NOTIFY_SOCKET=/x", NULL}, &over), -EPERM);
+		ck_assert_int_eq(exec_env_overlay(base, (char *[]){"=x", NULL}, &over), -EINVAL);
+		ck_assert_int_eq(exec_env_overlay(NULL, NULL, &over), 0);
+		ck_assert_ptr_null(over[0]);
+		free(over);
+		strv_free(base);
+	}
+
 	ck_assert(exec_env_forbidden("NOTIFY_SOCKET"));
 	ck_assert(exec_env_forbidden("WATCHDOG_USEC=1"));
 	ck_assert(exec_env_forbidden("LESSEE_ANYTHING"));
@@ -716,7 +741,7 @@ START_TEST(test_output_pause)
 	for (int i = 0; i < 10; i++)
 		ck_assert_int_ge(ev_run_once(e, 50 * USEC_PER_MSEC), 0);
 	ck_assert_uint_eq(r.bytes[1], seen); /* nothing read while paused */
-	ck_assert(exec_running(r.p));          /* the writer waits on the pipe */
+	ck_assert(exec_running(r.p));        /* the writer waits on the pipe */
 	ck_assert_uint_lt(seen, 4194304);
 	ck_assert_int_eq(exec_output_pause(r.p, false), 0);
 	RUN_UNTIL(e, r.exits == 1, WAIT_LONG);
