@@ -820,6 +820,23 @@ static struct run *ready_next(struct claimer *w)
 	return NULL;
 }
 
+/* Runs claimed ahead whose workflow's breaker opened while they waited go
+ * back, as those a claim brings for a blocked workflow do. */
+static void release_blocked_ready(struct claimer *w)
+{
+	struct run *r, *next;
+
+	for (r = w->p.table->ready_head; r; r = next) {
+		struct breaker *b = claimer_breaker(w, r->workflow);
+
+		next = r->ready_next;
+		if (b && breaker_allows(b))
+			continue;
+		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
+		run_dispatch(r, RE_RELEASE);
+	}
+}
+
 /* Slots that came free go to the runs claimed ahead, oldest first; a slot
  * seen free lets runs be claimed ahead again. */
 static void start_ready(struct claimer *w)
@@ -833,6 +850,7 @@ static void start_ready(struct claimer *w)
 	if (!t->ready || !w->p.ops->running(w->p.host) || !w->p.ops->may_start(w->p.host))
 		return;
 	w->in_arrival = true; /* no claim from inside a run's transition */
+	release_blocked_ready(w);
 	for (unsigned n = t->ready; n > 0 && t->running < slots && (r = ready_next(w)); n--) {
 		snprintf(r->note, sizeof(r->note), "a slot came free");
 		run_dispatch(r, start_or_wait(w, r));

@@ -246,8 +246,8 @@ static void release_claims(void)
 	claim_hold = 0;
 	for (size_t i = 0; i < ELEMENTSOF(held_claims); i++)
 		if (held_claims[i]) {
-			ck_assert_int_eq(ev_defer(held_claims[i]->ev, claim_deliver, held_claims[i]),
-			                 0);
+			ck_assert_int_eq(
+			    ev_defer(held_claims[i]->ev, claim_deliver, held_claims[i]), 0);
 			held_claims[i] = NULL;
 		}
 }
@@ -1028,7 +1028,8 @@ static void queue_start(const char *worker_extra, unsigned runs)
 	                          "[worker]\nrun_dir = %1$s/run\nspool_dir = %1$s/spool\n"
 	                          "long_poll = 0\npoll_interval = 10ms\n"
 	                          "lease_ttl = 60s\nlease_refresh = 20s\n%2$s\n"
-	                          "[workflow.say]\ncommand = %1$s/say.sh\n",
+	                          "[workflow.say]\ncommand = %1$s/say.sh\n"
+	                          "[workflow.sleep]\ncommand = %1$s/sleep.sh\n",
 	                          dir, worker_extra),
 	                 0);
 	ck_assert_int_eq(write_file_atomic(path, text, strlen(text), 0644), 0);
@@ -1134,6 +1135,33 @@ START_TEST(test_prefetch)
 }
 END_TEST
 
+/* A run claimed ahead of its slot whose workflow's breaker opened while it
+ * waited is given back (blocked_workflow) at once, and is not started when
+ * the slot frees. */
+START_TEST(test_prefetch_breaker)
+{
+	grant_wf = "sleep";
+	queue_start("concurrency = 1\nprefetch = 1\nprefetch_hold = 1min", 2);
+	STEP_UNTIL(T.running == 1 && T.ready == 1);
+	for (int i = 0; i < 5; i++)
+		(void)breaker_record(&B, true, ev_now(E));
+	ck_assert(!breaker_allows(&B));
+	actions[0] = '\0';
+	claim_kick(CL); /* as the worker does when a breaker changes */
+	ck_assert_uint_eq(T.ready, 0);
+	for (struct run *r = T.head; r; r = r->next)
+		if (r->state == RUN_RUNNING)
+			run_dispatch(r, RE_CANCEL);
+	STEP_UNTIL(T.ready == 0 && T.running == 0);
+	step(200 * MSEC);
+	ck_assert_uint_eq(T.running, 0);
+	ck_assert_uint_eq(running_max, 1);
+	ck_assert_msg(strstr(actions, "release"), "actions: %s", actions);
+	grant_wf = "say";
+	queue_finish();
+}
+END_TEST
+
 /* A full reporting queue (a dead API) stops claims; a completion answered
  * makes room for one more run. */
 START_TEST(test_reporting_queue_full)
@@ -1194,8 +1222,7 @@ START_TEST(test_claim_ahead_stop)
 	STEP_UNTIL(!claimer_busy(CL) && T.n == 0);
 	ck_assert_uint_eq(T.running, 0);
 	ck_assert_msg(strstr(actions, "release"), "actions: %s", actions);
-	ck_assert_msg(!strstr(actions, "complete"), "a run claimed ahead was started: %s",
-	              actions);
+	ck_assert_msg(!strstr(actions, "complete"), "a run claimed ahead was started: %s", actions);
 	queue_finish();
 }
 END_TEST
@@ -1223,6 +1250,7 @@ int main(void)
 	tcase_add_test(tq, test_slot_free_while_reporting);
 	tcase_add_test(tq, test_reporting_queue_full);
 	tcase_add_test(tq, test_prefetch);
+	tcase_add_test(tq, test_prefetch_breaker);
 	tcase_add_test(tq, test_claim_ahead);
 	tcase_add_test(tq, test_claim_ahead_stop);
 	suite_add_tcase(s, tq);
