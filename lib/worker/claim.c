@@ -125,13 +125,16 @@ static bool prefetch_on(const struct claimer *w)
 
 /* Runs a claim may bring beyond the free slots, to wait for one: none while
  * the reporting queue is full, nor after a hold ran out (the runs are long
- * enough that a run claimed ahead only waits) until a slot is seen free. */
+ * enough that a run claimed ahead only waits) until a slot is seen free, nor
+ * while the API says nothing else is pending (queue_depth 0): a run enqueued
+ * then goes to a worker with a free slot, not to wait here. */
 static unsigned ready_room(const struct claimer *w)
 {
 	const struct run_table *t = w->p.table;
 	unsigned want = claimer_conf(w)->worker.prefetch;
 
-	if (!prefetch_on(w) || w->ready_idle || !w->p.ops->running(w->p.host) ||
+	if (!prefetch_on(w) || w->ready_idle || w->queue_depth == 0 ||
+	    !w->p.ops->running(w->p.host) ||
 	    t->reporting >= conf_max_reporting(&claimer_conf(w)->worker))
 		return 0;
 	return want > t->ready ? want - t->ready : 0;

@@ -188,6 +188,27 @@ START_TEST(test_hold_gives_back_once)
 }
 END_TEST
 
+/* The API said nothing else was pending (queue_depth 0): a run enqueued
+ * while the only slot is busy is not claimed ahead here, where it would
+ * wait, but left to a worker with a free slot.  Once the slot frees it runs
+ * here. */
+START_TEST(test_empty_queue_not_claimed_ahead)
+{
+	_cleanup_free_ char *a = NULL, *b = NULL;
+
+	a = enqueue("gate");
+	start_lessee("prefetch_hold = 1min\n");
+	ck_assert_int_eq(tu_lessor_wait_status(L, a, "running", tu_timeout(20 * SEC)), 0);
+	b = enqueue("ok");
+	/* the property is over time: a claim parked for it would take it at once */
+	tu_sleep(1000 * USEC_PER_MSEC);
+	ck_assert_int_eq(tu_lessor_wait_status(L, b, "pending", 0), 0);
+	ck_assert_double_eq(tu_lessee_metric(D, "lessee_runs_ready", NULL, NULL), 0);
+	open_gate();
+	ck_assert_int_eq(tu_lessor_wait_status(L, b, "succeeded", tu_timeout(20 * SEC)), 0);
+}
+END_TEST
+
 /* A cancel of the run claimed ahead reaches it through the claim that stays
  * open for cancels: reported cancelled, never started. */
 START_TEST(test_cancel_ready)
@@ -221,6 +242,7 @@ int main(void)
 	tcase_add_test(tc, test_drain_gives_back_ready);
 	tcase_add_test(tc, test_hold_gives_back_once);
 	tcase_add_test(tc, test_cancel_ready);
+	tcase_add_test(tc, test_empty_queue_not_claimed_ahead);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
