@@ -7,6 +7,8 @@
  *   CHAOS_RUNS [3000]      runs enqueued, spread over the first 3/4 of the window
  *   CHAOS_WINDOW [600]     seconds of faults
  *   CHAOS_CONCURRENCY [8]  runs per daemon
+ *   CHAOS_PREFETCH [0]     runs each daemon claims ahead of a free slot
+ *                          (worker.prefetch; they wait there at most 1 s)
  *   CHAOS_LINE_US [10000]  pause unit between two output lines of a job (20..200
  *                          lines, 1..6 units each: 0.2 s to 12 s, 4 s on average)
  *   CHAOS_KILL_GRACE [2s]  lessee's kill_grace (lease_ttl is 6s, its margin 1s)
@@ -53,7 +55,7 @@
 #define MAX_ATTEMPTS 3
 
 struct chaos_cfg {
-	unsigned runs, window_s, concurrency, line_us, settle_s, seed;
+	unsigned runs, window_s, concurrency, prefetch, line_us, settle_s, seed;
 	const char *kill_grace;
 	bool keep;
 };
@@ -137,12 +139,12 @@ static int start_lessee(struct chaos *c, int i)
 	_cleanup_free_ char *conf = NULL, *job = tu_aux_bin("ledger");
 
 	if (!job || asprintf(&conf,
-	                     "[worker]\nid = chaos-%d\nconcurrency = %u\nlease_ttl = %ds\n"
-	                     "kill_grace = %s\n"
+	                     "[worker]\nid = chaos-%d\nconcurrency = %u\nprefetch = %u\n"
+	                     "lease_ttl = %ds\nkill_grace = %s\n"
 	                     "[log]\nlevel = info\n"
 	                     "[workflow.chaos]\ncommand = %s %s %s %u\n",
-	                     i, c->cfg.concurrency, LEASE_TTL_S, c->cfg.kill_grace, job, c->ledger,
-	                     c->locks, c->cfg.line_us) < 0)
+	                     i, c->cfg.concurrency, c->cfg.prefetch, LEASE_TTL_S, c->cfg.kill_grace,
+	                     job, c->ledger, c->locks, c->cfg.line_us) < 0)
 		return -ENOMEM;
 	return tu_lessee_start(&(struct tu_lessee_opts){.lessor = c->lessor, .conf = conf},
 	                       &c->d[i]);
@@ -941,6 +943,7 @@ int main(void)
 	    .cfg = {.runs = env_uint("CHAOS_RUNS", 3000),
 	            .window_s = env_uint("CHAOS_WINDOW", 600),
 	            .concurrency = env_uint("CHAOS_CONCURRENCY", 8),
+	            .prefetch = env_uint("CHAOS_PREFETCH", 0),
 	            .line_us = env_uint("CHAOS_LINE_US", 10000),
 	            .settle_s = env_uint("CHAOS_SETTLE", 300),
 	            .seed = env_uint("CHAOS_SEED", 1),
@@ -954,9 +957,9 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	c.rng = chaos_mix(c.cfg.seed ? c.cfg.seed : 1);
-	printf("chaos: runs=%u window=%us concurrency=%u x %d daemons, lease_ttl=%ds, "
-	       "kill_grace=%s, seed=%u, backend=%s\n",
-	       c.cfg.runs, c.cfg.window_s, c.cfg.concurrency, NDAEMONS, LEASE_TTL_S,
+	printf("chaos: runs=%u window=%us concurrency=%u x %d daemons, prefetch=%u, "
+	       "lease_ttl=%ds, kill_grace=%s, seed=%u, backend=%s\n",
+	       c.cfg.runs, c.cfg.window_s, c.cfg.concurrency, NDAEMONS, c.cfg.prefetch, LEASE_TTL_S,
 	       c.cfg.kill_grace, c.cfg.seed,
 	       getenv("LESSEE_IO_BACKEND") ? getenv("LESSEE_IO_BACKEND") : "auto");
 	if (!log_check_self_test()) {
