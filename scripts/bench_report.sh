@@ -32,18 +32,21 @@ die() {
 
 # e2e's stdout -> TSV rows: runs/s (floor beside), cpu per run per width,
 # and the daemon's RSS idle and with N sleeping runs.  lessor there runs
-# with --synchronous normal.
+# with --synchronous normal.  $1: the system's name (the default run's, with
+# lib/exec's rows and the RSS line; another, e.g. with --prefetch and
+# --no-rss, has only its own rows).
 parse_e2e() {
-	awk -F '[ \t]+' -v OFS='\t' '
+	awk -F '[ \t]+' -v OFS='\t' -v name="${1:-}" '
+	BEGIN { main = name == ""; sys = main ? "lessee + lessor (normal)" : name }
 	function bad(why) { print "bench-report: e2e output: " why ": " $0 > "/dev/stderr"; err = 1; exit 1 }
 	/^slots +lessee run\/s +cpu us\/run +floor run\/s +exec run\/s +vs floor +vs exec( +lessor us\/r)?$/ { intable = 1; next }
 	intable && NF == 0 { intable = 0; next }
 	intable {
 		if ((NF != 7 && NF != 8) || $1 !~ /^[0-9]+$/) bad("unexpected row in the throughput table")
-		sys = "lessee + lessor (normal)"
 		print "e2e", sys, $1, "runs_per_s", $2, $4, ($4 > 0 ? sprintf("%.4f", $2 / $4) : "-")
 		print "e2e", sys, $1, "cpu_us_per_run", $3, "-", "-"
-		print "e2e", "lib/exec on the loop", $1, "runs_per_s", $5, $4, ($4 > 0 ? sprintf("%.4f", $5 / $4) : "-")
+		if (main)
+			print "e2e", "lib/exec on the loop", $1, "runs_per_s", $5, $4, ($4 > 0 ? sprintf("%.4f", $5 / $4) : "-")
 		rows++
 		next
 	}
@@ -60,7 +63,7 @@ parse_e2e() {
 	END {
 		if (err) exit 1
 		if (rows == 0) { print "bench-report: e2e output: no throughput table" > "/dev/stderr"; exit 1 }
-		if (!rss) { print "bench-report: e2e output: no RSS line" > "/dev/stderr"; exit 1 }
+		if (main && !rss) { print "bench-report: e2e output: no RSS line" > "/dev/stderr"; exit 1 }
 	}'
 }
 
@@ -92,6 +95,8 @@ md_peers() {
 		row("Camunda 7 official JS client ³", "camunda7_peers", "Camunda 7 official JS client", 16,
 			"camunda7_peers|Camunda 7 official JS client|16|peak_rss_kib")
 		row("lessee + lessor (`normal`), 1 slot ¹", "e2e", "lessee + lessor (normal)", 1, "-")
+		row("lessee + lessor (`normal`), 1 slot, `prefetch = 1` ¹", "e2e",
+			"lessee + lessor (normal), prefetch 1", 1, "-")
 		row("graphile-worker on PostgreSQL ⁴", "graphile_peers", "graphile-worker on PostgreSQL", 16,
 			"graphile_peers|graphile-worker on PostgreSQL|16|peak_rss_kib")
 	}' "$1"
@@ -191,6 +196,7 @@ fi
 } >"$OUT/machine.tsv"
 {
 	printf 'e2e %s\tRUNS ROUNDS CONCURRENT_SLEEPS, widths 1, 16, 64\n' "$E2E"
+	printf 'e2e --no-rss --prefetch 1 --widths 1 %s\tthe same at one slot, worker.prefetch = 1\n' "$E2E"
 	printf 'latency %s\tsamples one at a time, 16 slots, lessor --synchronous full; RSS steps\n' "$LAT"
 	printf 'spawn_scale %s\trepetitions, N children alive at once\n' "$SPAWN"
 	printf 'conductor_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
@@ -215,9 +221,12 @@ B=$BUILD/bench
 # shellcheck disable=SC2086 # the parameter lists are words
 {
 	run e2e "$B/e2e" $E2E
+	# one slot with a run claimed ahead (worker.prefetch, off by default)
+	run e2e_prefetch "$B/e2e" --no-rss --prefetch 1 --widths 1 $E2E
 	{
 		printf 'bench\tsystem\tslots\tmetric\tmedian\tfloor\tratio\n'
 		parse_e2e <"$OUT/e2e.txt"
+		parse_e2e "lessee + lessor (normal), prefetch 1" <"$OUT/e2e_prefetch.txt"
 	} >"$OUT/e2e.tsv"
 	run latency "$B/latency" $LAT --tsv "$OUT/latency.tsv" --cdf "$OUT/latency.cdf"
 	run spawn_scale "$B/spawn_scale" $SPAWN --only posix_spawn,io_uring,epoll \
