@@ -28,9 +28,9 @@ struct lessor_ckpt {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool wanted, stop, thread_started;
-	bool busy; /* the thread is checkpointing: no new request until it is done
-	            * and a writer caught up, or the two would keep each other from
-	            * restarting the WAL */
+	bool busy;            /* the thread is checkpointing: no new request until it is done
+	                       * and a writer caught up, or the two would keep each other from
+	                       * restarting the WAL */
 	atomic_bool catch_up; /* the thread checkpointed: a writer copies the rest */
 	int frames;           /* a checkpoint is asked for at this many WAL frames */
 	bool failed_logged;

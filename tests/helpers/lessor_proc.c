@@ -427,6 +427,15 @@ char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json)
 	return out;
 }
 
+char *tu_lessor_enqueue_one(const struct tu_lessor *l, const char *workflow)
+{
+	_cleanup_free_ char *body = NULL;
+
+	if (asprintf(&body, "{\"workflow\":\"%s\",\"max_attempts\":1}", workflow) < 0)
+		return NULL;
+	return tu_lessor_enqueue(l, body);
+}
+
 cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id)
 {
 	char path[256];

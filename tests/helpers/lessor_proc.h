@@ -80,6 +80,8 @@ int tu_lessor_fault(const struct tu_lessor *l, const char *json);
 
 /* POST /v1/runs: the new run's id (free it), NULL unless 201/200. */
 char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json);
+/* One run of workflow, max_attempts 1: its id, NULL on failure. */
+char *tu_lessor_enqueue_one(const struct tu_lessor *l, const char *workflow);
 /* GET /v1/runs/{id}, NULL unless 200. */
 cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id);
 /* Poll GET /v1/runs/{id} until its status is `status`: 0 or -ETIMEDOUT. */
