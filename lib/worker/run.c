@@ -1074,6 +1074,7 @@ static enum run_state act_start(struct run *r)
 	const char *step = NULL;
 	int q;
 
+	ev_timer_disarm(r->timer); /* a READY run's hold; spawn arms the timeout */
 	r->started_at = ev_now(r->h->ev);
 	b = r->h->ops->breaker(r->h->host, r->workflow);
 	if (b)
@@ -1105,12 +1106,6 @@ static enum run_state act_ready(struct run *r)
 {
 	ev_timer_arm(r->timer, run_conf(r)->worker.prefetch_hold);
 	return RUN_READY;
-}
-
-static enum run_state act_start_ready(struct run *r)
-{
-	ev_timer_disarm(r->timer);
-	return act_start(r);
 }
 
 /* The hold passed and no slot came free: someone else may run it sooner. */
@@ -1329,99 +1324,94 @@ static enum run_state act_abandon(struct run *r)
 }
 
 /* Every cell that is not NULL; check_worker steps each one.  RE_RENEW,
- * RE_DEADLINE and RE_ABANDON reach every live state. */
+ * RE_DEADLINE and RE_ABANDON reach every live state.  One row per state,
+ * one cell per line, as written (not clang-format's layout). */
+/* clang-format off */
 static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
-    [RUN_CLAIMED] =
-        {
-            [RE_START] = act_start,
-            [RE_REJECT] = act_reject,
-            [RE_RELEASE] = act_release,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_WAIT] = act_wait,
-            [RE_READY] = act_ready,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_deadline_lost,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_READY] =
-        {
-            [RE_START] = act_start_ready,
-            [RE_WAIT] = act_wait,
-            [RE_RELEASE] = act_release,
-            [RE_TIMER] = act_ready_expired,
-            [RE_CANCEL] = act_cancel_waiting,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_stop_waiting,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_deadline_lost,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_WAITING] =
-        {
-            [RE_START] = act_start,
-            [RE_RELEASE] = act_release,
-            [RE_CANCEL] = act_cancel_waiting,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_stop_waiting,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_deadline_lost,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_RUNNING] =
-        {
-            [RE_EXITED] = act_exited,
-            [RE_TIMER] = act_timer_running,
-            [RE_CANCEL] = act_cancel,
-            [RE_LEASE_LOST] = act_lost_running,
-            [RE_HARD_STOP] = act_stop_running,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_deadline_lost,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_KILLING] =
-        {
-            [RE_EXITED] = act_killed,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost_killing,
-            [RE_HARD_STOP] = act_stop_killing,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_deadline_lost,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_FLUSHING] =
-        {
-            [RE_LOG_FLUSHED] = act_flushed,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_spool,
-            [RE_TIMER] = act_flush_bound,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_offer,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_REPORTING] =
-        {
-            [RE_REPORTED] = act_done,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_spool,
-            [RE_TIMER] = act_resend,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_offer,
-            [RE_ABANDON] = act_abandon,
-        },
-    [RUN_RELEASING] =
-        {
-            [RE_RELEASED] = act_done,
-            [RE_CANCEL] = act_ignore,
-            [RE_LEASE_LOST] = act_lost,
-            [RE_HARD_STOP] = act_ignore,
-            [RE_TIMER] = act_release_send,
-            [RE_RENEW] = act_renew,
-            [RE_DEADLINE] = act_deadline_lost,
-            [RE_ABANDON] = act_abandon,
-        },
+	[RUN_CLAIMED] = {
+		[RE_START] = act_start,
+		[RE_REJECT] = act_reject,
+		[RE_RELEASE] = act_release,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_WAIT] = act_wait,
+		[RE_READY] = act_ready,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_READY] = {
+		[RE_START] = act_start,
+		[RE_WAIT] = act_wait,
+		[RE_RELEASE] = act_release,
+		[RE_TIMER] = act_ready_expired,
+		[RE_CANCEL] = act_cancel_waiting,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_stop_waiting,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_WAITING] = {
+		[RE_START] = act_start,
+		[RE_RELEASE] = act_release,
+		[RE_CANCEL] = act_cancel_waiting,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_stop_waiting,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_RUNNING] = {
+		[RE_EXITED] = act_exited,
+		[RE_TIMER] = act_timer_running,
+		[RE_CANCEL] = act_cancel,
+		[RE_LEASE_LOST] = act_lost_running,
+		[RE_HARD_STOP] = act_stop_running,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_KILLING] = {
+		[RE_EXITED] = act_killed,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost_killing,
+		[RE_HARD_STOP] = act_stop_killing,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_FLUSHING] = {
+		[RE_LOG_FLUSHED] = act_flushed,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_spool,
+		[RE_TIMER] = act_flush_bound,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_offer,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_REPORTING] = {
+		[RE_REPORTED] = act_done,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_spool,
+		[RE_TIMER] = act_resend,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_offer,
+		[RE_ABANDON] = act_abandon,
+	},
+	[RUN_RELEASING] = {
+		[RE_RELEASED] = act_done,
+		[RE_CANCEL] = act_ignore,
+		[RE_LEASE_LOST] = act_lost,
+		[RE_HARD_STOP] = act_ignore,
+		[RE_TIMER] = act_release_send,
+		[RE_RENEW] = act_renew,
+		[RE_DEADLINE] = act_deadline_lost,
+		[RE_ABANDON] = act_abandon,
+	},
 };
+/* clang-format on */
 
 bool run_cell(enum run_state s, enum run_event ev)
 {
