@@ -90,6 +90,14 @@ static struct breaker *claimer_breaker(const struct claimer *cl, const char *wor
 	return cl->p.ops->breaker(cl->p.host, workflow);
 }
 
+/* The workflow is configured and its failure breaker lets a run in now. */
+static bool workflow_open(const struct claimer *cl, const char *workflow)
+{
+	struct breaker *b = claimer_breaker(cl, workflow);
+
+	return b && breaker_allows(b);
+}
+
 /* Runs a claim may bring now: the execution slots no run holds, none while the
  * reporting queue is full (a dead API stops claims), and never so many that
  * more than concurrency + max_reporting runs would be held at once. */
@@ -172,10 +180,9 @@ static char **claimable_workflows(struct claimer *w, unsigned *ret_room)
 	unsigned room = 0;
 
 	for (size_t i = 0; v && i < c->n_workflows; i++) {
-		struct breaker *b = claimer_breaker(w, c->workflows[i].name);
 		unsigned f = wf_free_slots(w, &c->workflows[i]);
 
-		if (!b || !breaker_allows(b) || f == 0)
+		if (!workflow_open(w, c->workflows[i].name) || f == 0)
 			continue;
 		room = f > UINT_MAX - room ? UINT_MAX : room + f;
 		if (strv_extend(&v, c->workflows[i].name) < 0)
@@ -668,10 +675,9 @@ static void claim_kick_lanes(struct claimer *w)
 		return;
 	for (size_t i = 0; i < c->n_workflows; i++) {
 		const struct conf_workflow *wf = &c->workflows[i];
-		struct breaker *b = claimer_breaker(w, wf->name);
 		struct claim_lane *l = lane_get(w, wf->name);
 
-		if (b && l && !l->req && breaker_allows(b) && wf_free_slots(w, wf) > 0)
+		if (l && !l->req && workflow_open(w, wf->name) && wf_free_slots(w, wf) > 0)
 			cand[n++] = wf;
 	}
 	for (unsigned k = 0, first = n ? w->lane_rr++ % n : 0; k < n && avail > 0; k++) {
@@ -830,10 +836,8 @@ static void release_blocked_ready(struct claimer *w)
 	struct run *r, *next;
 
 	for (r = w->p.table->ready_head; r; r = next) {
-		struct breaker *b = claimer_breaker(w, r->workflow);
-
 		next = r->ready_next;
-		if (b && breaker_allows(b))
+		if (workflow_open(w, r->workflow))
 			continue;
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		run_dispatch(r, RE_RELEASE);
@@ -941,8 +945,6 @@ void claim_stop(struct claimer *w)
 /* What to do with one run the API handed us. */
 static enum run_event triage(struct claimer *w, struct run *r)
 {
-	struct breaker *b;
-
 	if (r->reject_reason)
 		return RE_REJECT;
 	if (!w->p.ops->running(w->p.host)) {
@@ -953,8 +955,7 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		r->release_reason = DRV_RELEASE_UNSUPPORTED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	b = claimer_breaker(w, r->workflow);
-	if (!b || !breaker_allows(b)) {
+	if (!workflow_open(w, r->workflow)) {
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
