@@ -9,9 +9,9 @@
  * start only at a write that finds it all copied, which writers coming all the
  * time would never let happen: so the next writer after the thread's
  * checkpoint copies the few frames written meanwhile itself, a short pause
- * instead of the whole copy.  Should the
- * thread fall far behind (a very slow disk), the writer checkpoints itself, as
- * SQLite did, so the WAL stays bounded. */
+ * instead of the whole copy.  Should the thread fall far behind (a very slow
+ * disk), the writer checkpoints itself, as SQLite did, so the WAL stays
+ * bounded. */
 #include <errno.h>
 #include <stdlib.h>
 
