@@ -89,6 +89,14 @@ int lessor_h_renew_batch(lessor_call *c);
 int lessor_h_log_append(lessor_call *c);
 int lessor_h_complete(lessor_call *c);
 int lessor_h_release(lessor_call *c);
+/* lessor_store_enqueue, handed over in the same transaction to the claim
+ * parked longest that can take the run (lessor_waiters_adopt): that claim
+ * is answered with it without another commit.  When no claim was parked,
+ * or the one handed the enqueue took another run, the run wakes the parked
+ * claims as before.  (api_worker.c: it knows the claims' state.) */
+int lessor_enqueue_hand_off(lessor_call *c, const struct lessor_enqueue *e,
+                            char id[LESSOR_RUN_ID_MAX], bool *ret_created);
+
 /* handlers: api_admin.c */
 int lessor_h_enqueue(lessor_call *c);
 int lessor_h_list(lessor_call *c);

@@ -72,9 +72,7 @@ int lessor_h_enqueue(lessor_call *c)
 	}
 	e.input_json = input;
 	e.tags = tags;
-	r = lessor_store_enqueue(c->api->store, &e, lessor_now_ms(), id, &created);
-	if (r >= 0 && created)
-		lessor_waiters_wake(c->api->waiters, e.workflow, tags);
+	r = lessor_enqueue_hand_off(c, &e, id, &created);
 	strv_free(tags);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);

@@ -27,6 +27,11 @@ struct claim_state {
 	bool has_held;
 	char **held_ids, **held_tokens;
 	size_t n_held;
+	/* a run handed over by an enqueue while parked: the claim it made for
+	 * this call (handed_r < 0: the store error it met) */
+	bool handed;
+	int handed_r;
+	struct lessor_claim_result handed_res;
 };
 
 static void claim_state_free(void *p)
@@ -41,6 +46,7 @@ static void claim_state_free(void *p)
 	free(cs->tags_json);
 	strv_free(cs->held_ids);
 	strv_free(cs->held_tokens);
+	lessor_claim_result_done(&cs->handed_res);
 	free(cs);
 }
 
@@ -218,6 +224,26 @@ static int claim_reply(lessor_call *c, struct lessor_claim_result *res, char **c
 	return lessor_reply_json(c, 200, claim_json(c->state, res, cancels));
 }
 
+/* The runs of this look: the claim an enqueue made for it, or its own. */
+static int claim_runs(lessor_call *c, struct claim_state *cs, struct lessor_claim_result *res)
+{
+	int r;
+
+	if (cs->handed) {
+		cs->handed = false;
+		*res = cs->handed_res;
+		cs->handed_res = (struct lessor_claim_result){0};
+		return cs->handed_r;
+	}
+	if (cs->req.max_runs == 0)
+		return 0;
+	cs->req.record_worker = !cs->recorded;
+	r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), res);
+	if (r >= 0)
+		cs->recorded = true;
+	return r;
+}
+
 /* One look for runs (none for a claim of max_runs 0) and for the held runs'
  * cancels; LESSOR_CALL_REPLY when answered, 0 when there is nothing yet. */
 static int claim_once(lessor_call *c, struct claim_state *cs)
@@ -229,14 +255,10 @@ static int claim_once(lessor_call *c, struct claim_state *cs)
 	if (cs->has_held && (r = lessor_store_cancels(c->api->store, cs->held_ids, cs->held_tokens,
 	                                              cs->n_held, lessor_now_ms(), &cancels)) < 0)
 		return lessor_reply_store_error(c, r);
-	if (cs->req.max_runs > 0) {
-		cs->req.record_worker = !cs->recorded;
-		r = lessor_store_claim(c->api->store, &cs->req, lessor_now_ms(), &res);
-		if (r < 0) {
-			strv_free(cancels);
-			return lessor_reply_store_error(c, r); /* -EEXIST: another worker's */
-		}
-		cs->recorded = true;
+	r = claim_runs(c, cs, &res);
+	if (r < 0) {
+		strv_free(cancels);
+		return lessor_reply_store_error(c, r); /* -EEXIST: another worker's */
 	}
 	if (res.n_runs > 0 || res.replay || res.cancelled || (cancels && cancels[0]) ||
 	    time_mono() >= cs->deadline)
@@ -274,6 +296,58 @@ int lessor_h_claim(lessor_call *c)
 		if (r == -ESHUTDOWN)
 			return claim_reply(c, &none, NULL);
 	}
+}
+
+/* ---- the hand-off of a new run to a parked claim ---- */
+
+static bool granted(const struct lessor_claim_result *res, const char *id)
+{
+	for (size_t i = 0; i < res->n_runs; i++)
+		if (streq(res->runs[i].id, id))
+			return true;
+	return false;
+}
+
+/* The claim of the adopted waiter x made with the enqueue e: true when it
+ * was granted the new run.  x's call is suspended and ours until resumed. */
+static int enqueue_into(lessor_call *c, const struct lessor_enqueue *e, struct lessor_waiter *x,
+                        char id[LESSOR_RUN_ID_MAX], bool *ret_created, bool *ret_taken)
+{
+	struct claim_state *cs = container_of(x, lessor_call, waiter)->state;
+	int claim_r, r;
+
+	cs->req.record_worker = !cs->recorded;
+	r = lessor_store_enqueue_claim(c->api->store, e, &cs->req, lessor_now_ms(), id, ret_created,
+	                               &claim_r, &cs->handed_res);
+	*ret_taken = false;
+	if (r < 0 || claim_r == -EALREADY)
+		return r; /* no claim made: x looks again */
+	cs->handed = true;
+	cs->handed_r = claim_r;
+	if (claim_r >= 0) {
+		cs->recorded = true;
+		*ret_taken = granted(&cs->handed_res, id);
+	}
+	return r;
+}
+
+int lessor_enqueue_hand_off(lessor_call *c, const struct lessor_enqueue *e,
+                            char id[LESSOR_RUN_ID_MAX], bool *ret_created)
+{
+	lessor_waiters *w = c->api->waiters;
+	struct lessor_waiter *x = lessor_waiters_adopt(w, e->workflow, e->tags);
+	bool taken = false;
+	int r;
+
+	if (x)
+		r = enqueue_into(c, e, x, id, ret_created, &taken);
+	else
+		r = lessor_store_enqueue(c->api->store, e, lessor_now_ms(), id, ret_created);
+	if (r >= 0 && *ret_created && !taken)
+		lessor_waiters_wake(w, e->workflow, e->tags);
+	if (x)
+		lessor_waiters_resume(x);
+	return r;
 }
 
 static int released_reply(lessor_call *c, unsigned released)

@@ -28,6 +28,12 @@ struct lessor_store_backend {
 	               char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created);
 	int (*claim)(void *be, const struct lessor_claim_req *req, int64_t now,
 	             struct lessor_claim_result *ret);
+	/* enqueue, then the claim next in the same transaction (one commit);
+	 * NULL: lessor_store_enqueue_claim makes them two */
+	int (*enqueue_claim)(void *be, const struct lessor_enqueue *e,
+	                     const struct lessor_claim_req *next, int64_t now,
+	                     char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created, int *ret_claim_r,
+	                     struct lessor_claim_result *ret_claim);
 	int (*claim_cancel)(void *be, const char *claim_id, int64_t now, unsigned *ret_released);
 	int (*renew)(void *be, const char *id, const char *token, unsigned ttl_s, int64_t now,
 	             bool *ret_cancel_requested);

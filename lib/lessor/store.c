@@ -92,6 +92,23 @@ int lessor_store_enqueue(lessor_store *s, const struct lessor_enqueue *e, int64_
 	return s->be->enqueue(s->impl, e, now, ret_id, ret_created);
 }
 
+int lessor_store_enqueue_claim(lessor_store *s, const struct lessor_enqueue *e,
+                               const struct lessor_claim_req *next, int64_t now,
+                               char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created, int *ret_claim_r,
+                               struct lessor_claim_result *ret_claim)
+{
+	int r;
+
+	if (s->be->enqueue_claim)
+		return s->be->enqueue_claim(s->impl, e, next, now, ret_id, ret_created, ret_claim_r,
+		                            ret_claim);
+	r = s->be->enqueue(s->impl, e, now, ret_id, ret_created);
+	if (r >= 0)
+		*ret_claim_r =
+		    *ret_created ? s->be->claim(s->impl, next, now, ret_claim) : -EALREADY;
+	return r;
+}
+
 int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int64_t now,
                        struct lessor_claim_result *ret)
 {

@@ -134,6 +134,19 @@ int lessor_store_claim(lessor_store *s, const struct lessor_claim_req *req, int6
                        struct lessor_claim_result *ret);
 void lessor_claim_result_done(struct lessor_claim_result *r);
 
+/* lessor_store_enqueue, then (when it created the run) lessor_store_claim
+ * of next, committed together where the backend can (SQLite: one
+ * transaction, one fsync), the claim in a savepoint of its own: the hand-off
+ * of a new run to a claim that was waiting for it.  Returns the enqueue's
+ * result: < 0, nothing written and nothing claimed; >= 0, the run stands,
+ * *ret_claim_r is the claim's (0 with *ret_claim filled, or < 0 as
+ * lessor_store_claim fails, nothing claimed; -EALREADY when no run was
+ * created, so no claim was made). */
+int lessor_store_enqueue_claim(lessor_store *s, const struct lessor_enqueue *e,
+                               const struct lessor_claim_req *next, int64_t now,
+                               char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created, int *ret_claim_r,
+                               struct lessor_claim_result *ret_claim);
+
 /* Releases every run granted to claim_id whose lease was never renewed and
  * marks the claim cancelled, so no later request with that id grants anything. */
 int lessor_store_claim_cancel(lessor_store *s, const char *claim_id, int64_t now,

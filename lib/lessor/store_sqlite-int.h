@@ -104,6 +104,10 @@ int lessor_sqlite_renew_batch(void *be, struct lessor_renewal *v, size_t n, unsi
                               int64_t now);
 int lessor_sqlite_append_log(void *be, const char *id, const char *token, uint64_t start,
                              const void *data, size_t len, int64_t now, uint64_t *ret_length);
+int lessor_sqlite_enqueue_claim(void *be, const struct lessor_enqueue *e,
+                                const struct lessor_claim_req *next, int64_t now,
+                                char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created, int *ret_claim_r,
+                                struct lessor_claim_result *ret_claim);
 int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_completion *in,
                                  const struct lessor_claim_req *next, int64_t now,
                                  const char **ret_run_status, int *ret_claim_r,

@@ -922,6 +922,52 @@ int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_c
 	return 0;
 }
 
+/* ---- enqueue and the claim it is handed to ---- */
+
+struct enqueue_claim_ctx {
+	struct enqueue_ctx run;
+	struct claim_ctx next;
+	int claim_r;
+};
+
+static int enqueue_claim_tx(lessor_sqlite *s, void *userdata)
+{
+	struct enqueue_claim_ctx *c = userdata;
+	bool lost;
+	int r = enqueue_tx(s, &c->run);
+
+	if (r < 0 || !c->run.created)
+		return r;
+	c->claim_r = lessor_db_nested(s, claim_tx, &c->next, &lost);
+	if (c->claim_r >= 0)
+		c->claim_r = c->next.answer;
+	if (c->claim_r < 0)
+		lessor_claim_result_done(c->next.res);
+	return lost ? c->claim_r : 0;
+}
+
+int lessor_sqlite_enqueue_claim(void *be, const struct lessor_enqueue *e,
+                                const struct lessor_claim_req *next, int64_t now,
+                                char ret_id[LESSOR_RUN_ID_MAX], bool *ret_created, int *ret_claim_r,
+                                struct lessor_claim_result *ret_claim)
+{
+	struct lessor_claim_result res = {0};
+	struct enqueue_claim_ctx c = {.run = {.e = e, .now = now},
+	                              .next = {.req = next, .now = now, .res = &res},
+	                              .claim_r = -EALREADY};
+	int r = lessor_db_tx(be, true, enqueue_claim_tx, &c);
+
+	if (r < 0) {
+		lessor_claim_result_done(&res);
+		return r;
+	}
+	lessor_run_id_format(ret_id, c.run.seq);
+	*ret_created = c.run.created;
+	*ret_claim_r = c.claim_r;
+	*ret_claim = res;
+	return 0;
+}
+
 /* ---- release ---- */
 
 struct release_ctx {

@@ -192,6 +192,32 @@ void lessor_waiters_wake(lessor_waiters *w, const char *workflow, char *const *t
 	resume_matching(w, match_run, &d, true, true, false);
 }
 
+struct lessor_waiter *lessor_waiters_adopt(lessor_waiters *w, const char *workflow,
+                                           char *const *tags)
+{
+	struct run_desc d = {workflow, tags};
+	struct lessor_waiter *found = NULL;
+
+	pthread_mutex_lock(&w->lock);
+	/* parked at the head: the last match is the oldest */
+	for (struct lessor_waiter *x = w->head; x; x = x->next)
+		if (match_run(x, &d))
+			found = x;
+	if (found && !w->shutdown)
+		unlink_waiter(w, found);
+	else
+		found = NULL;
+	pthread_mutex_unlock(&w->lock);
+	return found;
+}
+
+void lessor_waiters_resume(struct lessor_waiter *x)
+{
+	x->woken = true;
+	x->gone = false;
+	x->resume(x->userdata);
+}
+
 static bool match_held(const struct lessor_waiter *x, const void *arg)
 {
 	return x->claim && x->held && strv_contains(x->held, arg);

@@ -56,6 +56,15 @@ int lessor_waiters_park(lessor_waiters *w, struct lessor_waiter *x, uint64_t see
 /* A run of `workflow` needing `tags` became claimable: resume every claim
  * waiter that could take it.  workflow NULL: resume every claim waiter. */
 void lessor_waiters_wake(lessor_waiters *w, const char *workflow, char *const *tags);
+/* The hand-off: unlinks, without resuming, the claim waiter parked longest
+ * that could take a run of `workflow` needing `tags`, or returns NULL.  The
+ * caller owns it until it passes it to lessor_waiters_resume(); neither a
+ * wake, its deadline, a hang-up nor the shutdown resumes it meanwhile.  No
+ * wake is recorded: the caller grants the run to it, or wakes as usual. */
+struct lessor_waiter *lessor_waiters_adopt(lessor_waiters *w, const char *workflow,
+                                           char *const *tags);
+/* Resumes x (adopted), woken. */
+void lessor_waiters_resume(struct lessor_waiter *x);
 /* The run `id` was asked to cancel: resume the claim waiters that hold it. */
 void lessor_waiters_wake_cancel(lessor_waiters *w, const char *id);
 /* Resume the claim waiters of claim_id (the claim was cancelled). */

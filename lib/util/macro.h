@@ -1,6 +1,8 @@
 /* Small helpers every module uses: cleanup attributes, ownership hand-over, sizes. */
 #pragma once
 
+#include <stddef.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,6 +14,8 @@
 #define _unused_ __attribute__((unused))
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
 #define _cleanup_(f) __attribute__((cleanup(f)))
+/* The struct of type `type` whose member `member` ptr points to. */
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 #define _warn_unused_ __attribute__((warn_unused_result))
 
 static inline void freep(void *p)

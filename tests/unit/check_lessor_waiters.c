@@ -72,6 +72,45 @@ START_TEST(test_wake_matches_workflow_and_tags)
 }
 END_TEST
 
+/* The hand-off takes the matching claim parked longest, out of every wake,
+ * deadline and shutdown until the taker resumes it. */
+START_TEST(test_adopt_oldest_match)
+{
+	lessor_waiters *w = lessor_waiters_new();
+	struct fake_conn a = {0}, b = {0}, c = {0}, none = {0};
+	struct lessor_waiter xa, xb, xc, xnone;
+	uint64_t gen;
+
+	claim_waiter(&xa, &a, build, NULL, "a");
+	claim_waiter(&xb, &b, NULL, NULL, "b");
+	claim_waiter(&xc, &c, NULL, NULL, "c");
+	claim_waiter(&xnone, &none, NULL, NULL, "none");
+	xnone.no_runs = true;
+	ck_assert_int_eq(lessor_waiters_park(w, &xnone, lessor_waiters_gen(w), on_suspend, &none),
+	                 0);
+	ck_assert_int_eq(lessor_waiters_park(w, &xa, lessor_waiters_gen(w), on_suspend, &a), 0);
+	ck_assert_int_eq(lessor_waiters_park(w, &xb, lessor_waiters_gen(w), on_suspend, &b), 0);
+	ck_assert_int_eq(lessor_waiters_park(w, &xc, lessor_waiters_gen(w), on_suspend, &c), 0);
+	gen = lessor_waiters_gen(w);
+	/* deploy: a takes only build, the claim for no runs takes none: b */
+	ck_assert_ptr_eq(lessor_waiters_adopt(w, "deploy", NULL), &xb);
+	ck_assert_uint_eq(lessor_waiters_count(w), 3);
+	ck_assert_uint_eq(lessor_waiters_gen(w), gen); /* no wake recorded */
+	ck_assert_ptr_eq(lessor_waiters_adopt(w, "build", NULL), &xa);
+	ck_assert_ptr_null(lessor_waiters_adopt(w, "build", gpu)); /* c has no tag gpu */
+	lessor_waiters_wake(w, NULL, NULL);
+	lessor_waiters_shutdown(w);
+	ck_assert_int_eq(a.resumed + b.resumed, 0); /* theirs to resume */
+	ck_assert_int_eq(c.resumed + none.resumed, 2);
+	ck_assert_ptr_null(lessor_waiters_adopt(w, NULL, NULL));
+	lessor_waiters_resume(&xa);
+	lessor_waiters_resume(&xb);
+	ck_assert_int_eq(a.resumed + b.resumed, 2);
+	ck_assert(xa.woken && xb.woken);
+	lessor_waiters_free(w);
+}
+END_TEST
+
 START_TEST(test_no_lost_wakeup)
 {
 	lessor_waiters *w = lessor_waiters_new();
@@ -197,6 +236,7 @@ static Suite *suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_wake_matches_workflow_and_tags);
+	tcase_add_test(tc, test_adopt_oldest_match);
 	tcase_add_test(tc, test_no_lost_wakeup);
 	tcase_add_test(tc, test_deadlines_and_shutdown);
 	tcase_add_test(tc, test_sleep_and_kick);
