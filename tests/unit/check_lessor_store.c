@@ -189,6 +189,50 @@ START_TEST(test_schema_and_lock)
 }
 END_TEST
 
+static int page_size_of(const char *file)
+{
+	sqlite3 *db;
+	sqlite3_stmt *q;
+	int n;
+
+	ck_assert_int_eq(sqlite3_open(file, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &q, NULL), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
+	n = sqlite3_column_int(q, 0);
+	sqlite3_finalize(q);
+	sqlite3_close(db);
+	return n;
+}
+
+/* A new database gets 1 KiB pages: a run's transitions dirty a dozen pages,
+ * each written whole to the WAL per commit (docs/lessor.md).  A database
+ * made with other pages keeps them and works as before. */
+START_TEST(test_page_size)
+{
+	_cleanup_free_ char *old = NULL;
+	struct lessor_claim_result r;
+	sqlite3 *db;
+
+	st = lessor_store_free(st);
+	ck_assert_int_eq(page_size_of(path), 1024);
+	ck_assert_int_ge(asprintf(&old, "%s/old.db", dir), 0);
+	ck_assert_int_eq(sqlite3_open(old, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db,
+	                              "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;"
+	                              " CREATE TABLE t (x); DROP TABLE t;",
+	                              NULL, NULL, NULL),
+	                 SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(lessor_store_open(old, &cfg, &st), 0);
+	free(enqueue("w"));
+	r = claim("c", 1, T0);
+	ck_assert_uint_eq(r.n_runs, 1);
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st);
+	ck_assert_int_eq(page_size_of(old), 4096);
+}
+END_TEST
+
 START_TEST(test_enqueue_and_idempotency_key)
 {
 	char *tags[] = {"gpu", "region:eu", NULL};
@@ -1244,6 +1288,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_schema_and_lock);
+	tcase_add_test(tc, test_page_size);
 	add_shared(tc);
 	suite_add_tcase(s, tc);
 	if (!pg)
