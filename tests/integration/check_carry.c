@@ -86,6 +86,11 @@ START_TEST(test_completions_carry_claims)
 {
 	char *ids[RUNS];
 	double claims, completes, aborted;
+	/* Under valgrind a completion's answer can outlast the carry patience
+	 * (25 ms): a claim ahead then takes the slot and the carried run goes
+	 * back unstarted, one claim more each time (stop 22's note).  Without
+	 * carrying there would be one claim per run either way. */
+	double bound = getenv("LESSEE_WRAP") ? RUNS / 3 : 5;
 
 	for (int i = 0; i < RUNS; i++)
 		ids[i] = enqueue();
@@ -98,11 +103,11 @@ START_TEST(test_completions_carry_claims)
 	completes = requests("complete");
 	claims = requests("claims");
 	aborted = tu_lessee_metric(D, "lessee_api_requests_total", "code", "aborted");
-	if (claims > 5 || aborted > 3)
+	if (claims > bound || aborted > 3)
 		tu_lessee_dump_log(D);
 	ck_assert_double_eq(completes, RUNS);
-	ck_assert_msg(claims <= 5, "%.0f claims for %d runs: completions carried no claim", claims,
-	              RUNS);
+	ck_assert_msg(claims <= bound, "%.0f claims for %d runs: completions carried no claim",
+	              claims, RUNS);
 	ck_assert_msg(aborted <= 3, "%.0f requests given up for %d runs", aborted, RUNS);
 }
 END_TEST
