@@ -16,6 +16,7 @@ struct lessor_api {
 	lessor_waiters *waiters;
 	pthread_mutex_t tokens_lock; /* tokens is replaced on SIGHUP */
 	lessor_tokens *tokens;
+	uint64_t tokens_gen; /* one more at each replacement */
 	size_t max_body;
 	lessor_faults *faults; /* NULL unless --enable-faults */
 };
@@ -36,6 +37,7 @@ struct lessor_call {
 	char *method, *path;
 	const struct lessor_route *route;
 	struct lessor_principal who; /* set before the handler runs */
+	uint64_t tokens_gen;         /* the api's tokens_gen when `who` was found */
 	char arg[LESSOR_ARG_MAX];
 	char allow[48];
 	const char *body;
@@ -71,6 +73,11 @@ unsigned lessor_store_error_answer(int r, const char **ret_code, const char **re
 /* Parks the call until woken or c->waiter.deadline: 0 parked, -EAGAIN (a wake
  * happened since seen_gen: look again), -ESHUTDOWN. */
 int lessor_call_park(lessor_call *c, uint64_t seen_gen);
+
+/* False when the tokens were replaced since c was authenticated: a parked
+ * call is then authenticated again when it runs (a revoked token gets 401),
+ * and must not be handed anything before that. */
+bool lessor_call_auth_current(lessor_call *c);
 
 /* A named worker token may touch only the runs whose lease (lease_token)
  * was granted to it: 0 when the caller may go on, else LESSOR_CALL_REPLY

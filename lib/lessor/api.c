@@ -80,6 +80,7 @@ void lessor_api_set_tokens(lessor_api *a, lessor_tokens *t)
 	pthread_mutex_lock(&a->tokens_lock);
 	old = a->tokens;
 	a->tokens = t;
+	a->tokens_gen++;
 	pthread_mutex_unlock(&a->tokens_lock);
 	lessor_tokens_free(old);
 }
@@ -310,7 +311,18 @@ static void authenticate(lessor_call *c)
 {
 	pthread_mutex_lock(&c->api->tokens_lock);
 	lessor_tokens_check(c->api->tokens, bearer(c), &c->who);
+	c->tokens_gen = c->api->tokens_gen;
 	pthread_mutex_unlock(&c->api->tokens_lock);
+}
+
+bool lessor_call_auth_current(lessor_call *c)
+{
+	bool current;
+
+	pthread_mutex_lock(&c->api->tokens_lock);
+	current = c->tokens_gen == c->api->tokens_gen;
+	pthread_mutex_unlock(&c->api->tokens_lock);
+	return current;
 }
 
 /* The worker endpoints; every other one but the public ones is the admin API. */

@@ -339,7 +339,7 @@ int lessor_enqueue_hand_off(lessor_call *c, const struct lessor_enqueue *e,
 	bool taken = false;
 	int r;
 
-	if (x)
+	if (x && lessor_call_auth_current(container_of(x, lessor_call, waiter)))
 		r = enqueue_into(c, e, x, id, ret_created, &taken);
 	else
 		r = lessor_store_enqueue(c->api->store, e, lessor_now_ms(), id, ret_created);
