@@ -876,6 +876,24 @@ int lessor_sqlite_complete(void *be, const char *id, const struct lessor_complet
 	return 0;
 }
 
+/* ---- a claim riding on another write ---- */
+
+/* The claim next in a savepoint of its own, after the write it rides on (a
+ * completion, an enqueue): *ret_claim_r is its result (its grants freed when
+ * < 0).  Returns < 0 only when that took the whole transaction with it. */
+static int claim_in_savepoint(lessor_sqlite *s, struct claim_ctx *next, int *ret_claim_r)
+{
+	bool lost;
+	int r = lessor_db_nested(s, claim_tx, next, &lost);
+
+	if (r >= 0)
+		r = next->answer;
+	if (r < 0)
+		lessor_claim_result_done(next->res);
+	*ret_claim_r = r;
+	return lost ? r : 0;
+}
+
 /* ---- complete and the claim of its "next" ---- */
 
 struct complete_claim_ctx {
@@ -887,17 +905,11 @@ struct complete_claim_ctx {
 static int complete_claim_tx(lessor_sqlite *s, void *userdata)
 {
 	struct complete_claim_ctx *c = userdata;
-	bool lost;
 	int r = complete_tx(s, &c->done);
 
 	if (r < 0 || c->done.answer < 0)
 		return r;
-	c->claim_r = lessor_db_nested(s, claim_tx, &c->next, &lost);
-	if (c->claim_r >= 0)
-		c->claim_r = c->next.answer;
-	if (c->claim_r < 0)
-		lessor_claim_result_done(c->next.res);
-	return lost ? c->claim_r : 0;
+	return claim_in_savepoint(s, &c->next, &c->claim_r);
 }
 
 int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_completion *in,
@@ -933,17 +945,11 @@ struct enqueue_claim_ctx {
 static int enqueue_claim_tx(lessor_sqlite *s, void *userdata)
 {
 	struct enqueue_claim_ctx *c = userdata;
-	bool lost;
 	int r = enqueue_tx(s, &c->run);
 
 	if (r < 0 || !c->run.created)
 		return r;
-	c->claim_r = lessor_db_nested(s, claim_tx, &c->next, &lost);
-	if (c->claim_r >= 0)
-		c->claim_r = c->next.answer;
-	if (c->claim_r < 0)
-		lessor_claim_result_done(c->next.res);
-	return lost ? c->claim_r : 0;
+	return claim_in_savepoint(s, &c->next, &c->claim_r);
 }
 
 int lessor_sqlite_enqueue_claim(void *be, const struct lessor_enqueue *e,

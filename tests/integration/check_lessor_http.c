@@ -402,21 +402,29 @@ START_TEST(test_enqueue_hands_run_to_parked_claim)
 }
 END_TEST
 
+/* A long poll of one run, 30 s, by `worker` */
+#define CLAIM_OF(id, worker)                                                                       \
+	"{\"claim_id\":\"" id "\",\"worker_id\":\"" worker "\",\"max_runs\":1,"                    \
+	"\"lease_ttl_s\":30,\"wait_s\":30}"
+
+/* a parked, then b: a has been parked longer */
+static void park_two(struct poller *a, pthread_t *ta, struct poller *b, pthread_t *tb)
+{
+	ck_assert_int_eq(pthread_create(ta, NULL, poller_main, a), 0);
+	wait_parked(1);
+	ck_assert_int_eq(pthread_create(tb, NULL, poller_main, b), 0);
+	wait_parked(2);
+}
+
 /* The hand-off goes to the claim parked longest; the others stay parked. */
 START_TEST(test_hand_off_oldest_claim_first)
 {
-	struct poller a = {.body = "{\"claim_id\":\"a\",\"worker_id\":\"w1\",\"max_runs\":1,"
-	                           "\"lease_ttl_s\":30,\"wait_s\":30}"},
-	              b = {.body = "{\"claim_id\":\"b\",\"worker_id\":\"w2\",\"max_runs\":1,"
-	                           "\"lease_ttl_s\":30,\"wait_s\":30}"};
+	struct poller a = {.body = CLAIM_OF("a", "w1")}, b = {.body = CLAIM_OF("b", "w2")};
 	_cleanup_free_ char *first = NULL, *second = NULL;
 	pthread_t ta, tb;
 
 	start_with(NULL, (char *[]){"--tick", "1h", NULL});
-	ck_assert_int_eq(pthread_create(&ta, NULL, poller_main, &a), 0);
-	wait_parked(1);
-	ck_assert_int_eq(pthread_create(&tb, NULL, poller_main, &b), 0);
-	wait_parked(2);
+	park_two(&a, &ta, &b, &tb);
 	first = enqueue("{\"workflow\":\"w\"}");
 	pthread_join(ta, NULL);
 	ck_assert_str_eq(first_run_id(a.resp), first);
@@ -434,10 +442,7 @@ END_TEST
  * the other parked claims as before, and is not left waiting for a deadline. */
 START_TEST(test_hand_off_of_another_run_wakes_the_rest)
 {
-	struct poller a = {.body = "{\"claim_id\":\"a\",\"worker_id\":\"w1\",\"max_runs\":1,"
-	                           "\"lease_ttl_s\":30,\"wait_s\":30}"},
-	              b = {.body = "{\"claim_id\":\"b\",\"worker_id\":\"w2\",\"max_runs\":1,"
-	                           "\"lease_ttl_s\":30,\"wait_s\":30}"};
+	struct poller a = {.body = CLAIM_OF("a", "w1")}, b = {.body = CLAIM_OF("b", "w2")};
 	_cleanup_free_ char *old = NULL, *tok = NULL, *path = NULL, *body = NULL, *fresh = NULL;
 	pthread_t ta, tb;
 	usec_t enqueued;
@@ -451,10 +456,7 @@ START_TEST(test_hand_off_of_another_run_wakes_the_rest)
 	path = tu_fmt("/v1/runs/%s/release", old);
 	body = tu_fmt("{\"token\":\"%s\",\"reason\":\"shutdown\",\"delay_s\":1}", tok);
 	req0("POST", path, body, 200);
-	ck_assert_int_eq(pthread_create(&ta, NULL, poller_main, &a), 0);
-	wait_parked(1);
-	ck_assert_int_eq(pthread_create(&tb, NULL, poller_main, &b), 0);
-	wait_parked(2);
+	park_two(&a, &ta, &b, &tb);
 	/* the release delay is the property: let it run out, nobody woken */
 	tu_sleep(1200 * USEC_PER_MSEC);
 	enqueued = time_mono();
