@@ -308,8 +308,9 @@ static bool granted(const struct lessor_claim_result *res, const char *id)
 	return false;
 }
 
-/* The claim of the adopted waiter x made with the enqueue e: true when it
- * was granted the new run.  x's call is suspended and ours until resumed. */
+/* The enqueue e, with the claim of the adopted waiter x in its transaction:
+ * as lessor_store_enqueue, and *ret_taken true when that claim was granted
+ * the new run.  x's call is suspended, and ours until resumed. */
 static int enqueue_into(lessor_call *c, const struct lessor_enqueue *e, struct lessor_waiter *x,
                         char id[LESSOR_RUN_ID_MAX], bool *ret_created, bool *ret_taken)
 {
