@@ -61,6 +61,10 @@ void lessor_ckpt_stop(lessor_sqlite *s);
 /* Forgets every depth memo (under lock). */
 void lessor_db_forget_depths(lessor_sqlite *s);
 
+/* The SQL of the migration from schema version from, or NULL (for tests that
+ * build an older database). */
+const char *lessor_sqlite_migration_sql(unsigned from);
+
 /* Maps a SQLite result to -errno, logging SQLite's own message (it exists only here). */
 int lessor_db_error(lessor_sqlite *s, int rc, const char *sql);
 

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "lessor/store.h"
+#include "lessor/store_sqlite-int.h"
 #include "jsonutil.h"
 #include "lessor_proc.h"
 #include "pg_proc.h"
@@ -230,6 +231,162 @@ START_TEST(test_page_size)
 	lessor_claim_result_done(&r);
 	st = lessor_store_free(st);
 	ck_assert_int_eq(page_size_of(old), 4096);
+}
+END_TEST
+
+static bool opens_ephemeral(sqlite3 *db, const char *sql)
+{
+	_cleanup_free_ char *explain = NULL;
+	sqlite3_stmt *q;
+	bool found = false;
+
+	ck_assert_int_ge(asprintf(&explain, "EXPLAIN %s", sql), 0);
+	ck_assert_int_eq(sqlite3_prepare_v2(db, explain, -1, &q, NULL), SQLITE_OK);
+	while (sqlite3_step(q) == SQLITE_ROW)
+		found = found || streq((const char *)sqlite3_column_text(q, 1), "OpenEphemeral");
+	sqlite3_finalize(q);
+	return found;
+}
+
+static int64_t db_int(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *q;
+	int64_t v;
+
+	ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
+	v = sqlite3_column_int64(q, 0);
+	sqlite3_finalize(q);
+	return v;
+}
+
+/* The writes of a claim and a completion build no temporary table, and the
+ * status and end_reason CHECKs still refuse what they refused (run 1 with
+ * lease 1 must exist). */
+static void assert_plain_checks(const char *file)
+{
+	static const char *const writes[] = {
+	    "UPDATE runs SET status = 'failed', lease_id = NULL WHERE seq = 1",
+	    "INSERT INTO leases (run_seq, token, attempt, worker_id, claim_id, ttl_s, granted_at)"
+	    " VALUES (1, 'x', 1, 'w', 'c', 1, 1)",
+	    "UPDATE leases SET end_reason = 'completed' WHERE id = 1",
+	};
+	sqlite3 *db;
+
+	ck_assert_int_eq(sqlite3_open(file, &db), SQLITE_OK);
+	ck_assert_int_eq(db_int(db, "PRAGMA user_version"), 2);
+	for (size_t i = 0; i < ELEMENTSOF(writes); i++)
+		ck_assert_msg(!opens_ephemeral(db, writes[i]), "a temporary table for: %s",
+		              writes[i]);
+	ck_assert_int_eq(
+	    sqlite3_exec(db, "UPDATE runs SET status = 'bogus', lease_id = NULL WHERE seq = 1",
+	                 NULL, NULL, NULL),
+	    SQLITE_CONSTRAINT);
+	ck_assert_int_eq(sqlite3_exec(db, "UPDATE leases SET end_reason = 'bogus' WHERE id = 1",
+	                              NULL, NULL, NULL),
+	                 SQLITE_CONSTRAINT);
+	ck_assert_int_eq(sqlite3_exec(db,
+	                              "UPDATE leases SET end_reason = 'expired' WHERE id = 1;"
+	                              "UPDATE leases SET end_reason = NULL WHERE id = 1;"
+	                              "UPDATE runs SET status = 'succeeded', lease_id = NULL"
+	                              " WHERE seq = 1",
+	                              NULL, NULL, NULL),
+	                 SQLITE_OK);
+	sqlite3_close(db);
+}
+
+/* A CHECK (x IN (five values)) makes SQLite build a temporary table from the
+ * list at every write of the row: its own pager, a zeroed page, a b-tree.
+ * The runs and leases CHECKs are plain comparisons instead (docs/lessor.md). */
+START_TEST(test_checks_without_temp_tables)
+{
+	struct lessor_claim_result r;
+
+	free(enqueue("w"));
+	r = claim("c", 1, T0);
+	ck_assert_uint_eq(r.n_runs, 1);
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st);
+	assert_plain_checks(path);
+}
+END_TEST
+
+/* A database at schema version 1, as the first lessor made it, with one
+ * pending run r-1 and an ended lease of it. */
+static char *version_1_database(sqlite3 **ret_db)
+{
+	char *old = NULL;
+	sqlite3 *db;
+
+	st = lessor_store_free(st);
+	ck_assert_int_ge(asprintf(&old, "%s/old.db", dir), 0);
+	ck_assert_int_eq(sqlite3_open(old, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, lessor_sqlite_migration_sql(0), NULL, NULL, NULL),
+	                 SQLITE_OK);
+	ck_assert_int_eq(
+	    sqlite3_exec(db,
+	                 "PRAGMA user_version = 1;"
+	                 "INSERT INTO runs (workflow, input, max_attempts, status, not_before,"
+	                 " created_at, updated_at) VALUES ('w', '{}', 1, 'pending', 0, 0, 0);"
+	                 "INSERT INTO leases (run_seq, token, attempt, worker_id, claim_id, ttl_s,"
+	                 " granted_at, ended_at, end_reason) VALUES (1, 't', 1, 'w', 'c0', 1, 0, 0,"
+	                 " 'released')",
+	                 NULL, NULL, NULL),
+	    SQLITE_OK);
+	*ret_db = db;
+	return old;
+}
+
+/* A database of schema version 1 gets the plain CHECKs, and keeps its rows. */
+START_TEST(test_checks_migrated)
+{
+	struct lessor_claim_result r;
+	sqlite3 *db;
+	_cleanup_free_ char *old = version_1_database(&db);
+
+	sqlite3_close(db);
+	ck_assert_int_eq(lessor_store_open(old, &cfg, &st), 0);
+	r = claim("c", 1, T0);
+	ck_assert_uint_eq(r.n_runs, 1);
+	ck_assert_str_eq(r.runs[0].id, "r-1");
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st);
+	assert_plain_checks(old);
+}
+END_TEST
+
+/* A version 1 schema whose CHECK text is not the one the migration rewrites
+ * is refused, and left as it was. */
+START_TEST(test_checks_migration_refuses_other_text)
+{
+	sqlite3 *db;
+	_cleanup_free_ char *old = version_1_database(&db);
+
+	ck_assert_int_eq(
+	    sqlite3_exec(db,
+	                 "PRAGMA writable_schema = ON;"
+	                 "UPDATE sqlite_schema SET sql = replace(sql, 'IN    (', 'IN (')"
+	                 " WHERE name = 'runs';"
+	                 "PRAGMA writable_schema = OFF",
+	                 NULL, NULL, NULL),
+	    SQLITE_OK);
+	sqlite3_close(db);
+	log_set_max_level(LOG_CRIT); /* the refusal is logged as an error; expected here */
+	ck_assert_int_eq(lessor_store_open(old, &cfg, &st), -EPROTO);
+	ck_assert_int_eq(sqlite3_open(old, &db), SQLITE_OK);
+	ck_assert_int_eq(db_int(db, "PRAGMA user_version"), 1);
+	ck_assert_int_eq(db_int(db, "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'leases'"
+	                            " AND sql LIKE '%end_reason IN    (%'"),
+	                 1);
+	sqlite3_close(db);
+}
+END_TEST
+
+/* SQLite's allocation statistics are off in a process whose first use of
+ * SQLite is the store (lessor): they cost a global mutex per allocation. */
+START_TEST(test_no_memory_statistics)
+{
+	ck_assert_int_eq(sqlite3_memory_used(), 0);
 }
 END_TEST
 
@@ -1289,6 +1446,10 @@ static Suite *suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_schema_and_lock);
 	tcase_add_test(tc, test_page_size);
+	tcase_add_test(tc, test_checks_without_temp_tables);
+	tcase_add_test(tc, test_checks_migrated);
+	tcase_add_test(tc, test_checks_migration_refuses_other_text);
+	tcase_add_test(tc, test_no_memory_statistics);
 	add_shared(tc);
 	suite_add_tcase(s, tc);
 	if (!pg)
