@@ -61,6 +61,12 @@ void lessor_ckpt_stop(lessor_sqlite *s);
 /* Forgets every depth memo (under lock). */
 void lessor_db_forget_depths(lessor_sqlite *s);
 
+/* The name of a VFS over the default one whose WAL files write each commit's
+ * frames with one write (store_sqlite_vfs.c), registered at the first call;
+ * NULL (the default VFS then) if it could not be. */
+#define LESSOR_SQLITE_VFS "lessor-wal"
+const char *lessor_sqlite_vfs(void);
+
 /* The SQL of the migration from schema version from, or NULL (for tests that
  * build an older database). */
 const char *lessor_sqlite_migration_sql(unsigned from);

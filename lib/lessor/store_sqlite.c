@@ -702,8 +702,9 @@ static int sqlite_open(const char *path, const struct lessor_store_config *cfg, 
 	if (r < 0)
 		goto fail;
 	pthread_once(&sqlite_config_once, sqlite_global_config);
-	rc = sqlite3_open_v2(
-	    path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	rc = sqlite3_open_v2(path, &s->db,
+	                     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+	                     lessor_sqlite_vfs());
 	if (rc != SQLITE_OK) {
 		r = s->db ? lessor_db_error(s, rc, "open") : -ENOMEM;
 		goto fail;

@@ -382,6 +382,91 @@ START_TEST(test_checks_migration_refuses_other_text)
 }
 END_TEST
 
+/* The write system calls of this process so far, or -1; no Check assertion
+ * in here: each writes to Check's own file. */
+static long write_syscalls(void)
+{
+	_cleanup_free_ char *io = NULL;
+	const char *p;
+
+	if (read_file_capped("/proc/self/io", 4096, &io, NULL) < 0)
+		return -1;
+	p = strstr(io, "syscw: ");
+	return p ? strtol(p + strlen("syscw: "), NULL, 10) : -1;
+}
+
+/* The pages one commit adds to the WAL go to the file in one write, not two
+ * per page (a header, then the page): a claim dirties about a dozen pages.
+ * With either synchronous setting. */
+static void assert_commit_writes_once(bool sync_full)
+{
+	struct lessor_claim_result r;
+	long before;
+
+	st = lessor_store_free(st);
+	cfg.sync_full = sync_full;
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+	for (int i = 0; i < 3; i++)
+		free(enqueue("w"));
+	for (int i = 0; i < 3; i++) {
+		char claim_id[16];
+		struct lessor_claim_req q = {.claim_id = claim_id,
+		                             .worker_id = "w1",
+		                             .max_runs = 1,
+		                             .ttl_s = 1,
+		                             .tags_json = "[]"};
+		long writes;
+		int ret;
+
+		snprintf(claim_id, sizeof(claim_id), "c%d", i);
+		/* nothing but the claim between the two counts: a Check assertion
+		 * writes too */
+		before = write_syscalls();
+		ret = lessor_store_claim(st, &q, T0, &r);
+		writes = write_syscalls() - before;
+		ck_assert_int_ge(before, 0);
+		ck_assert_int_eq(ret, 0);
+		ck_assert_uint_eq(r.n_runs, 1);
+		ck_assert_int_eq(writes, 1);
+		lessor_claim_result_done(&r);
+	}
+}
+
+/* A transaction larger than the WAL file's buffer (a run's input of 1 MiB
+ * is a thousand frames) is written out in several writes, whole: SQLite's
+ * own write takes at most 128 KiB at a time. */
+START_TEST(test_large_commit_written_whole)
+{
+	const size_t n = 1024 * 1024;
+	_cleanup_free_ char *input = malloc(n + 3), *back = NULL;
+	struct lessor_enqueue e = {.workflow = "w", .max_attempts = 1};
+	char id[LESSOR_RUN_ID_MAX];
+	bool created;
+
+	ck_assert_ptr_nonnull(input);
+	input[0] = '"';
+	for (size_t i = 1; i <= n; i++)
+		input[i] = (char)('a' + i * 7 % 26);
+	input[n + 1] = '"';
+	input[n + 2] = '\0';
+	e.input_json = input;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(lessor_store_enqueue(st, &e, T0, id, &created), 0);
+	st = lessor_store_free(st);
+	ck_assert_int_eq(lessor_store_open(path, &cfg, &st), 0);
+	back = run_str(id, "input"); /* the string, without its quotes */
+	input[n + 1] = '\0';
+	ck_assert_str_eq(back, input + 1);
+}
+END_TEST
+
+START_TEST(test_commit_one_wal_write)
+{
+	assert_commit_writes_once(true);
+	assert_commit_writes_once(false);
+}
+END_TEST
+
 /* SQLite's allocation statistics are off in a process whose first use of
  * SQLite is the store (lessor): they cost a global mutex per allocation. */
 START_TEST(test_no_memory_statistics)
@@ -1450,6 +1535,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_checks_migrated);
 	tcase_add_test(tc, test_checks_migration_refuses_other_text);
 	tcase_add_test(tc, test_no_memory_statistics);
+	tcase_add_test(tc, test_commit_one_wal_write);
+	tcase_add_test(tc, test_large_commit_written_whole);
 	add_shared(tc);
 	suite_add_tcase(s, tc);
 	if (!pg)
