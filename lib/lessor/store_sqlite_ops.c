@@ -64,9 +64,9 @@ struct held {
 };
 
 /* 0 when token is the run's current lease; -ENOENT unknown run; -ESTALE
- * otherwise, after counting the refused write on the run. */
-static int held_lease(lessor_sqlite *s, const char *id, const char *token, int64_t now,
-                      struct held *ret)
+ * otherwise (ret->seq set), with nothing written. */
+static int lease_lookup(lessor_sqlite *s, const char *id, const char *token, int64_t now,
+                        struct held *ret)
 {
 	sqlite3_stmt *st;
 	int64_t seq;
@@ -84,11 +84,8 @@ static int held_lease(lessor_sqlite *s, const char *id, const char *token, int64
 	/* past its deadline a lease is lost even before the reaper's next tick */
 	if (lessor_db_is_null(st, 0) || lessor_db_int(st, 6) <= now ||
 	    !streq_ptr((const char *)sqlite3_column_text(st, 1), token)) {
-		r = lessor_db_query(s, NULL,
-		                    "UPDATE runs SET rejected_writes = rejected_writes + 1"
-		                    " WHERE seq = ?",
-		                    "i", seq);
-		return r < 0 ? r : -ESTALE;
+		ret->seq = seq;
+		return -ESTALE;
 	}
 	*ret = (struct held){
 	    .seq = seq,
@@ -99,6 +96,26 @@ static int held_lease(lessor_sqlite *s, const char *id, const char *token, int64
 	    .cancel_requested = lessor_db_int(st, 5) != 0,
 	};
 	return 0;
+}
+
+/* A write with a token that is not the run's lease is counted on the run. */
+static int count_refused(lessor_sqlite *s, int64_t seq)
+{
+	int r = lessor_db_query(s, NULL,
+	                        "UPDATE runs SET rejected_writes = rejected_writes + 1"
+	                        " WHERE seq = ?",
+	                        "i", seq);
+
+	return r < 0 ? r : -ESTALE;
+}
+
+/* lease_lookup(), and a refused write counted. */
+static int held_lease(lessor_sqlite *s, const char *id, const char *token, int64_t now,
+                      struct held *ret)
+{
+	int r = lease_lookup(s, id, token, now, ret);
+
+	return r == -ESTALE ? count_refused(s, ret->seq) : r;
 }
 
 /* Splits held_lease()'s result into a database error (returned) and a
@@ -852,13 +869,19 @@ static int complete_tx(lessor_sqlite *s, void *userdata)
 	struct held h;
 	int r;
 
-	r = complete_replay(s, c);
-	if (r != 0)
-		return r < 0 ? r : 0;
-	r = held_or_answer(s, c->id, c->in->token, c->now, &h, &c->answer);
-	if (r < 0 || c->answer < 0)
-		return r;
-	return complete_apply(s, c, &h);
+	/* The run's current lease cannot have completed it: a repeat is looked
+	 * for only when the token is not that (one query less per completion). */
+	r = lease_lookup(s, c->id, c->in->token, c->now, &h);
+	if (r == -ESTALE) {
+		r = complete_replay(s, c);
+		if (r != 0)
+			return r < 0 ? r : 0;
+		r = count_refused(s, h.seq);
+	}
+	c->answer = r;
+	if (r == -ENOENT || r == -ESTALE)
+		return 0;
+	return r < 0 ? r : complete_apply(s, c, &h);
 }
 
 int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *in,
