@@ -112,6 +112,16 @@ static const struct migration {
      .edits_schema = true,
      .verify = "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table'"
                " AND name IN ('runs', 'leases') AND sql NOT LIKE '%'' OR %'"},
+    /* 2 -> 3: the runs are indexed by status only while they are pending
+     * (in queue order) or running (by lease deadline), in partial indexes:
+     * a claim and a completion each moved a run in three indexes that held
+     * every run; now a claim moves it from one to the other and a
+     * completion takes it out of one, and finished runs cost nothing. */
+    {.sql = "DROP INDEX runs_queue;"
+            "DROP INDEX runs_due;"
+            "DROP INDEX runs_expiry;"
+            "CREATE INDEX runs_pending ON runs(not_before, seq) WHERE status = 'pending';"
+            "CREATE INDEX runs_running ON runs(lease_expires_at) WHERE status = 'running';"},
 };
 
 const char *lessor_sqlite_migration_sql(unsigned from)
@@ -573,9 +583,10 @@ static int migrate(lessor_sqlite *s)
 static const char SQL_RUN_COUNTS[] =
     "PRAGMA temp_store = MEMORY;"
     "CREATE TEMP TABLE run_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;"
-    "INSERT INTO temp.run_counts SELECT column1,"
-    "  (SELECT COUNT(*) FROM main.runs WHERE status = column1)"
-    "  FROM (VALUES ('pending'), ('running'), ('succeeded'), ('failed'), ('cancelled'));"
+    /* one pass over the runs: no index holds the finished ones */
+    "INSERT INTO temp.run_counts SELECT status, COUNT(*) FROM main.runs GROUP BY status;"
+    "INSERT OR IGNORE INTO temp.run_counts VALUES ('pending', 0), ('running', 0),"
+    "  ('succeeded', 0), ('failed', 0), ('cancelled', 0);"
     /* how many runs ever left and entered 'pending' (since the start): see
      * queue_depth */
     "INSERT INTO temp.run_counts VALUES ('left_pending', 0), ('entered_pending', 0);"

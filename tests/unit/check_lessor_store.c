@@ -274,7 +274,7 @@ static void assert_plain_checks(const char *file)
 	sqlite3 *db;
 
 	ck_assert_int_eq(sqlite3_open(file, &db), SQLITE_OK);
-	ck_assert_int_eq(db_int(db, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(db_int(db, "PRAGMA user_version"), 3);
 	for (size_t i = 0; i < ELEMENTSOF(writes); i++)
 		ck_assert_msg(!opens_ephemeral(db, writes[i]), "a temporary table for: %s",
 		              writes[i]);
@@ -308,6 +308,40 @@ START_TEST(test_checks_without_temp_tables)
 	lessor_claim_result_done(&r);
 	st = lessor_store_free(st);
 	assert_plain_checks(path);
+}
+END_TEST
+
+/* Entries in the indexes on runs by status: a run is in the one of its
+ * status while pending or running, and in none once finished, so a change of
+ * status moves one index entry at most (not three of every run's). */
+START_TEST(test_status_indexes_hold_active_runs)
+{
+	struct lessor_completion done = {
+	    .status = "succeeded", .reason = "exit", .has_exit_code = true};
+	struct lessor_claim_result r;
+	const char *answer;
+	sqlite3 *db;
+
+	for (int i = 0; i < 5; i++)
+		free(enqueue("w"));
+	r = claim("c", 3, T0);
+	ck_assert_uint_eq(r.n_runs, 3);
+	for (size_t i = 0; i < 2; i++) {
+		done.token = r.runs[i].token;
+		ck_assert_int_eq(lessor_store_complete(st, r.runs[i].id, &done, T0 + 1, &answer),
+		                 0);
+	}
+	lessor_claim_result_done(&r);
+	st = lessor_store_free(st);
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	/* 2 pending, 1 running, 2 succeeded */
+	ck_assert_int_eq(db_int(db, "SELECT COALESCE(SUM(s.ncell), 0) FROM dbstat s"
+	                            " JOIN sqlite_schema i ON i.name = s.name"
+	                            " WHERE i.type = 'index' AND i.tbl_name = 'runs'"
+	                            " AND s.pagetype = 'leaf' AND i.sql LIKE '%status%'"),
+	                 3);
+	ck_assert_int_eq(db_int(db, "SELECT COUNT(*) FROM runs WHERE status = 'pending'"), 2);
+	sqlite3_close(db);
 }
 END_TEST
 
@@ -1533,6 +1567,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_page_size);
 	tcase_add_test(tc, test_checks_without_temp_tables);
 	tcase_add_test(tc, test_checks_migrated);
+	tcase_add_test(tc, test_status_indexes_hold_active_runs);
 	tcase_add_test(tc, test_checks_migration_refuses_other_text);
 	tcase_add_test(tc, test_no_memory_statistics);
 	tcase_add_test(tc, test_commit_one_wal_write);
