@@ -373,6 +373,14 @@ START_TEST(test_checkpoints_keep_up_with_writes)
 		ck_assert_int_eq(lessor_store_enqueue(st, &e, T0, id, &created), 0);
 	}
 	k = counters();
+	/* Under valgrind (LESSEE_WRAP) the threads take turns, mostly at system
+	 * calls, and a writer that makes one write a commit (the WAL VFS) seldom
+	 * lets the checkpoint thread in (42-62 inline against 21-25): there, only
+	 * that the thread checkpoints at all. */
+	if (getenv("LESSEE_WRAP")) {
+		ck_assert_uint_ge(k.checkpoints, 1);
+		return;
+	}
 	ck_assert_msg(k.checkpoints_inline * 4 < k.checkpoints,
 	              "writers checkpointed %llu times, the thread %llu",
 	              (unsigned long long)k.checkpoints_inline, (unsigned long long)k.checkpoints);

@@ -461,7 +461,9 @@ static void assert_commit_writes_once(bool sync_full)
 		ck_assert_int_ge(before, 0);
 		ck_assert_int_eq(ret, 0);
 		ck_assert_uint_eq(r.n_runs, 1);
-		ck_assert_int_eq(writes, 1);
+		/* valgrind's own scheduler writes to a pipe around system calls */
+		if (!getenv("LESSEE_WRAP"))
+			ck_assert_int_eq(writes, 1);
 		lessor_claim_result_done(&r);
 	}
 }
