@@ -118,15 +118,18 @@ static int held_lease(lessor_sqlite *s, const char *id, const char *token, int64
 	return r == -ESTALE ? count_refused(s, ret->seq) : r;
 }
 
-/* Splits held_lease()'s result into a database error (returned) and a
+/* Splits held_lease()'s result r into a database error (returned) and a
  * protocol answer (*answer). */
+static int answer_split(int r, int *answer)
+{
+	*answer = r;
+	return r == -ENOENT || r == -ESTALE ? 0 : r;
+}
+
 static int held_or_answer(lessor_sqlite *s, const char *id, const char *token, int64_t now,
                           struct held *h, int *answer)
 {
-	int r = held_lease(s, id, token, now, h);
-
-	*answer = r;
-	return r == -ENOENT || r == -ESTALE ? 0 : r;
+	return answer_split(held_lease(s, id, token, now, h), answer);
 }
 
 /* ---- enqueue ---- */
@@ -815,19 +818,14 @@ struct complete_ctx {
 	int answer;
 };
 
-/* A second complete with the token that completed the run gets the same answer. */
-static int complete_replay(lessor_sqlite *s, struct complete_ctx *c)
+/* A second complete with the token that completed run seq gets the same answer. */
+static int complete_replay(lessor_sqlite *s, struct complete_ctx *c, int64_t seq)
 {
 	sqlite3_stmt *st;
-	int64_t seq;
-	int r;
-
-	if (lessor_run_id_parse(c->id, &seq) < 0)
-		return 0;
-	r = lessor_db_query(s, &st,
-	                    "SELECT answer FROM leases WHERE run_seq = ? AND token = ?"
-	                    " AND end_reason = 'completed'",
-	                    "is", seq, c->in->token);
+	int r = lessor_db_query(s, &st,
+	                        "SELECT answer FROM leases WHERE run_seq = ? AND token = ?"
+	                        " AND end_reason = 'completed'",
+	                        "is", seq, c->in->token);
 	if (r <= 0)
 		return r;
 	c->run_status = lessor_static_run_status((const char *)sqlite3_column_text(st, 0));
@@ -873,15 +871,15 @@ static int complete_tx(lessor_sqlite *s, void *userdata)
 	 * for only when the token is not that (one query less per completion). */
 	r = lease_lookup(s, c->id, c->in->token, c->now, &h);
 	if (r == -ESTALE) {
-		r = complete_replay(s, c);
+		r = complete_replay(s, c, h.seq);
 		if (r != 0)
 			return r < 0 ? r : 0;
 		r = count_refused(s, h.seq);
 	}
-	c->answer = r;
-	if (r == -ENOENT || r == -ESTALE)
-		return 0;
-	return r < 0 ? r : complete_apply(s, c, &h);
+	r = answer_split(r, &c->answer);
+	if (r < 0 || c->answer < 0)
+		return r;
+	return complete_apply(s, c, &h);
 }
 
 int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *in,

@@ -47,16 +47,23 @@ static sqlite3_vfs *real_vfs;
 static sqlite3_vfs wal_vfs;
 static sqlite3_io_methods wal_methods;
 
-static int flush(struct wal_file *f)
+/* The buffer to the file, the frame pattern's state left as it is. */
+static int write_out(struct wal_file *f)
 {
 	int rc;
 
-	f->page_expected = f->commit_pending = false;
 	if (f->len == 0)
 		return SQLITE_OK;
 	rc = f->real->pMethods->xWrite(f->real, f->buf, (int)f->len, f->off);
 	f->len = 0;
 	return rc;
+}
+
+/* The buffer to the file, and the pattern starts afresh. */
+static int flush(struct wal_file *f)
+{
+	f->page_expected = f->commit_pending = false;
+	return write_out(f);
 }
 
 static uint32_t be32(const unsigned char *p)
@@ -90,15 +97,8 @@ static int wal_write(sqlite3_file *file, const void *data, int amt, sqlite3_int6
 		rc = flush(f);
 		return rc != SQLITE_OK ? rc : f->real->pMethods->xWrite(f->real, data, amt, off);
 	}
-	if (!fits(f, amt, off)) {
-		bool expected = f->page_expected;
-
-		rc = flush(f);
-		if (rc != SQLITE_OK)
-			return rc;
-		f->page_expected = expected;
-		f->commit_pending = commit;
-	}
+	if (!fits(f, amt, off) && (rc = write_out(f)) != SQLITE_OK)
+		return rc;
 	append(f, data, amt, off);
 	if (header) {
 		f->page_expected = true;
