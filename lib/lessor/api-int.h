@@ -95,6 +95,7 @@ int lessor_h_renew(lessor_call *c);
 int lessor_h_renew_batch(lessor_call *c);
 int lessor_h_log_append(lessor_call *c);
 int lessor_h_complete(lessor_call *c);
+int lessor_h_complete_batch(lessor_call *c);
 int lessor_h_release(lessor_call *c);
 /* lessor_store_enqueue, handed over in the same transaction to the claim
  * parked longest that can take the run (lessor_waiters_adopt): that claim

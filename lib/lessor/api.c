@@ -20,6 +20,7 @@ static const struct lessor_route routes[] = {
     {"PATCH", "/v1/runs/*/log", lessor_h_log_append, LESSOR_EP_LOG, false},
     {"GET", "/v1/runs/*/log", lessor_h_log_read, LESSOR_EP_NONE, false},
     {"POST", "/v1/runs/*/complete", lessor_h_complete, LESSOR_EP_COMPLETE, true},
+    {"POST", "/v1/completions", lessor_h_complete_batch, LESSOR_EP_COMPLETE, true},
     {"POST", "/v1/runs/*/release", lessor_h_release, LESSOR_EP_RELEASE, true},
     {"POST", "/v1/runs/*/cancel", lessor_h_cancel, LESSOR_EP_NONE, false},
     {"POST", "/v1/runs/*/requeue", lessor_h_requeue, LESSOR_EP_NONE, false},
@@ -331,7 +332,7 @@ static bool worker_endpoint(const struct lessor_route *r)
 	return r->handler == lessor_h_claim || r->handler == lessor_h_claim_cancel ||
 	       r->handler == lessor_h_renew || r->handler == lessor_h_renew_batch ||
 	       r->handler == lessor_h_log_append || r->handler == lessor_h_complete ||
-	       r->handler == lessor_h_release;
+	       r->handler == lessor_h_complete_batch || r->handler == lessor_h_release;
 }
 
 /* No token: /healthz, and the dashboard's static files (they hold no data;
@@ -444,11 +445,13 @@ static int prepare(lessor_call *c, bool body_too_large)
 static int inject_fault(lessor_call *c)
 {
 	if (!c->fault_taken) {
-		/* the legacy lease fault plays an older server for the batch
-		 * renewal only: a single renewal neither sees nor spends it */
+		/* the legacy lease and complete faults play an older server for
+		 * the batch renewal and completion only: a single renewal or
+		 * completion neither sees nor spends them */
+		bool single =
+		    c->route->handler == lessor_h_renew || c->route->handler == lessor_h_complete;
 		bool (*take)(lessor_faults *, enum lessor_endpoint, struct lessor_fault *) =
-		    c->route->handler == lessor_h_renew ? lessor_faults_take_plain
-		                                        : lessor_faults_take;
+		    single ? lessor_faults_take_plain : lessor_faults_take;
 
 		if (!take(c->api->faults, c->route->endpoint, &c->fault))
 			return 0;

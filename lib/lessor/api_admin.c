@@ -241,7 +241,7 @@ static int faults_disabled(lessor_call *c)
 
 /* {"endpoint": NAME or "all", "status", "count", "retry_after_s", "delay_ms",
  * "every", "legacy", "lose_answer"}: "all" arms the same fault on every worker endpoint, each with
- * its own count.  legacy: claims, or lease without a status. */
+ * its own count.  legacy: claims, or lease or complete without a status. */
 int lessor_h_faults_set(lessor_call *c)
 {
 	const char *name;
@@ -267,12 +267,12 @@ int lessor_h_faults_set(lessor_call *c)
 	if (lose && status != 0)
 		return lessor_reply_error(c, 400, "invalid_request",
 		                          "lose_answer handles the request: no status");
-	if (legacy && !streq(name, "claims") && !streq(name, "lease"))
+	if (legacy && !streq(name, "claims") && !streq(name, "lease") && !streq(name, "complete"))
 		return lessor_reply_error(c, 400, "invalid_request",
-		                          "legacy is a claims or lease fault");
-	if (legacy && streq(name, "lease") && status != 0)
+		                          "legacy is a claims, lease or complete fault");
+	if (legacy && !streq(name, "claims") && status != 0)
 		return lessor_reply_error(c, 400, "invalid_request",
-		                          "a legacy lease fault answers 404 itself: no status");
+		                          "a legacy %s fault answers 404 itself: no status", name);
 	if ((status != 0 && status < 100) || (status == 0 && delay == 0 && !legacy && !lose))
 		return lessor_reply_error(
 		    c, 400, "invalid_request",

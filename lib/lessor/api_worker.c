@@ -1,6 +1,6 @@
 /* The worker endpoints of protocol v1: claims (long poll), claim cancel,
  * lease renewal (one lease, or many at once), log append, complete (with
- * the claim of its "next"), release. */
+ * the claim of its "next"; one run, or many at once), release. */
 #include "lessor/api-int.h"
 
 #include <errno.h>
@@ -48,6 +48,17 @@ static void claim_state_free(void *p)
 	strv_free(cs->held_tokens);
 	lessor_claim_result_done(&cs->handed_res);
 	free(cs);
+}
+
+/* c->msg, a message about a member ("'max_runs' must be ..."), as one about
+ * that member of `within` ("'completions[3].next.max_runs' must be ..."). */
+static void msg_within(lessor_call *c, const char *within)
+{
+	char msg[LESSOR_MSG_MAX];
+
+	snprintf(msg, sizeof(msg), "'%s%s%.200s", within,
+	         c->msg[0] == '\'' ? "." : "': ", c->msg[0] == '\'' ? c->msg + 1 : c->msg);
+	memcpy(c->msg, msg, sizeof(msg));
 }
 
 /* "held": [{"id", "token"}, ...], the leases whose cancel the answer reports.
@@ -131,19 +142,15 @@ static int body_claim_fields(lessor_call *c, const cJSON *j, bool embedded, stru
 }
 
 /* The claim body j: the request's own (within NULL), or the member `within`
- * of it ("next", a completion's claim), whose fields the error messages
- * name as "next.max_runs". */
+ * of it ("next", a completion's claim; "completions[3].next"), whose fields
+ * the error messages name as "next.max_runs". */
 static int claim_fields(lessor_call *c, const cJSON *j, const char *within, struct claim_state *cs,
                         int64_t *ret_wait)
 {
 	int r = body_claim_fields(c, j, within != NULL, cs, ret_wait);
 
-	if (r == -EINVAL && within && c->msg[0] == '\'') {
-		char msg[LESSOR_MSG_MAX];
-
-		snprintf(msg, sizeof(msg), "'%s.%s", within, c->msg + 1);
-		memcpy(c->msg, msg, sizeof(msg));
-	}
+	if (r == -EINVAL && within && c->msg[0] == '\'')
+		msg_within(c, within);
 	if (r < 0)
 		return r;
 	/* a named worker token is the worker's identity, whatever the body says */
@@ -152,18 +159,11 @@ static int claim_fields(lessor_call *c, const cJSON *j, const char *within, stru
 	return 0;
 }
 
-/* Parses the claim once; it is kept across wake-ups in c->state. */
-static int claim_parse(lessor_call *c, const cJSON *j, const char *within, struct claim_state **ret)
+static int claim_prepare(lessor_call *c, const cJSON *j, const char *within, struct claim_state *cs)
 {
-	struct claim_state *cs = calloc(1, sizeof(*cs));
 	int64_t wait_s = 0;
-	int r;
+	int r = claim_fields(c, j, within, cs, &wait_s);
 
-	if (!cs)
-		return -ENOMEM;
-	c->state = cs;
-	c->state_free = claim_state_free;
-	r = claim_fields(c, j, within, cs, &wait_s);
 	if (r < 0)
 		return r;
 	cs->tags_json = lessor_strv_to_json(cs->tags);
@@ -174,6 +174,22 @@ static int claim_parse(lessor_call *c, const cJSON *j, const char *within, struc
 	cs->req.tags_json = cs->tags_json;
 	cs->req.workflows_json = cs->workflows_json;
 	cs->deadline = time_mono() + (usec_t)wait_s * USEC_PER_SEC;
+	return 0;
+}
+
+/* Parses a claim body into *ret, the caller's (claim_state_free). */
+static int claim_parse(lessor_call *c, const cJSON *j, const char *within, struct claim_state **ret)
+{
+	struct claim_state *cs = calloc(1, sizeof(*cs));
+	int r;
+
+	if (!cs)
+		return -ENOMEM;
+	r = claim_prepare(c, j, within, cs);
+	if (r < 0) {
+		claim_state_free(cs);
+		return r;
+	}
 	*ret = cs;
 	return 0;
 }
@@ -273,8 +289,14 @@ int lessor_h_claim(lessor_call *c)
 	struct claim_state *cs = c->state;
 	int r;
 
-	if (!cs && (r = claim_parse(c, c->json, NULL, &cs)) < 0)
-		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
+	if (!cs) {
+		/* parsed once, kept across wake-ups */
+		if ((r = claim_parse(c, c->json, NULL, &cs)) < 0)
+			return r == -ENOMEM ? lessor_reply_store_error(c, r)
+			                    : lessor_reply_invalid(c);
+		c->state = cs;
+		c->state_free = claim_state_free;
+	}
 	for (;;) {
 		/* read the generation before looking: a wake in between refuses the park */
 		uint64_t gen = lessor_waiters_gen(c->api->waiters);
@@ -448,49 +470,59 @@ static void renew_batch_free(void *p)
 /* The i-th of "leases": {id, token}; an error names it ("'leases[3].token' ..."). */
 static int renewal_entry(lessor_call *c, const cJSON *e, size_t i, struct lessor_renewal *ret)
 {
-	char msg[LESSOR_MSG_MAX];
+	char within[48];
 
+	snprintf(within, sizeof(within), "leases[%zu]", i);
 	if (!cJSON_IsObject(e)) {
-		snprintf(c->msg, LESSOR_MSG_MAX, "'leases[%zu]' must be an object {id, token}", i);
+		snprintf(c->msg, LESSOR_MSG_MAX, "'%s' must be an object {id, token}", within);
 		return -EINVAL;
 	}
 	if (lessor_field_str(e, "id", true, 0, v1_valid_id, &ret->id, c->msg) >= 0 &&
 	    lessor_field_str(e, "token", true, 0, v1_valid_token, &ret->token, c->msg) >= 0)
 		return 0;
-	snprintf(msg, sizeof(msg), "'leases[%zu].%.200s", i,
-	         c->msg[0] == '\'' ? c->msg + 1 : c->msg);
-	memcpy(c->msg, msg, sizeof(msg));
+	msg_within(c, within);
 	return -EINVAL;
 }
 
 static int by_id(const void *a, const void *b)
 {
-	const struct lessor_renewal *const *x = a, *const *y = b;
-	int d = strcmp((*x)->id, (*y)->id);
+	const char *const *const *x = a, *const *const *y = b;
+	int d = strcmp(**x, **y);
 
 	/* equal ids: in request order, so the later one is the repeat */
 	return d ? d : (*x > *y) - (*x < *y);
 }
 
-/* An id given twice refuses the request: it names the first repeat. */
-static int renewal_dups(lessor_call *c, struct renew_batch *b)
+/* An id of a batch's entries (ids[0..n), `what`: "leases") given twice
+ * refuses the request: it names the first repeat. */
+static int batch_dups(lessor_call *c, const char *const *ids, size_t n, const char *what)
 {
-	_cleanup_free_ const struct lessor_renewal **p = calloc(b->n, sizeof(*p));
-	size_t first = b->n;
+	_cleanup_free_ const char *const **p = calloc(n, sizeof(*p));
+	size_t first = n;
 
 	if (!p)
 		return -ENOMEM;
-	for (size_t i = 0; i < b->n; i++)
-		p[i] = &b->v[i];
-	qsort(p, b->n, sizeof(*p), by_id);
-	for (size_t i = 1; i < b->n; i++)
-		if (streq(p[i]->id, p[i - 1]->id) && (size_t)(p[i] - b->v) < first)
-			first = (size_t)(p[i] - b->v);
-	if (first == b->n)
+	for (size_t i = 0; i < n; i++)
+		p[i] = &ids[i];
+	qsort(p, n, sizeof(*p), by_id);
+	for (size_t i = 1; i < n; i++)
+		if (streq(*p[i], *p[i - 1]) && (size_t)(p[i] - ids) < first)
+			first = (size_t)(p[i] - ids);
+	if (first == n)
 		return 0;
-	snprintf(c->msg, LESSOR_MSG_MAX, "'leases[%zu].id' %s is given twice", first,
-	         b->v[first].id);
+	snprintf(c->msg, LESSOR_MSG_MAX, "'%s[%zu].id' %s is given twice", what, first, ids[first]);
 	return -EINVAL;
+}
+
+static int renewal_dups(lessor_call *c, struct renew_batch *b)
+{
+	_cleanup_free_ const char **ids = calloc(b->n, sizeof(*ids));
+
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->n; i++)
+		ids[i] = b->v[i].id;
+	return batch_dups(c, ids, b->n, "leases");
 }
 
 static int renew_batch_parse(lessor_call *c, struct renew_batch *b)
@@ -658,12 +690,11 @@ int lessor_h_log_append(lessor_call *c)
 
 /* ---- complete ---- */
 
-static int completion_fields(lessor_call *c, struct lessor_completion *in)
+static int completion_members(lessor_call *c, const cJSON *j, struct lessor_completion *in)
 {
-	const cJSON *j = c->json;
 	int64_t exit_code;
 
-	if (token_field(c, &in->token) < 0 ||
+	if (lessor_field_str(j, "token", true, 0, v1_valid_token, &in->token, c->msg) < 0 ||
 	    lessor_field_enum(j, "status", true, v1_status_names, &in->status, c->msg) < 0 ||
 	    lessor_field_enum(j, "reason", true, v1_reason_names, &in->reason, c->msg) < 0 ||
 	    lessor_field_int(j, "exit_code", false, -1, V1_EXIT_CODE_MAX, -1, &exit_code, c->msg) <
@@ -687,22 +718,50 @@ static int completion_fields(lessor_call *c, struct lessor_completion *in)
 	return 0;
 }
 
-/* The completion's "next", a claim made once the completion is recorded:
- * *ret NULL when there is none, or when the legacy claims fault plays a
- * server that does not know the member (it ignores it, unread). */
-static int next_parse(lessor_call *c, struct claim_state **ret)
+/* The completion body j: the request's own (within NULL), or an entry of a
+ * batch (within "completions[3]", which the error messages name).  Its
+ * "output" is printed into *ret_output (the caller's), in->output_json. */
+static int completion_fields(lessor_call *c, const cJSON *j, const char *within,
+                             struct lessor_completion *in, char **ret_output)
 {
-	const cJSON *next = cJSON_GetObjectItemCaseSensitive(c->json, "next");
+	const cJSON *output = cJSON_GetObjectItemCaseSensitive(j, "output");
+
+	if (completion_members(c, j, in) < 0) {
+		if (within)
+			msg_within(c, within);
+		return -EINVAL;
+	}
+	if (!output || cJSON_IsNull(output))
+		return 0;
+	if (!(*ret_output = cJSON_PrintUnformatted(output)))
+		return -ENOMEM;
+	in->output_json = *ret_output;
+	return 0;
+}
+
+/* The completion's "next" (of j, named within it as completions[3].next),
+ * a claim made once the completion is recorded: *ret (the caller's) NULL
+ * when there is none, or when the legacy claims fault plays a server that
+ * does not know the member (it ignores it, unread). */
+static int next_parse(lessor_call *c, const cJSON *j, const char *within, struct claim_state **ret)
+{
+	const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next");
+	char name[48];
+	int r;
 
 	*ret = NULL;
 	if (!next || cJSON_IsNull(next) ||
 	    lessor_faults_take_legacy(c->api->faults, LESSOR_EP_CLAIMS))
 		return 0;
+	snprintf(name, sizeof(name), "%s%snext", within ? within : "", within ? "." : "");
 	if (!cJSON_IsObject(next)) {
-		snprintf(c->msg, LESSOR_MSG_MAX, "'next' must be an object, a claim");
+		snprintf(c->msg, LESSOR_MSG_MAX, "'%s' must be an object, a claim", name);
 		return -EINVAL;
 	}
-	return claim_parse(c, next, "next", ret);
+	r = claim_parse(c, next, name, ret);
+	if (r >= 0) /* one claim request of the worker, as a claim's first look */
+		(*ret)->req.record_worker = true;
+	return r;
 }
 
 /* The answer to the claim of "next", made with the completion (r, res):
@@ -726,10 +785,19 @@ static cJSON *next_answer(lessor_call *c, struct claim_state *cs, int r,
 	return o;
 }
 
+/* The answer of a recorded completion, into o: run_status, and the claim of
+ * its "next" when it had one (claim_r, res; res is taken). */
+static void completed_json(lessor_call *c, cJSON *o, const char *run_status,
+                           struct claim_state *next, int claim_r, struct lessor_claim_result *res)
+{
+	cJSON_AddStringToObject(o, "run_status", run_status);
+	if (next)
+		cJSON_AddItemToObject(o, "next", next_answer(c, next, claim_r, res));
+}
+
 int lessor_h_complete(lessor_call *c)
 {
 	struct lessor_completion in = {0};
-	const cJSON *output = cJSON_GetObjectItemCaseSensitive(c->json, "output");
 	_cleanup_free_ char *output_json = NULL;
 	struct claim_state *next;
 	struct lessor_claim_result res = {0};
@@ -738,32 +806,170 @@ int lessor_h_complete(lessor_call *c)
 	cJSON *o;
 	int r;
 
-	if (completion_fields(c, &in) < 0)
-		return lessor_reply_invalid(c);
-	/* an invalid "next" refuses the completion too: nothing is written */
-	if ((r = next_parse(c, &next)) < 0)
+	if ((r = completion_fields(c, c->json, NULL, &in, &output_json)) < 0)
 		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
-	if (output && !cJSON_IsNull(output)) {
-		output_json = cJSON_PrintUnformatted(output);
-		if (!output_json)
-			return lessor_reply_store_error(c, -ENOMEM);
-		in.output_json = output_json;
-	}
+	/* an invalid "next" refuses the completion too: nothing is written */
+	if ((r = next_parse(c, c->json, NULL, &next)) < 0)
+		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
+	c->state = next;
+	c->state_free = claim_state_free;
 	if ((r = lessor_call_check_holder(c, in.token)) != 0)
 		return r;
-	if (next) {
+	if (next)
 		/* one transaction, one commit: the claim in a savepoint of its own */
-		next->req.record_worker = true;
 		r = lessor_store_complete_claim(c->api->store, c->arg, &in, &next->req,
 		                                lessor_now_ms(), &run_status, &claim_r, &res);
-	} else
+	else
 		r = lessor_store_complete(c->api->store, c->arg, &in, lessor_now_ms(), &run_status);
 	if (r < 0)
 		return lessor_reply_store_error(c, r);
 	o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "run_status", run_status);
-	if (next)
-		cJSON_AddItemToObject(o, "next", next_answer(c, next, claim_r, &res));
+	completed_json(c, o, run_status, next, claim_r, &res);
+	return lessor_reply_json(c, 200, o);
+}
+
+/* ---- complete many runs: POST /v1/completions ---- */
+
+/* What an entry's completion points into, besides the request's JSON. */
+struct complete_entry {
+	struct claim_state *next; /* NULL: none */
+	char *output_json;
+};
+
+struct complete_batch {
+	struct lessor_complete_item *v;
+	struct complete_entry *x;
+	size_t n;
+};
+
+static void complete_batch_free(void *p)
+{
+	struct complete_batch *b = p;
+
+	for (size_t i = 0; b && i < b->n; i++) {
+		lessor_claim_result_done(&b->v[i].claim);
+		claim_state_free(b->x[i].next);
+		free(b->x[i].output_json);
+	}
+	if (b) {
+		free(b->v);
+		free(b->x);
+	}
+	free(b);
+}
+
+/* The i-th of "completions": a completion body (with its "next") and the
+ * run's "id"; an error names it ("'completions[3].status' ..."). */
+static int completion_entry(lessor_call *c, const cJSON *e, size_t i, struct complete_batch *b)
+{
+	struct lessor_complete_item *it = &b->v[i];
+	struct complete_entry *x = &b->x[i];
+	char within[48];
+	int r;
+
+	snprintf(within, sizeof(within), "completions[%zu]", i);
+	if (!cJSON_IsObject(e)) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "'%s' must be an object, a completion with its id",
+		         within);
+		return -EINVAL;
+	}
+	if (lessor_field_str(e, "id", true, 0, v1_valid_id, &it->id, c->msg) < 0) {
+		msg_within(c, within);
+		return -EINVAL;
+	}
+	if ((r = completion_fields(c, e, within, &it->in, &x->output_json)) < 0 ||
+	    (r = next_parse(c, e, within, &x->next)) < 0)
+		return r;
+	it->next = x->next ? &x->next->req : NULL;
+	return 0;
+}
+
+static int complete_batch_parse(lessor_call *c, struct complete_batch *b)
+{
+	const cJSON *all = cJSON_GetObjectItemCaseSensitive(c->json, "completions"), *e;
+	size_t n = cJSON_IsArray(all) ? (size_t)cJSON_GetArraySize(all) : 0, i = 0;
+	_cleanup_free_ const char **ids = NULL;
+	int r;
+
+	if (n < 1 || n > V1_COMPLETE_MAX) {
+		snprintf(c->msg, LESSOR_MSG_MAX,
+		         "'completions' must be an array of 1..%d completions", V1_COMPLETE_MAX);
+		return -EINVAL;
+	}
+	b->v = calloc(n, sizeof(*b->v));
+	b->x = calloc(n, sizeof(*b->x));
+	ids = calloc(n, sizeof(*ids));
+	if (!b->v || !b->x || !ids)
+		return -ENOMEM;
+	b->n = n;
+	cJSON_ArrayForEach(e, all)
+	{
+		if ((r = completion_entry(c, e, i, b)) < 0)
+			return r;
+		ids[i] = b->v[i].id;
+		i++;
+	}
+	return batch_dups(c, ids, n, "completions");
+}
+
+/* A named worker token completes only the runs whose lease was granted to
+ * it: the others answer lease_lost, as the single completion, and are left
+ * alone. */
+static int completion_holders(lessor_call *c, struct complete_batch *b)
+{
+	for (size_t i = 0; c->who.role == LESSOR_ROLE_WORKER && i < b->n; i++) {
+		int r = lessor_call_holds(c, b->v[i].id, b->v[i].in.token);
+
+		if (r < 0)
+			return r;
+		b->v[i].skip = r == 0;
+		b->v[i].answer = r == 0 ? -ESTALE : 0;
+	}
+	return 0;
+}
+
+/* An entry's answer: what the single completion would have answered, with
+ * its id; a refusal (its 404 or 409) as the error's code and message. */
+static cJSON *completion_json(lessor_call *c, struct lessor_complete_item *e,
+                              struct claim_state *next)
+{
+	cJSON *o = cJSON_CreateObject();
+	const char *code, *message;
+
+	cJSON_AddStringToObject(o, "id", e->id);
+	if (e->answer < 0) {
+		lessor_store_error_answer(e->answer, &code, &message);
+		cJSON_AddStringToObject(o, "error", code);
+		cJSON_AddStringToObject(o, "message", message);
+		return o;
+	}
+	completed_json(c, o, e->run_status, next, e->claim_r, &e->claim);
+	return o;
+}
+
+int lessor_h_complete_batch(lessor_call *c)
+{
+	struct complete_batch *b;
+	cJSON *o, *all;
+	int r;
+
+	/* an older server does not know the path (the legacy complete fault) */
+	if (c->fault_taken && c->fault.legacy)
+		return lessor_reply_error(c, 404, "not_found", "no such endpoint");
+	if (!(b = calloc(1, sizeof(*b))))
+		return lessor_reply_store_error(c, -ENOMEM);
+	c->state = b;
+	c->state_free = complete_batch_free;
+	/* checked whole before anything is written */
+	if ((r = complete_batch_parse(c, b)) < 0)
+		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
+	if ((r = completion_holders(c, b)) < 0 ||
+	    (r = lessor_store_complete_batch(c->api->store, b->v, b->n, lessor_now_ms())) < 0)
+		return lessor_reply_store_error(c, r);
+	o = cJSON_CreateObject();
+	all = cJSON_AddArrayToObject(o, "completions");
+	for (size_t i = 0; all && i < b->n; i++)
+		cJSON_AddItemToArray(all, completion_json(c, &b->v[i], b->x[i].next));
 	return lessor_reply_json(c, 200, o);
 }
 

@@ -28,7 +28,9 @@ struct lessor_fault {
 	bool legacy;      /* claims: answer as a server without cancel events ("held" ignored)
 	                   * and without a completion's "next" (ignored, no "next" answered);
 	                   * lease (status 0): as a server without the batch renewal
-	                   * (POST /v1/leases/renew answers 404, single renewals as usual) */
+	                   * (POST /v1/leases/renew answers 404, single renewals as usual);
+	                   * complete (status 0): as a server without the batch completion
+	                   * (POST /v1/completions answers 404, single completions as usual) */
 };
 
 typedef struct lessor_faults lessor_faults;
@@ -45,7 +47,8 @@ void lessor_faults_clear(lessor_faults *f);
 bool lessor_faults_take(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret);
 /* The same, unless the fault armed for ep is a legacy one, which is left
  * armed and unspent: a request an older server answered as this one does (a
- * single renewal, while the legacy lease fault hides the batch renewal). */
+ * single renewal or completion, while the legacy lease or complete fault
+ * hides the batch renewal or completion). */
 bool lessor_faults_take_plain(lessor_faults *f, enum lessor_endpoint ep, struct lessor_fault *ret);
 /* The same, only when the fault armed for ep is a legacy one: a claim made
  * by another endpoint (a completion's "next") plays the older server too,

@@ -49,6 +49,9 @@ struct lessor_store_backend {
 	                      const struct lessor_claim_req *next, int64_t now,
 	                      const char **ret_run_status, int *ret_claim_r,
 	                      struct lessor_claim_result *ret_claim);
+	/* complete (or complete_claim) of each item, all in one transaction;
+	 * NULL: lessor_store_complete_batch completes them one by one */
+	int (*complete_batch)(void *be, struct lessor_complete_item *v, size_t n, int64_t now);
 	int (*release)(void *be, const char *id, const char *token, const char *reason,
 	               unsigned delay_s, int64_t now);
 	int (*cancel)(void *be, const char *id, int64_t now, const char **ret_status);

@@ -161,6 +161,35 @@ int lessor_store_complete_claim(lessor_store *s, const char *id, const struct le
 	return r;
 }
 
+/* One item of a batch on its own: a refused completion is its answer. */
+static int complete_item(lessor_store *s, struct lessor_complete_item *e, int64_t now)
+{
+	int r;
+
+	if (e->next)
+		r = lessor_store_complete_claim(s, e->id, &e->in, e->next, now, &e->run_status,
+		                                &e->claim_r, &e->claim);
+	else
+		r = lessor_store_complete(s, e->id, &e->in, now, &e->run_status);
+	e->answer = r == -ENOENT || r == -ESTALE ? r : 0;
+	return e->answer < 0 ? 0 : r;
+}
+
+int lessor_store_complete_batch(lessor_store *s, struct lessor_complete_item *v, size_t n,
+                                int64_t now)
+{
+	int r = 0;
+
+	if (s->be->complete_batch)
+		return s->be->complete_batch(s->impl, v, n, now);
+	for (size_t i = 0; i < n && r >= 0; i++)
+		if (!v[i].skip)
+			r = complete_item(s, &v[i], now);
+	for (size_t i = 0; r < 0 && i < n; i++)
+		lessor_claim_result_done(&v[i].claim);
+	return r;
+}
+
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
                          unsigned delay_s, int64_t now)
 {

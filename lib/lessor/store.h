@@ -210,6 +210,33 @@ int lessor_store_complete_claim(lessor_store *s, const char *id, const struct le
                                 const char **ret_run_status, int *ret_claim_r,
                                 struct lessor_claim_result *ret_claim);
 
+/* One completion of a batch: id, in and next (the claim of its "next",
+ * NULL for none) in; skip leaves it alone (the caller answered it).  Out:
+ * answer (0, -ENOENT or -ESTALE, as lessor_store_complete returns them),
+ * run_status, and with next the claim's result as
+ * lessor_store_complete_claim gives it (claim_r, and claim when 0). */
+struct lessor_complete_item {
+	const char *id;
+	struct lessor_completion in;
+	const struct lessor_claim_req *next;
+	bool skip;
+	int answer;
+	const char *run_status;
+	int claim_r;
+	struct lessor_claim_result claim;
+};
+/* Completes each of the n runs as lessor_store_complete (or, with next,
+ * lessor_store_complete_claim) does, in order, all in one write transaction
+ * where the backend can (SQLite: one commit, one fsync; each claim in a
+ * savepoint of its own).  Returns < 0 only for a database error; then
+ * every v[i].claim is empty and, in one transaction, nothing was recorded.
+ * A backend without it (PostgreSQL) completes them one by one, each in its
+ * own transactions, and stops at the first database error: the ones before
+ * it stand (harmless: a completion is idempotent, and the caller repeats
+ * the whole batch). */
+int lessor_store_complete_batch(lessor_store *s, struct lessor_complete_item *v, size_t n,
+                                int64_t now);
+
 int lessor_store_release(lessor_store *s, const char *id, const char *token, const char *reason,
                          unsigned delay_s, int64_t now);
 

@@ -124,6 +124,7 @@ int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_c
                                  struct lessor_claim_result *ret_claim);
 int lessor_sqlite_complete(void *be, const char *id, const struct lessor_completion *c, int64_t now,
                            const char **ret_run_status);
+int lessor_sqlite_complete_batch(void *be, struct lessor_complete_item *v, size_t n, int64_t now);
 int lessor_sqlite_release(void *be, const char *id, const char *token, const char *reason,
                           unsigned delay_s, int64_t now);
 int lessor_sqlite_cancel(void *be, const char *id, int64_t now, const char **ret_status);

@@ -767,6 +767,7 @@ const struct lessor_store_backend lessor_store_backend_sqlite = {
     .append_log = lessor_sqlite_append_log,
     .complete = lessor_sqlite_complete,
     .complete_claim = lessor_sqlite_complete_claim,
+    .complete_batch = lessor_sqlite_complete_batch,
     .enqueue_claim = lessor_sqlite_enqueue_claim,
     .release = lessor_sqlite_release,
     .cancel = lessor_sqlite_cancel,

@@ -955,6 +955,48 @@ int lessor_sqlite_complete_claim(void *be, const char *id, const struct lessor_c
 	return 0;
 }
 
+/* ---- complete many, each as complete_tx (with its "next" as
+ * complete_claim_tx), all in one write ---- */
+
+struct complete_batch_ctx {
+	struct lessor_complete_item *v;
+	size_t n;
+	int64_t now;
+};
+
+static int complete_batch_tx(lessor_sqlite *s, void *userdata)
+{
+	struct complete_batch_ctx *b = userdata;
+
+	for (size_t i = 0; i < b->n; i++) {
+		struct lessor_complete_item *e = &b->v[i];
+		struct complete_claim_ctx c = {
+		    .done = {.id = e->id, .in = &e->in, .now = b->now},
+		    .next = {.req = e->next, .now = b->now, .res = &e->claim}};
+		int r;
+
+		if (e->skip)
+			continue;
+		r = e->next ? complete_claim_tx(s, &c) : complete_tx(s, &c.done);
+		if (r < 0)
+			return r;
+		e->answer = c.done.answer;
+		e->run_status = c.done.run_status;
+		e->claim_r = c.claim_r;
+	}
+	return 0;
+}
+
+int lessor_sqlite_complete_batch(void *be, struct lessor_complete_item *v, size_t n, int64_t now)
+{
+	struct complete_batch_ctx b = {.v = v, .n = n, .now = now};
+	int r = lessor_db_tx(be, true, complete_batch_tx, &b);
+
+	for (size_t i = 0; r < 0 && i < n; i++)
+		lessor_claim_result_done(&v[i].claim);
+	return r;
+}
+
 /* ---- enqueue and the claim it is handed to ---- */
 
 struct enqueue_claim_ctx {

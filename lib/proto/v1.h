@@ -29,6 +29,8 @@
 #define V1_HELD_MAX 4096
 /* A batch renewal (POST /v1/leases/renew): 1..V1_RENEW_MAX leases. */
 #define V1_RENEW_MAX 1024
+/* A batch completion (POST /v1/completions): 1..V1_COMPLETE_MAX completions. */
+#define V1_COMPLETE_MAX 256
 /* A release's delay_s: 0..V1_DELAY_MAX. */
 #define V1_DELAY_MAX 3600
 /* A completion: "error" at most V1_ERROR_TEXT_MAX bytes of UTF-8, "signal"

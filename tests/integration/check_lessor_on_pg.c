@@ -1,6 +1,7 @@
 /* The lessor suites written for SQLite, run against PostgreSQL: starts a
  * private server (tests/helpers/pg_proc.h) and runs check_lessor_http,
- * check_complete_next, check_renew_batch and check_lessor_cli (built next
+ * check_complete_next, check_complete_batch, check_renew_batch and
+ * check_lessor_cli (built next
  * to this binary) with $LESSOR_TEST_PG set, so that every `lessor serve`
  * they start gets a fresh PostgreSQL database instead of a file
  * (tests/helpers/lessor_proc.c).  Exit 77 (skip) without PostgreSQL. */
@@ -40,7 +41,8 @@ static int run_suite(const char *self, const char *name)
 int main(int argc, char **argv)
 {
 	static const char *const suites[] = {"check_lessor_http", "check_complete_next",
-	                                     "check_renew_batch", "check_lessor_cli"};
+	                                     "check_complete_batch", "check_renew_batch",
+	                                     "check_lessor_cli"};
 	struct tu_pg *pg = NULL;
 	int r = tu_pg_start(&pg), failed = 0;
 

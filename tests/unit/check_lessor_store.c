@@ -816,6 +816,71 @@ START_TEST(test_complete_idempotent)
 }
 END_TEST
 
+/* Many completions in one write: each answered as lessor_store_complete (or
+ * with next, lessor_store_complete_claim) would answer it, a stale one
+ * counted, a skipped one left alone, each next claimed after its own
+ * completion; on SQLite one commit for them all. */
+START_TEST(test_complete_batch)
+{
+	_cleanup_free_ char *a = enqueue("w"), *b = enqueue("w"), *c = enqueue("w");
+	struct lessor_claim_result r = claim("c1", 3, T0);
+	struct lessor_claim_req next = {.claim_id = "c2",
+	                                .worker_id = "w1",
+	                                .max_runs = 1,
+	                                .ttl_s = 5,
+	                                .tags_json = "[]",
+	                                .record_worker = true};
+	_cleanup_free_ char *d = enqueue("w");
+	struct lessor_store_counters before, after;
+	struct lessor_complete_item v[5];
+
+	ck_assert_uint_eq(r.n_runs, 3);
+	v[0] = (struct lessor_complete_item){
+	    .id = r.runs[0].id, .in = done_ok(r.runs[0].token), .next = &next};
+	v[1] = (struct lessor_complete_item){.id = r.runs[1].id, .in = done_ok("nope")};
+	v[2] = (struct lessor_complete_item){.id = "r-77", .in = done_ok(r.runs[0].token)};
+	v[3] = (struct lessor_complete_item){.id = r.runs[2].id,
+	                                     .in = done_fail(r.runs[2].token, false)};
+	v[4] = (struct lessor_complete_item){
+	    .id = r.runs[1].id, .in = done_ok(r.runs[1].token), .skip = true, .answer = -ESTALE};
+	lessor_store_counters(st, &before);
+	ck_assert_int_eq(lessor_store_complete_batch(st, v, ELEMENTSOF(v), T0 + 500), 0);
+	lessor_store_counters(st, &after);
+	if (streq(lessor_store_backend_name(st), "sqlite"))
+		ck_assert_uint_eq(after.commits - before.commits, 1);
+	ck_assert_int_eq(v[0].answer, 0);
+	ck_assert_str_eq(v[0].run_status, "succeeded");
+	ck_assert_int_eq(v[0].claim_r, 0);
+	ck_assert_uint_eq(v[0].claim.n_runs, 1);
+	ck_assert_str_eq(v[0].claim.runs[0].id, d);
+	ck_assert_int_eq(v[1].answer, -ESTALE);
+	ck_assert_int_eq(v[2].answer, -ENOENT);
+	ck_assert_int_eq(v[3].answer, 0);
+	ck_assert_str_eq(v[3].run_status, "failed");
+	ck_assert_int_eq(v[4].answer, -ESTALE); /* untouched */
+	ck_assert_int_eq((int)run_num(r.runs[1].id, "rejected_writes"), 1);
+	assert_status(r.runs[0].id, "succeeded");
+	assert_status(r.runs[1].id, "running");
+	assert_status(r.runs[2].id, "failed");
+	assert_status(d, "running");
+	/* the same batch again: the same answers, the same claim replayed */
+	lessor_claim_result_done(&v[0].claim);
+	v[4].skip = false;
+	ck_assert_int_eq(lessor_store_complete_batch(st, v, ELEMENTSOF(v), T0 + 600), 0);
+	ck_assert_int_eq(v[0].answer, 0);
+	ck_assert_str_eq(v[0].run_status, "succeeded");
+	ck_assert(v[0].claim.replay);
+	ck_assert_uint_eq(v[0].claim.n_runs, 1);
+	ck_assert_str_eq(v[0].claim.runs[0].id, d);
+	ck_assert_str_eq(v[3].run_status, "failed");
+	ck_assert_int_eq(v[4].answer, 0);
+	ck_assert_str_eq(v[4].run_status, "succeeded");
+	lessor_claim_result_done(&v[0].claim);
+	lessor_claim_result_done(&r);
+	(void)a, (void)b, (void)c;
+}
+END_TEST
+
 START_TEST(test_retry_backoff_and_budget)
 {
 	_cleanup_free_ char *a = enqueue_full("w", NULL, NULL, 3);
@@ -1544,6 +1609,7 @@ static void add_shared(TCase *tc)
 	tcase_add_test(tc, test_renew_batch);
 	tcase_add_test(tc, test_log_append);
 	tcase_add_test(tc, test_complete_idempotent);
+	tcase_add_test(tc, test_complete_batch);
 	tcase_add_test(tc, test_retry_backoff_and_budget);
 	tcase_add_test(tc, test_not_retryable_and_cap);
 	tcase_add_test(tc, test_release);
