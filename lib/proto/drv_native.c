@@ -9,30 +9,14 @@
 
 #include "conf/conf.h"
 #include "log/log.h"
-#include "proto/driver-int.h"
+#include "proto/drv_native-int.h"
 #include "proto/json_scan.h"
 #include "proto/proto.h"
 #include "util/macro.h"
 #include "util/random.h"
 #include "util/strutil.h"
 
-#define SMALL_ANSWER 4096
 #define CLAIM_CANCEL_TIMEOUT (10 * USEC_PER_SEC)
-
-struct renew_batch;
-static void batch_free(struct renew_batch *b);
-
-struct native {
-	char *worker_id;
-	char claim_id[UUID_STRING_MAX]; /* the last claim for runs, "" = none yet */
-	struct renew_batch *open;       /* renewals asked for in this loop turn */
-	bool batch_off;                 /* the API renews one lease per request only */
-};
-
-struct drv_run {
-	char *id;
-	char *token;
-};
 
 _Static_assert((int)DRV_SUCCEEDED == (int)PROTO_SUCCEEDED && (int)DRV_FAILED == (int)PROTO_FAILED &&
                    (int)DRV_CANCELLED == (int)PROTO_CANCELLED,
@@ -59,8 +43,8 @@ static void native_done(drv_t *d)
 {
 	struct native *n = d->priv;
 
-	if (n && n->open)
-		batch_free(n->open); /* its renewals were all cancelled with their runs */
+	if (n)
+		batch_close_all(d);
 	if (n)
 		free(n->worker_id);
 	free(n);
@@ -102,19 +86,8 @@ static int start(drv_req_t *rq, const struct http_request *hr, drv_req_t **ret)
 	return drv_req_start(rq, drv_http_send(rq, hr), ret);
 }
 
-/* What one POST of a JSON body to base + path is made of. */
-struct post_args {
-	const char *path_fmt; /* with %s for id, or none */
-	const char *id;
-	const char *body;
-	const char *label;
-	usec_t timeout;      /* 0: the driver's */
-	size_t max_response; /* 0: SMALL_ANSWER */
-	bool fresh;
-};
-
 /* Send the POST pa for rq; on failure rq is still the caller's. */
-static int post_keep(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_req_t **ret)
+int native_post_keep(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_req_t **ret)
 {
 	static const char *const headers[] = {"Content-Type: application/json", "Expect:", NULL};
 	_cleanup_free_ char *url = NULL;
@@ -141,9 +114,9 @@ static int post_keep(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_re
 }
 
 /* The same; on failure rq is freed and nothing runs. */
-static int post(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_req_t **ret)
+int native_post(drv_t *d, const struct post_args *pa, drv_req_t *rq, drv_req_t **ret)
 {
-	int q = post_keep(d, pa, rq, ret);
+	int q = native_post_keep(d, pa, rq, ret);
 
 	if (q < 0)
 		drv_req_free(rq);
@@ -305,13 +278,13 @@ static int native_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, vo
 	rq->claim_cb = cb;
 	rq->state = st;
 	rq->state_free = free;
-	return post(d,
-	            &(struct post_args){.path_fmt = "/v1/claims",
-	                                .body = body,
-	                                .label = "claims",
-	                                .timeout = c->timeout,
-	                                .max_response = st->max_response},
-	            rq, ret);
+	return native_post(d,
+	                   &(struct post_args){.path_fmt = "/v1/claims",
+	                                       .body = body,
+	                                       .label = "claims",
+	                                       .timeout = c->timeout,
+	                                       .max_response = st->max_response},
+	                   rq, ret);
 }
 
 static void on_simple(drv_req_t *rq, const struct http_response *resp)
@@ -335,19 +308,19 @@ static int native_claim_cancel(drv_t *d, drv_cb cb, void *ud, drv_req_t **ret)
 	rq = drv_req_new(d, on_simple, cb, ud);
 	if (!rq)
 		return -ENOMEM;
-	return post(d,
-	            &(struct post_args){.path_fmt = "/v1/claims/%s/cancel",
-	                                .id = n->claim_id,
-	                                .body = "{}",
-	                                .label = "claim_cancel",
-	                                .timeout = CLAIM_CANCEL_TIMEOUT},
-	            rq, ret);
+	return native_post(d,
+	                   &(struct post_args){.path_fmt = "/v1/claims/%s/cancel",
+	                                       .id = n->claim_id,
+	                                       .body = "{}",
+	                                       .label = "claim_cancel",
+	                                       .timeout = CLAIM_CANCEL_TIMEOUT},
+	                   rq, ret);
 }
 
 /* ---------------------------------------------------------------- lease */
 
 /* One renewal alone. */
-static struct post_args lease_args(const drv_run_t *run, const char *body, usec_t timeout,
+struct post_args native_lease_args(const drv_run_t *run, const char *body, usec_t timeout,
                                    bool fresh)
 {
 	return (struct post_args){.path_fmt = "/v1/runs/%s/lease",
@@ -358,7 +331,7 @@ static struct post_args lease_args(const drv_run_t *run, const char *body, usec_
 	                          .fresh = fresh};
 }
 
-static void on_renew(drv_req_t *rq, const struct http_response *resp)
+void native_on_renew(drv_req_t *rq, const struct http_response *resp)
 {
 	struct drv_answer a;
 	bool common = drv_answer_common(resp, &a);
@@ -373,311 +346,41 @@ static void on_renew(drv_req_t *rq, const struct http_response *resp)
 	drv_req_answer(rq, &a);
 }
 
-/* ------------------------------------------- many renewals in one request
- *
- * The renewals asked for in one loop turn go out together at the turn's end,
- * in one POST /v1/leases/renew (protocol v1 addition); each caller keeps its
- * own operation, answered from its entry.  A server without it answers 404:
- * the driver says so once and renews one lease per request from then on. */
-
-struct renew_batch {
-	drv_t *d;
-	drv_req_t *items[V1_RENEW_MAX]; /* NULL once cancelled or answered */
-	size_t n, live;
-	unsigned ttl_s;
-	usec_t timeout;
-	bool fresh;
-	bool sent;          /* batch_send ran: no longer deferred */
-	bool answering;     /* in on_batch: items only leave their slot */
-	drv_req_t *carrier; /* the HTTP request, once sent */
-	char **sent_ids;    /* the ids asked, in order: items[0..n) once sent */
-};
-
-struct renew_item {
-	struct renew_batch *b; /* NULL once out of it */
-	size_t idx;
-	drv_run_t *run;
-};
-
-static void batch_send(void *userdata);
-
-static void batch_free(struct renew_batch *b)
-{
-	struct native *n = b->d->priv;
-
-	if (n->open == b)
-		n->open = NULL;
-	if (!b->sent)
-		ev_defer_cancel(b->d->ev, batch_send, b);
-	drv_cancel(b->carrier);
-	strv_free(b->sent_ids);
-	free(b);
-}
-
-/* An item leaves its batch (answered, cancelled or sent alone). */
-static void item_detach(struct renew_item *it)
-{
-	struct renew_batch *b = it->b;
-
-	if (!b)
-		return;
-	it->b = NULL;
-	b->items[it->idx] = NULL;
-	b->live--;
-	if (b->live == 0 && !b->answering)
-		batch_free(b); /* every renewal in it was cancelled */
-}
-
-static void item_free(void *state)
-{
-	item_detach(state);
-	free(state);
-}
-
-static void item_answer(drv_req_t *rq, const struct drv_answer *a)
-{
-	item_detach(rq->state);
-	drv_req_answer(rq, a);
-}
-
-static struct renew_batch *batch_open(drv_t *d, unsigned ttl_s)
-{
-	struct native *n = d->priv;
-	struct renew_batch *b;
-
-	if (n->open && n->open->n < V1_RENEW_MAX && n->open->ttl_s == ttl_s)
-		return n->open;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return NULL;
-	*b = (struct renew_batch){.d = d, .ttl_s = ttl_s, .timeout = USEC_INFINITY};
-	if (ev_defer(d->ev, batch_send, b) < 0) {
-		free(b);
-		return NULL;
-	}
-	n->open = b; /* one that fills up is sent at the turn's end all the same */
-	return b;
-}
-
-/* Every renewal still in b gets a: the API's verdict on the whole request. */
-static void batch_answer_all(struct renew_batch *b, const struct drv_answer *a)
-{
-	b->answering = true;
-	for (size_t i = 0; i < b->n; i++)
-		if (b->items[i])
-			item_answer(b->items[i], a);
-	strv_free(b->sent_ids);
-	free(b);
-}
-
-static void batch_fail(struct renew_batch *b, int q)
-{
-	struct drv_answer a = {.verdict = DRV_RETRY, .error = q};
-
-	snprintf(a.detail, sizeof(a.detail), "cannot send: %s", strerror(-q));
-	batch_answer_all(b, &a);
-}
-
-/* The live renewals to the front, in order: what is sent is items[0..n). */
-static int batch_compact(struct renew_batch *b, struct proto_held **ret)
-{
-	struct proto_held *leases;
-	size_t k = 0;
-
-	for (size_t i = 0; i < b->n; i++)
-		if (b->items[i]) {
-			struct renew_item *it = b->items[i]->state;
-
-			it->idx = k;
-			b->items[k++] = b->items[i];
-		}
-	b->n = k;
-	b->sent_ids = calloc(k + 1, sizeof(char *));
-	leases = calloc(k + 1, sizeof(*leases));
-	if (!b->sent_ids || !leases) {
-		free(leases);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < k; i++) {
-		struct renew_item *it = b->items[i]->state;
-
-		leases[i] = (struct proto_held){.id = it->run->id, .token = it->run->token};
-		if (!(b->sent_ids[i] = strdup(it->run->id))) {
-			free(leases);
-			return -ENOMEM;
-		}
-	}
-	*ret = leases;
-	return 0;
-}
-
-static void on_batch(drv_req_t *carrier, const struct http_response *resp);
-
-static void batch_send(void *userdata)
-{
-	struct renew_batch *b = userdata;
-	struct native *n = b->d->priv;
-	_cleanup_free_ struct proto_held *leases = NULL;
-	_cleanup_free_ char *body = NULL;
-	drv_req_t *carrier = NULL;
-	int q;
-
-	b->sent = true;
-	if (n->open == b)
-		n->open = NULL;
-	if (b->live == 0) {
-		batch_free(b);
-		return;
-	}
-	q = batch_compact(b, &leases);
-	if (q >= 0)
-		q = proto_renew_batch_body(n->worker_id, b->ttl_s, leases, b->n, &body);
-	if (q >= 0 && !(carrier = drv_req_new(b->d, on_batch, NULL, b)))
-		q = -ENOMEM;
-	if (q >= 0)
-		q = post(b->d,
-		         &(struct post_args){.path_fmt = "/v1/leases/renew",
-		                             .body = body,
-		                             .label = "leases",
-		                             .timeout = b->timeout,
-		                             .max_response = proto_renew_batch_max_response(b->n),
-		                             .fresh = b->fresh},
-		         carrier, &b->carrier);
-	if (q < 0)
-		batch_fail(b, q);
-}
-
-/* An older server: each renewal of the batch goes alone, now and from now on. */
-static void batch_unsupported(struct renew_batch *b)
-{
-	struct native *n = b->d->priv;
-
-	if (!n->batch_off)
-		log_info("the API does not renew leases in batches (protocol v1 without "
-		         "/v1/leases/renew): one renewal per request");
-	n->batch_off = true;
-	b->answering = true;
-	for (size_t i = 0; i < b->n; i++) {
-		drv_req_t *rq = b->items[i];
-		struct renew_item *it = rq ? rq->state : NULL;
-		_cleanup_free_ char *body = NULL;
-		int q;
-
-		if (!rq)
-			continue;
-		item_detach(it);
-		q = proto_lease_body(it->run->token, b->ttl_s, &body);
-		if (q >= 0) {
-			struct post_args pa = lease_args(it->run, body, b->timeout, b->fresh);
-
-			q = post_keep(b->d, &pa, rq, rq->ret);
-		}
-		if (q < 0) {
-			struct drv_answer a = {.verdict = DRV_RETRY, .error = q};
-
-			snprintf(a.detail, sizeof(a.detail), "cannot send: %s", strerror(-q));
-			drv_req_answer(rq, &a);
-		}
-	}
-	strv_free(b->sent_ids);
-	free(b);
-}
-
-/* One entry per renewal asked, in order; a garbled answer leaves the local
- * deadline to decide, as for one renewal. */
-static void batch_answers(struct renew_batch *b, const struct http_response *resp,
-                          const struct drv_answer *common)
-{
-	_cleanup_free_ struct proto_held *asked = calloc(b->n + 1, sizeof(*asked));
-	_cleanup_free_ struct proto_renewed *got = calloc(b->n + 1, sizeof(*got));
-	bool ok;
-
-	for (size_t i = 0; asked && i < b->n; i++)
-		asked[i].id = b->sent_ids[i];
-	ok = asked && got &&
-	     proto_renew_batch_parse(resp->body, resp->body_len, asked, b->n, got) == 0;
-	b->answering = true;
-	for (size_t i = 0; i < b->n; i++) {
-		struct drv_answer a = *common;
-
-		if (!b->items[i])
-			continue;
-		if (!ok) {
-			a.verdict = DRV_RETRY;
-			snprintf(a.detail, sizeof(a.detail), "unusable batch renewal answer");
-		} else if (got[i].lost) {
-			a.verdict = DRV_LOST;
-			snprintf(a.detail, sizeof(a.detail), "lease_lost");
-		} else {
-			a.verdict = DRV_OK;
-			a.ttl_s = got[i].ttl_s;
-			a.cancel = got[i].cancel;
-		}
-		item_answer(b->items[i], &a);
-	}
-	strv_free(b->sent_ids);
-	free(b);
-}
-
-static void on_batch(drv_req_t *carrier, const struct http_response *resp)
-{
-	struct renew_batch *b = carrier->ud;
-	struct drv_answer a;
-	bool common = drv_answer_common(resp, &a);
-
-	b->carrier = NULL;
-	if (!common && (resp->status == 404 || resp->status == 405))
-		batch_unsupported(b);
-	else if (!common && resp->status == 200)
-		batch_answers(b, resp, &a);
-	else {
-		if (!common)
-			a.verdict = DRV_RETRY; /* as one renewal: the local deadline decides */
-		batch_answer_all(b, &a);
-	}
-	drv_req_free(carrier);
-}
-
 static bool native_renew_batching(const drv_t *d)
 {
 	const struct native *n = d->priv;
 
-	return !n->batch_off;
+	return !n->off[BATCH_RENEW];
 }
 
+/* Into this turn's batch (drv_native_batch.c), or alone. */
 static int native_renew(drv_t *d, drv_run_t *run, unsigned ttl_s, usec_t timeout, bool fresh,
                         drv_cb cb, void *ud, drv_req_t **ret)
 {
 	struct native *n = d->priv;
-	struct renew_batch *b = n->batch_off ? NULL : batch_open(d, ttl_s);
-	drv_req_t *rq = drv_req_new(d, on_renew, cb, ud);
-	struct renew_item *it = b && rq ? calloc(1, sizeof(*it)) : NULL;
+	drv_req_t *rq = drv_req_new_state(d, native_on_renew, cb, ud, sizeof(struct batch_item),
+	                                  batch_item_free);
+	struct batch_item *it = rq ? rq->state : NULL;
 	_cleanup_free_ char *body = NULL;
+	struct post_args pa;
 	int q;
 
 	if (!rq)
 		return -ENOMEM;
-	if (!it) { /* one renewal alone */
-		q = proto_lease_body(run->token, ttl_s, &body);
-		if (q < 0) {
-			drv_req_free(rq);
-			return q;
-		}
-		struct post_args pa = lease_args(run, body, timeout, fresh);
-
-		return post(d, &pa, rq, ret);
+	*it = (struct batch_item){.run = run, .ttl_s = ttl_s};
+	if (!n->off[BATCH_RENEW] && batch_renew_join(d, rq, timeout, fresh) >= 0) {
+		rq->ret = ret;
+		if (ret)
+			*ret = rq;
+		return 0;
 	}
-	*it = (struct renew_item){.b = b, .idx = b->n, .run = run};
-	rq->state = it;
-	rq->state_free = item_free;
-	b->items[b->n++] = rq;
-	b->live++;
-	b->timeout = MIN(b->timeout, timeout ? timeout : d->timeout);
-	b->fresh = b->fresh || fresh;
-	rq->ret = ret;
-	if (ret)
-		*ret = rq;
-	return 0;
+	q = proto_lease_body(run->token, ttl_s, &body);
+	if (q < 0) {
+		drv_req_free(rq);
+		return q;
+	}
+	pa = native_lease_args(run, body, timeout, fresh);
+	return native_post(d, &pa, rq, ret);
 }
 
 /* ---------------------------------------------------------------- log */
@@ -783,24 +486,49 @@ static void on_complete(drv_req_t *rq, const struct http_response *resp)
 	drv_req_answer(rq, &a);
 }
 
+/* Into the completions waiting to go (drv_native_batch.c), or alone: rq's
+ * state is its batch_item. */
+static int complete_send(drv_t *d, drv_req_t *rq, drv_req_t **ret)
+{
+	struct native *n = d->priv;
+	struct batch_item *it = rq->state;
+
+	if (!n->off[BATCH_COMPLETE] && batch_complete_join(d, rq) == 0) {
+		rq->ret = ret;
+		if (ret)
+			*ret = rq;
+		return 0;
+	}
+	return native_post(d,
+	                   &(struct post_args){.path_fmt = "/v1/runs/%s/complete",
+	                                       .id = it->run->id,
+	                                       .body = it->body,
+	                                       .label = "complete",
+	                                       .max_response = it->max_response},
+	                   rq, ret);
+}
+
 static int native_complete(drv_t *d, drv_run_t *run, const char *body, drv_cb cb, void *ud,
                            drv_req_t **ret)
 {
-	drv_req_t *rq = drv_req_new(d, on_complete, cb, ud);
+	drv_req_t *rq =
+	    drv_req_new_state(d, on_complete, cb, ud, sizeof(struct batch_item), batch_item_free);
+	struct batch_item *it = rq ? rq->state : NULL;
 
 	if (!rq)
 		return -ENOMEM;
-	return post(d,
-	            &(struct post_args){.path_fmt = "/v1/runs/%s/complete",
-	                                .id = run->id,
-	                                .body = body,
-	                                .label = "complete"},
-	            rq, ret);
+	*it = (struct batch_item){.run = run, .body = strdup(body), .max_response = SMALL_ANSWER};
+	if (!it->body) {
+		drv_req_free(rq);
+		return -ENOMEM;
+	}
+	return complete_send(d, rq, ret);
 }
 
 /* ------------------------------------------------ complete with a claim */
 
 struct complete_claim_state {
+	struct batch_item item; /* first: what a batch knows of it */
 	struct claim_state claim;
 	drv_claim_cb ncb;
 	void *nud;
@@ -856,32 +584,26 @@ static int native_complete_claim(drv_t *d, drv_run_t *run, const char *body,
                                  const struct drv_claim *next, drv_cb cb, void *ud,
                                  drv_claim_cb ncb, void *nud, drv_req_t **ret)
 {
-	_cleanup_free_ char *claim = NULL, *both = NULL;
-	struct complete_claim_state *st = calloc(1, sizeof(*st));
-	drv_req_t *rq = drv_req_new(d, on_complete_claim, cb, ud);
-	int q = st && rq ? claim_req_body(d->priv, next, &claim) : -ENOMEM;
+	_cleanup_free_ char *claim = NULL;
+	drv_req_t *rq = drv_req_new_state(d, on_complete_claim, cb, ud,
+	                                  sizeof(struct complete_claim_state), batch_item_free);
+	struct complete_claim_state *st = rq ? rq->state : NULL;
+	int q = rq ? claim_req_body(d->priv, next, &claim) : -ENOMEM;
 
 	if (q >= 0)
-		q = proto_complete_splice(body, claim, &both);
+		q = proto_complete_splice(body, claim, &st->item.body);
 	if (q < 0) {
-		free(st);
 		drv_req_free(rq);
 		return q;
 	}
+	st->item.run = run;
 	st->claim.max_input = next->max_input;
 	st->claim.max_response =
 	    SMALL_ANSWER + proto_claim_max_response(next->max_runs, next->max_input);
+	st->item.max_response = st->claim.max_response;
 	st->ncb = ncb;
 	st->nud = nud;
-	rq->state = st;
-	rq->state_free = free;
-	return post(d,
-	            &(struct post_args){.path_fmt = "/v1/runs/%s/complete",
-	                                .id = run->id,
-	                                .body = both,
-	                                .label = "complete",
-	                                .max_response = st->claim.max_response},
-	            rq, ret);
+	return complete_send(d, rq, ret);
 }
 
 static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
@@ -895,7 +617,7 @@ static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why,
 		return q;
 	if (!(rq = drv_req_new(d, on_simple, cb, ud)))
 		return -ENOMEM;
-	return post(
+	return native_post(
 	    d,
 	    &(struct post_args){
 	        .path_fmt = "/v1/runs/%s/release", .id = run->id, .body = body, .label = "release"},

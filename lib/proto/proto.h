@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/json_scan.h"
 #include "proto/v1.h"
 #include "util/time.h"
 
@@ -149,6 +150,19 @@ int proto_complete_parse(const char *body, size_t len, char *ret_status, size_t 
 /* body (proto_complete_body's) with claim_body (proto_claim_body's) in it as
  * "next" (protocol v1 addition: a completion that claims the slot it frees). */
 int proto_complete_splice(const char *body, const char *claim_body, char **ret);
+/* POST /v1/completions (protocol v1 addition): the completions bodies[i]
+ * (proto_complete_body's, "next" maybe spliced in) of the runs ids[i], in one
+ * request. */
+int proto_complete_batch_body(char *const *ids, char *const *bodies, size_t n, char **ret);
+struct proto_completed {
+	long status;            /* what the single completion would have got:
+	                         * 200, 409 (lease_lost) or 404 (not_found) */
+	struct json_span entry; /* the entry, answered as that status' body */
+};
+/* Its answer: one entry per completion asked, in the order asked (the id
+ * checked), into out[n]; -EBADMSG when unusable as a whole. */
+int proto_complete_batch_parse(const char *body, size_t len, char *const *ids, size_t n,
+                               struct proto_completed *out);
 /* A claim answer's "error" code (a claim carried by a completion that the
  * server could not make): 1 with the code, 0 when none. */
 int proto_claim_error(const char *body, size_t len, char *ret_code, size_t code_len);

@@ -691,6 +691,101 @@ int proto_complete_splice(const char *body, const char *claim_body, char **ret)
 	return 0;
 }
 
+int proto_complete_batch_body(char *const *ids, char *const *bodies, size_t n, char **ret)
+{
+	size_t len = sizeof("{\"completions\":[]}");
+	char *out, *p;
+
+	for (size_t i = 0; i < n; i++) {
+		/* each body is one object of proto_complete_body's, never empty */
+		if (bodies[i][0] != '{' || bodies[i][1] == '}' || !proto_valid_id(ids[i]))
+			return -EINVAL;
+		len += strlen(ids[i]) + strlen(bodies[i]) + sizeof("{\"id\":\"\",},");
+	}
+	out = p = malloc(len);
+	if (!out)
+		return -ENOMEM;
+	p = stpcpy(p, "{\"completions\":[");
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, "%s{\"id\":\"%s\",%s", i ? "," : "", ids[i], bodies[i] + 1);
+	strcpy(p, "]}");
+	*ret = out;
+	return 0;
+}
+
+/* One entry of a batch completion's answer: its id must be the one asked;
+ * "error" makes it the single completion's 409 or 404. */
+static int completed_parse(const struct json_span *entry, const char *id, long *ret_status)
+{
+	static const char *const names[] = {"id", "error"};
+	struct json_span key, val, got[2] = {{0}};
+	struct json_iter it;
+	bool bad = false;
+	int r;
+
+	if (json_iter_open(&it, entry->p, entry->p + entry->len, '{', 2) < 0)
+		return -EBADMSG;
+	while ((r = json_iter_next(&it, &key, &bad)) > 0) {
+		int k = key_index(&key, names, ELEMENTSOF(names));
+
+		if (json_iter_value(&it, &val, &bad) < 0 || (k >= 0 && got[k].p))
+			return -EBADMSG;
+		if (k >= 0)
+			got[k] = val;
+	}
+	_cleanup_json_ cJSON *i = got[0].p ? small_value(&got[0]) : NULL;
+	_cleanup_json_ cJSON *e = got[1].p ? small_value(&got[1]) : NULL;
+
+	if (r < 0 || !cJSON_IsString(i) || !streq(i->valuestring, id))
+		return -EBADMSG;
+	if (!e)
+		*ret_status = 200;
+	else if (cJSON_IsString(e) && streq(e->valuestring, "lease_lost"))
+		*ret_status = 409;
+	else if (cJSON_IsString(e) && streq(e->valuestring, "not_found"))
+		*ret_status = 404;
+	else
+		return -EBADMSG;
+	return 0;
+}
+
+int proto_complete_batch_parse(const char *body, size_t len, char *const *ids, size_t n,
+                               struct proto_completed *out)
+{
+	struct json_iter it, arr;
+	struct json_span key, val;
+	size_t k = 0;
+	bool bad = false, seen = false;
+	int r;
+
+	if (json_iter_open(&it, body, body + len, '{', 1) < 0)
+		return -EBADMSG;
+	while ((r = json_iter_next(&it, &key, &bad)) > 0) {
+		static const char *const names[] = {"completions"};
+
+		if (key_index(&key, names, 1) != 0) {
+			if (json_iter_value(&it, &val, &bad) < 0)
+				return -EBADMSG;
+			continue;
+		}
+		if (seen || json_iter_open(&arr, it.p, it.end, '[', 2) < 0)
+			return -EBADMSG;
+		seen = true;
+		while ((r = json_iter_next(&arr, &key, &bad)) > 0) {
+			if (k == n || json_iter_value(&arr, &val, &bad) < 0 ||
+			    completed_parse(&val, ids[k], &out[k].status) < 0)
+				return -EBADMSG;
+			out[k++].entry = val;
+		}
+		if (r < 0)
+			return -EBADMSG;
+		it.p = arr.p;
+	}
+	if (r < 0 || !seen || k != n || json_scan_ws(it.p, body + len) != body + len)
+		return -EBADMSG;
+	return 0;
+}
+
 int proto_claim_error(const char *body, size_t len, char *ret_code, size_t code_len)
 {
 	_cleanup_json_ cJSON *root = cJSON_ParseWithLength(body, len);

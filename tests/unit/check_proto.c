@@ -342,6 +342,53 @@ START_TEST(test_v1_names)
 }
 END_TEST
 
+/* POST /v1/completions: each body with its run's id first; the answer's
+ * entries, in order, each the status its single answer would have had. */
+START_TEST(test_complete_batch)
+{
+	char *ids[] = {"r-1", "r-2", "r-3", NULL};
+	char *bodies[] = {"{\"token\":\"t1\",\"status\":\"succeeded\"}",
+	                  "{\"token\":\"t2\",\"status\":\"failed\",\"next\":{\"max_runs\":1}}",
+	                  "{\"token\":\"t3\"}"};
+	struct proto_completed got[3];
+	const char *ans = "{\"completions\": [{\"id\":\"r-1\",\"run_status\":\"succeeded\"},"
+	                  " {\"run_status\":\"retrying\",\"id\":\"r-2\",\"next\":{\"runs\":[]}},"
+	                  " {\"id\":\"r-3\",\"error\":\"not_found\",\"message\":\"x\"}]}";
+	char status[32];
+	struct json_span next;
+	char *body = NULL;
+
+	ck_assert_int_eq(proto_complete_batch_body(ids, bodies, 3, &body), 0);
+	ck_assert_str_eq(body, "{\"completions\":[{\"id\":\"r-1\",\"token\":\"t1\",\"status\":"
+	                       "\"succeeded\"},{\"id\":\"r-2\",\"token\":\"t2\",\"status\":"
+	                       "\"failed\",\"next\":{\"max_runs\":1}},{\"id\":\"r-3\",\"token\":"
+	                       "\"t3\"}]}");
+	free(body);
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 3, got), 0);
+	ck_assert_int_eq(got[0].status, 200);
+	ck_assert_int_eq(got[1].status, 200);
+	ck_assert_int_eq(got[2].status, 404);
+	ck_assert_int_eq(
+	    proto_complete_parse(got[1].entry.p, got[1].entry.len, status, sizeof(status), &next),
+	    0);
+	ck_assert_str_eq(status, "retrying");
+	ck_assert_int_eq(next.len, strlen("{\"runs\":[]}"));
+	/* another order, a count that differs, an unknown error, garbage */
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids + 1, 2, got), -EBADMSG);
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 2, got), -EBADMSG);
+	ans = "{\"completions\":[{\"id\":\"r-1\",\"error\":\"internal\"}]}";
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 1, got), -EBADMSG);
+	ans = "{\"completions\":[{\"id\":\"r-1\",\"error\":\"lease_lost\"}]} x";
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 1, got), -EBADMSG);
+	ans = "{\"completions\":[{\"id\":\"r-1\",\"error\":\"lease_lost\"}],\"x\":1}";
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 1, got), 0);
+	ck_assert_int_eq(got[0].status, 409);
+	/* a body that is not one object with members cannot take an id */
+	bodies[0] = "{}";
+	ck_assert_int_eq(proto_complete_batch_body(ids, bodies, 1, &body), -EINVAL);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("proto");
@@ -352,6 +399,7 @@ int main(void)
 	tcase_add_test(tc, test_claim_parse_hostile);
 	tcase_add_test(tc, test_input_cap);
 	tcase_add_test(tc, test_lease_and_complete);
+	tcase_add_test(tc, test_complete_batch);
 	tcase_add_test(tc, test_vocabulary);
 	tcase_add_test(tc, test_claim_token_is_an_identifier);
 	tcase_add_test(tc, test_error_text_cut_on_a_character);
