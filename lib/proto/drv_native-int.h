@@ -72,4 +72,8 @@ int batch_renew_join(drv_t *d, drv_req_t *rq, usec_t timeout, bool fresh);
  * with run, body and max_response) joins the completions waiting to go;
  * 1 when it did not (its body is too large for one: send it alone). */
 int batch_complete_join(drv_t *d, drv_req_t *rq);
+/* The request in the completions waiting to go (not sent yet) that match
+ * says is key's, or NULL. */
+drv_req_t *batch_complete_waiting(drv_t *d, bool (*match)(const drv_req_t *rq, const void *key),
+                                  const void *key);
 void batch_close_all(drv_t *d);

@@ -62,8 +62,21 @@ static struct native *native_of(const struct batch *b)
 	return b->d->priv;
 }
 
+/* b is no longer the batch requests join (sent, or gone). */
+static void batch_unopen(struct batch *b)
+{
+	struct native *n = native_of(b);
+
+	if (n->open[b->t] != b)
+		return;
+	n->open[b->t] = NULL;
+	if (n->hold && b->t == BATCH_COMPLETE)
+		ev_timer_disarm(n->hold); /* it bounded this one's wait */
+}
+
 static void batch_dispose(struct batch *b)
 {
+	batch_unopen(b);
 	strv_free(b->sent_ids);
 	free(b->items);
 	free(b);
@@ -91,10 +104,7 @@ static void batch_kick(drv_t *d, enum batch_type t)
 
 static void batch_free(struct batch *b)
 {
-	struct native *n = native_of(b);
-
-	if (n->open[b->t] == b)
-		n->open[b->t] = NULL;
+	batch_unopen(b);
 	if (b->deferred)
 		ev_defer_cancel(b->d->ev, batch_send, b);
 	if (b->carrier) {
@@ -160,7 +170,7 @@ static struct batch *batch_for(drv_t *d, enum batch_type t, unsigned ttl_s, size
 	if (b && b->n < b->max && b->ttl_s == ttl_s && b->bytes + bytes <= COMPLETE_BATCH_BYTES)
 		return b;
 	if (b) {
-		n->open[t] = NULL; /* not parked any more: batch_send sends it */
+		batch_unopen(b); /* not parked any more: batch_send sends it */
 		batch_defer(b);
 	}
 	b = batch_new(d, t);
@@ -206,6 +216,18 @@ int batch_complete_join(drv_t *d, drv_req_t *rq)
 	item_add(b, rq);
 	b->bytes += len;
 	return 0;
+}
+
+drv_req_t *batch_complete_waiting(drv_t *d, bool (*match)(const drv_req_t *rq, const void *key),
+                                  const void *key)
+{
+	struct native *n = d->priv;
+	struct batch *b = n->open[BATCH_COMPLETE];
+
+	for (size_t i = 0; b && i < b->n; i++)
+		if (b->items[i] && match(b->items[i], key))
+			return b->items[i];
+	return NULL;
 }
 
 void batch_close_all(drv_t *d)
@@ -535,11 +557,7 @@ static void batch_send(void *userdata)
 	if (batch_waits(b) && batch_hold(b) >= 0)
 		return; /* batch_kick or on_hold sends it */
 	b->sent = true;
-	if (n->open[b->t] == b) {
-		n->open[b->t] = NULL;
-		if (n->hold && b->t == BATCH_COMPLETE)
-			ev_timer_disarm(n->hold); /* it bounded this one's wait */
-	}
+	batch_unopen(b);
 	q = batch_compact(b);
 	if (q >= 0 && b->t == BATCH_RENEW) {
 		q = renew_body(b, &body);
