@@ -234,6 +234,11 @@ struct drv_ops {
 	int (*complete_claim)(drv_t *d, drv_run_t *run, const char *body,
 	                      const struct drv_claim *next, drv_cb cb, void *ud, drv_claim_cb ncb,
 	                      void *nud, drv_req_t **ret);
+	/* The claim a completion carries (complete_claim's nud) asks for max_runs
+	 * runs instead, while that completion still waits to be sent (joined with
+	 * others in one request): one claim for the slots of several completions.
+	 * Optional; -EALREADY once it went (or for an unknown nud). */
+	int (*complete_claim_extend)(drv_t *d, void *nud, unsigned max_runs);
 	/* Give the run back (DRV_CAP_RELEASE); delay_s before it may be claimed again. */
 	int (*release)(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
 		       drv_cb cb, void *ud, drv_req_t **ret);

@@ -532,7 +532,18 @@ struct complete_claim_state {
 	struct claim_state claim;
 	drv_claim_cb ncb;
 	void *nud;
+	char *done;       /* the completion's own body */
+	char *claim_body; /* the claim it carries ("next") */
 };
+
+static void complete_claim_free(void *state)
+{
+	struct complete_claim_state *st = state;
+
+	free(st->done);
+	free(st->claim_body);
+	batch_item_free(st);
+}
 
 /* What became of the claim a completion carried. */
 static void next_answer(const struct complete_claim_state *st, const struct drv_answer *a,
@@ -584,14 +595,15 @@ static int native_complete_claim(drv_t *d, drv_run_t *run, const char *body,
                                  const struct drv_claim *next, drv_cb cb, void *ud,
                                  drv_claim_cb ncb, void *nud, drv_req_t **ret)
 {
-	_cleanup_free_ char *claim = NULL;
 	drv_req_t *rq = drv_req_new_state(d, on_complete_claim, cb, ud,
-	                                  sizeof(struct complete_claim_state), batch_item_free);
+	                                  sizeof(struct complete_claim_state), complete_claim_free);
 	struct complete_claim_state *st = rq ? rq->state : NULL;
-	int q = rq ? claim_req_body(d->priv, next, &claim) : -ENOMEM;
+	int q = rq ? claim_req_body(d->priv, next, &st->claim_body) : -ENOMEM;
 
+	if (q >= 0 && !(st->done = strdup(body)))
+		q = -ENOMEM;
 	if (q >= 0)
-		q = proto_complete_splice(body, claim, &st->item.body);
+		q = proto_complete_splice(body, st->claim_body, &st->item.body);
 	if (q < 0) {
 		drv_req_free(rq);
 		return q;
@@ -604,6 +616,38 @@ static int native_complete_claim(drv_t *d, drv_run_t *run, const char *body,
 	st->ncb = ncb;
 	st->nud = nud;
 	return complete_send(d, rq, ret);
+}
+
+static int body_set_uint(char **body, const char *key, uint64_t value);
+
+static bool carries(const drv_req_t *rq, const void *nud)
+{
+	const struct complete_claim_state *st = rq->state;
+
+	return rq->on_http == on_complete_claim && st->nud == nud;
+}
+
+/* The claim (nud's) of a completion still waiting to go asks for max_runs. */
+static int native_complete_claim_extend(drv_t *d, void *nud, unsigned max_runs)
+{
+	drv_req_t *rq = batch_complete_waiting(d, carries, nud);
+	struct complete_claim_state *st = rq ? rq->state : NULL;
+	char *both = NULL;
+	int q;
+
+	if (!st)
+		return -EALREADY;
+	q = body_set_uint(&st->claim_body, "\"max_runs\":", max_runs);
+	if (q >= 0)
+		q = proto_complete_splice(st->done, st->claim_body, &both);
+	if (q < 0)
+		return q;
+	free(st->item.body);
+	st->item.body = both;
+	st->claim.max_response =
+	    SMALL_ANSWER + proto_claim_max_response(max_runs, st->claim.max_input);
+	st->item.max_response = st->claim.max_response;
+	return 0;
 }
 
 static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
@@ -646,11 +690,11 @@ static int native_restore(drv_t *d, const char *run_id, const char *body, drv_ru
 	return 0;
 }
 
-/* The body's top-level "log_length": the first such key, since it precedes
- * every string that could hold one (proto_complete_body's order). */
-static int native_body_set_log_length(char **body, uint64_t log_length)
+/* The number after the first key in body (with its quotes and colon):
+ * one that precedes every string that could hold it (proto_complete_body's
+ * order; proto_claim_body's, whose strings before it are ids). */
+static int body_set_uint(char **body, const char *key, uint64_t value)
 {
-	static const char key[] = "\"log_length\":";
 	char *p = strstr(*body, key), *v, *end, *nb;
 	char num[24];
 	int n;
@@ -659,7 +703,7 @@ static int native_body_set_log_length(char **body, uint64_t log_length)
 		return -EBADMSG;
 	v = p + strlen(key);
 	end = v + strspn(v, "0123456789.e+-");
-	n = snprintf(num, sizeof(num), "%" PRIu64, log_length);
+	n = snprintf(num, sizeof(num), "%" PRIu64, value);
 	nb = malloc(strlen(*body) - (size_t)(end - v) + (size_t)n + 1);
 	if (!nb)
 		return -ENOMEM;
@@ -669,6 +713,11 @@ static int native_body_set_log_length(char **body, uint64_t log_length)
 	free(*body);
 	*body = nb;
 	return 0;
+}
+
+static int native_body_set_log_length(char **body, uint64_t log_length)
+{
+	return body_set_uint(body, "\"log_length\":", log_length);
 }
 
 const struct drv_ops drv_native_ops = {
@@ -686,6 +735,7 @@ const struct drv_ops drv_native_ops = {
     .complete_body = native_complete_body,
     .complete = native_complete,
     .complete_claim = native_complete_claim,
+    .complete_claim_extend = native_complete_claim_extend,
     .release = native_release,
     .restore = native_restore,
     .body_set_log_length = native_body_set_log_length,

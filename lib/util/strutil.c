@@ -84,6 +84,16 @@ bool strv_contains(char *const *v, const char *s)
 	return false;
 }
 
+bool strv_equal(char *const *a, char *const *b)
+{
+	size_t i = 0;
+
+	for (; a && b && a[i] && b[i]; i++)
+		if (!streq(a[i], b[i]))
+			return false;
+	return !(a && a[i]) && !(b && b[i]);
+}
+
 char *str_trim(char *s)
 {
 	char *e;

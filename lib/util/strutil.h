@@ -42,6 +42,7 @@ int strv_push(char ***v, char *s);     /* takes ownership of s */
 int strv_extend(char ***v, const char *s); /* copies s */
 char **strv_copy(char *const *v);
 bool strv_contains(char *const *v, const char *s);
+bool strv_equal(char *const *a, char *const *b); /* NULL is the empty vector */
 /* Split on any of sep, trimming blanks; empty parts are dropped. */
 int strv_split(const char *s, const char *sep, char ***ret);
 void strv_sort_uniq(char **v);

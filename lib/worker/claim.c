@@ -65,6 +65,10 @@ struct claimer {
 	unsigned idle_polls;
 	ev_timer_t *timer;
 	ev_timer_t *carry_timer; /* a carried claim's patience ran out: claim_kick */
+	/* the last carried claim, which may grow while its completion waits to
+	 * go (drv complete_claim_extend), and the workflows it names */
+	struct claim_lane *carry_open;
+	char **carry_wfs;
 	long queue_depth;
 	unsigned claim_cancels; /* claim cancels in flight */
 	bool in_arrival;        /* handling a claim's runs: no nested claim */
@@ -699,11 +703,18 @@ static void claim_kick_lanes(struct claimer *w)
 
 /* ---- claims carried by completions (DRV_CAP_COMPLETE_CLAIM) ---- */
 
+static void carry_closed(struct claim_lane *l)
+{
+	if (l->cl->carry_open == l)
+		l->cl->carry_open = NULL;
+}
+
 static void carried_end(struct claim_lane *l)
 {
 	struct claimer *w = l->cl;
 	bool finishing = l->finishing;
 
+	carry_closed(l);
 	l->carried = false;
 	l->finishing = false;
 	l->max_runs = 0;
@@ -727,6 +738,7 @@ static void on_carried(struct drv_claim_answer *ans, void *userdata)
 		carried_end(l);
 		return;
 	}
+	carry_closed(l);
 	l->carried = false;
 	/* it named no held leases: its answer says nothing of cancel events */
 	ans->has_cancels = w->cancels_known;
@@ -775,6 +787,36 @@ static struct drv_claim carried_claim(const struct claimer *w, struct claim_lane
 	};
 }
 
+/* The slots more a completion frees go to the carried claim whose
+ * completion has not gone yet (one claim for the completions of one
+ * request), when it names the same workflows. */
+static bool carry_extend(struct claimer *w, char *const *wfs, unsigned more)
+{
+	struct claim_lane *l = w->carry_open;
+	drv_t *d = w->p.runs->drv;
+	unsigned n = l ? l->max_runs + more : 0;
+
+	/* past its patience its slots count as free: they are in more already */
+	if (!l || !l->carried || ev_now(w->p.runs->ev) - l->sent_at >= CARRY_PATIENCE ||
+	    !drv_ops(d)->complete_claim_extend || n > CLAIM_MAX_RUNS ||
+	    !strv_equal(wfs, w->carry_wfs))
+		return false;
+	if (drv_ops(d)->complete_claim_extend(d, l, n) < 0) {
+		w->carry_open = NULL; /* it went: the next carried claim is a new one */
+		return false;
+	}
+	l->max_runs = n;
+	return true;
+}
+
+/* l carries a claim for wfs from now on: the one later completions extend. */
+static void carry_opened(struct claimer *w, struct claim_lane *l, char **wfs)
+{
+	strv_free(w->carry_wfs);
+	w->carry_wfs = wfs;
+	w->carry_open = l;
+}
+
 int claim_carry(struct claimer *w, const struct run *r, claim_carry_send_fn send, void *ctx)
 {
 	unsigned slots, room = 0, want, reserved;
@@ -788,6 +830,10 @@ int claim_carry(struct claimer *w, const struct run *r, claim_carry_send_fn send
 	wfs = claimable_workflows(w, &room);
 	want = MIN(slots, room);
 	reserved = lanes_reserved(w);
+	if (wfs && wfs[0] && want > reserved && carry_extend(w, wfs, want - reserved)) {
+		strv_free(wfs);
+		return 0; /* this completion goes without a claim of its own */
+	}
 	l = wfs && wfs[0] && want > reserved ? lane_repeat(w) : NULL;
 	if (!l && wfs && wfs[0] && want > reserved)
 		l = lane_ahead(w);
@@ -797,9 +843,11 @@ int claim_carry(struct claimer *w, const struct run *r, claim_carry_send_fn send
 	}
 	rq = carried_claim(w, l, wfs, want - reserved);
 	q = send(&rq, on_carried, l, ctx);
-	strv_free(wfs);
-	if (q < 0)
+	if (q < 0) {
+		strv_free(wfs);
 		return q;
+	}
+	carry_opened(w, l, wfs);
 	l->carried = true;
 	l->max_runs = rq.max_runs;
 	l->repeat = true;
@@ -1157,6 +1205,7 @@ struct claimer *claimer_free(struct claimer *cl)
 	free(cl->lanes);
 	ev_timer_del(cl->timer);
 	ev_timer_del(cl->carry_timer);
+	strv_free(cl->carry_wfs);
 	free(cl);
 	return NULL;
 }

@@ -164,6 +164,14 @@ START_TEST(test_strv)
 	ck_assert_str_eq(v[0], "a");
 	ck_assert_str_eq(v[2], "c");
 	ck_assert(strv_contains(v, "b"));
+	{
+		char *same[] = {"a", "b", "c", NULL}, *shorter[] = {"a", "b", NULL};
+		char *empty[] = {NULL};
+
+		ck_assert(strv_equal(v, same));
+		ck_assert(!strv_equal(v, shorter) && !strv_equal(shorter, v));
+		ck_assert(strv_equal(NULL, empty) && !strv_equal(NULL, shorter));
+	}
 	strv_free(v);
 	ck_assert(str_in_charset("r-81.x:y", 1, 128, "._:-"));
 	ck_assert(!str_in_charset("r 81", 1, 128, "._:-"));
