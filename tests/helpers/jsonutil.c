@@ -17,11 +17,21 @@ char *tu_fmt(const char *f, ...)
 	return s;
 }
 
+const cJSON *tu_jget(const cJSON *o, const char *k)
+{
+	return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
 const char *tu_jstr(const cJSON *o, const char *k)
+{
+	return tu_jstr_or(o, k, NULL);
+}
+
+const char *tu_jstr_or(const cJSON *o, const char *k, const char *dflt)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
 
-	return cJSON_IsString(v) ? v->valuestring : NULL;
+	return cJSON_IsString(v) ? v->valuestring : dflt;
 }
 
 double tu_jnum(const cJSON *o, const char *k)

@@ -9,8 +9,12 @@
 
 /* asprintf that asserts: the string (free it). */
 _printf_(1, 2) char *tu_fmt(const char *f, ...);
+/* o[k] whatever its type; NULL when o has none (or o is NULL). */
+const cJSON *tu_jget(const cJSON *o, const char *k);
 /* o[k] when it is a string, else NULL. */
 const char *tu_jstr(const cJSON *o, const char *k);
+/* o[k] when it is a string, else dflt ("" suits ck_assert_str_*, which fail on NULL). */
+const char *tu_jstr_or(const cJSON *o, const char *k, const char *dflt);
 /* o[k] when it is a number; asserts that it is one. */
 double tu_jnum(const cJSON *o, const char *k);
 /* o[k] when it is a number, else dflt. */

@@ -16,90 +16,19 @@
 #include "testutil.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-
-#define ADMIN "admin-0123456789abcdef"
-#define TOK_A "alpha-0123456789abcdef"
-#define TOK_B "beta-0123456789abcdef0"
-#define OTHER_TOKEN "0123456789abcdef0123456789abcdef"
+#include "worker_api.h"
 
 static struct tu_lessor *L;
 static const char *worker_token; /* scoped tokens: the worker's; else NULL */
 
-static void start_with(char **args)
-{
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &L), 0);
-	worker_token = NULL;
-}
-
 static void start(void)
 {
-	start_with((char *[]){"--enable-faults", NULL});
-}
-
-static void start_scoped(void)
-{
-	ck_assert_int_eq(
-	    tu_lessor_start(
-	        &(struct tu_lessor_opts){.admin_token = ADMIN,
-	                                 .worker_tokens = "alpha " TOK_A "\nbeta " TOK_B "\n"},
-	        &L),
-	    0);
-	worker_token = TOK_A;
+	tu_worker_start((char *[]){"--enable-faults", NULL}, &L, &worker_token);
 }
 
 static void teardown(void)
 {
-	if (L && tu_lessor_pid(L) > 0)
-		ck_assert_int_eq(tu_lessor_stop(L), 0);
-	L = tu_lessor_free(L);
-}
-
-/* A worker request (with the worker token when scoped): its status, and
- * its answer in *ret (may be NULL). */
-static long wreq(const char *path, const char *body, cJSON **ret)
-{
-	_cleanup_free_ char *url = tu_fmt("%s%s", tu_lessor_url(L), path);
-	long status = 0;
-
-	if (worker_token)
-		ck_assert_int_eq(tu_http_json("POST", url, worker_token, body, &status, ret), 0);
-	else
-		ck_assert_int_eq(tu_lessor_json(L, "POST", path, body, &status, ret), 0);
-	return status;
-}
-
-static const cJSON *at(const cJSON *j, const char *name)
-{
-	return cJSON_GetObjectItemCaseSensitive(j, name);
-}
-
-static const char *str_at(const cJSON *j, const char *name)
-{
-	const cJSON *v = at(j, name);
-
-	return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static void fault(const char *body, long want)
-{
-	long status = 0;
-
-	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults", body, &status, NULL), 0);
-	ck_assert_int_eq(status, want);
-}
-
-struct grant {
-	char id[64], token[64];
-};
-
-static void grant_of(const cJSON *answer, int i, struct grant *g)
-{
-	const cJSON *run = cJSON_GetArrayItem(at(answer, "runs"), i);
-
-	ck_assert_ptr_nonnull(run);
-	snprintf(g->id, sizeof(g->id), "%s", str_at(run, "id"));
-	snprintf(g->token, sizeof(g->token), "%s", str_at(at(run, "lease"), "token"));
-	ck_assert_str_ne(g->token, "");
+	tu_worker_stop(&L);
 }
 
 static void enqueue_n(int n)
@@ -113,24 +42,19 @@ static void enqueue_n(int n)
 }
 
 /* Claims n of the pending runs (there must be that many). */
-static void claim_n(const char *claim_id, const char *worker, int n, struct grant *g)
+static void claim_n(const char *claim_id, const char *worker, int n, struct tu_grant *g)
 {
 	_cleanup_free_ char *body = tu_fmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
 	                                   "\"max_runs\":%d,\"lease_ttl_s\":60,\"wait_s\":0}",
 	                                   claim_id, worker, n);
-	cJSON *j = NULL;
 
-	ck_assert_int_eq(wreq("/v1/claims", body, &j), 200);
-	ck_assert_int_eq(cJSON_GetArraySize(at(j, "runs")), n);
-	for (int i = 0; i < n; i++)
-		grant_of(j, i, &g[i]);
-	cJSON_Delete(j);
+	tu_worker_claim(L, worker_token, body, n, g);
 }
 
 /* One entry of a batch: the run's grant, its status ("succeeded", "failed",
  * "cancelled"; NULL: "succeeded") and its "next" claim body (NULL: none). */
 struct item {
-	struct grant g;
+	struct tu_grant g;
 	const char *status;
 	const char *next;
 };
@@ -171,80 +95,36 @@ static long batch(const struct item *v, size_t n, cJSON **ret)
 {
 	_cleanup_free_ char *body = batch_body(v, n);
 
-	return wreq("/v1/completions", body, ret);
-}
-
-/* The i-th entry of a batch answer, which names id. */
-static const cJSON *entry(const cJSON *answer, int i, const char *id)
-{
-	const cJSON *e = cJSON_GetArrayItem(at(answer, "completions"), i);
-
-	ck_assert_ptr_nonnull(e);
-	ck_assert_str_eq(str_at(e, "id"), id);
-	return e;
+	return tu_worker_post(L, worker_token, "/v1/completions", body, ret);
 }
 
 static const cJSON *assert_done(const cJSON *answer, int i, const char *id, const char *status)
 {
-	const cJSON *e = entry(answer, i, id);
+	const cJSON *e = tu_worker_entry(answer, "completions", i, id);
 
-	ck_assert_ptr_null(at(e, "error"));
-	ck_assert_str_eq(str_at(e, "run_status"), status);
+	ck_assert_ptr_null(tu_jget(e, "error"));
+	ck_assert_str_eq(tu_jstr_or(e, "run_status", ""), status);
 	return e;
 }
 
 static void assert_refused(const cJSON *answer, int i, const char *id, const char *error)
 {
-	const cJSON *e = entry(answer, i, id);
+	const cJSON *e = tu_worker_entry(answer, "completions", i, id);
 
-	ck_assert_str_eq(str_at(e, "error"), error);
-	ck_assert_str_ne(str_at(e, "message"), "");
-	ck_assert_ptr_null(at(e, "run_status"));
-	ck_assert_ptr_null(at(e, "next"));
+	ck_assert_str_eq(tu_jstr_or(e, "error", ""), error);
+	ck_assert_str_ne(tu_jstr_or(e, "message", ""), "");
+	ck_assert_ptr_null(tu_jget(e, "run_status"));
+	ck_assert_ptr_null(tu_jget(e, "next"));
 }
 
-static cJSON *get_run(const char *id)
-{
-	cJSON *run = tu_lessor_get_run(L, id);
-
-	ck_assert_ptr_nonnull(run);
-	return run;
-}
-
-static void assert_status(const char *id, const char *want)
-{
-	cJSON *run = get_run(id);
-
-	ck_assert_msg(streq(str_at(run, "status"), want), "%s is %s, want %s", id,
-	              str_at(run, "status"), want);
-	cJSON_Delete(run);
-}
-
-static int rejected_writes(const char *id)
-{
-	cJSON *run = get_run(id);
-	int n = at(run, "rejected_writes")->valueint;
-
-	cJSON_Delete(run);
-	return n;
-}
-
-static long renew(const struct grant *g)
-{
-	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/lease", g->id);
-	_cleanup_free_ char *body = tu_fmt("{\"token\":\"%s\",\"ttl_s\":60}", g->token);
-
-	return wreq(path, body, NULL);
-}
-
-static long complete_one(const struct grant *g, cJSON **ret)
+static long complete_one(const struct tu_grant *g, cJSON **ret)
 {
 	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/complete", g->id);
 	_cleanup_free_ char *body = tu_fmt("{\"token\":\"%s\",\"status\":\"succeeded\","
 	                                   "\"reason\":\"exit\",\"exit_code\":0}",
 	                                   g->token);
 
-	return wreq(path, body, ret);
+	return tu_worker_post(L, worker_token, path, body, ret);
 }
 
 static int n_pending(void)
@@ -255,14 +135,14 @@ static int n_pending(void)
 
 	ck_assert_int_eq(tu_lessor_json(L, "GET", "/v1/stats", NULL, &status, &s), 0);
 	ck_assert_int_eq(status, 200);
-	n = at(s, "pending")->valueint;
+	n = tu_jget(s, "pending")->valueint;
 	cJSON_Delete(s);
 	return n;
 }
 
 START_TEST(test_records_each_completion)
 {
-	struct grant g[3];
+	struct tu_grant g[3];
 	struct item v[3];
 	cJSON *j = NULL, *run;
 
@@ -273,31 +153,32 @@ START_TEST(test_records_each_completion)
 	v[1] = (struct item){.g = g[1], .status = "failed"};
 	v[2] = (struct item){.g = g[2], .status = "cancelled"};
 	ck_assert_int_eq(batch(v, 3, &j), 200);
-	ck_assert_int_eq(cJSON_GetArraySize(at(j, "completions")), 3);
+	ck_assert_int_eq(cJSON_GetArraySize(tu_jget(j, "completions")), 3);
 	assert_done(j, 0, g[0].id, "succeeded");
 	assert_done(j, 1, g[1].id, "failed");
 	assert_done(j, 2, g[2].id, "cancelled");
-	ck_assert_ptr_null(at(entry(j, 0, g[0].id), "next")); /* none asked for */
+	/* none asked for */
+	ck_assert_ptr_null(tu_jget(tu_worker_entry(j, "completions", 0, g[0].id), "next"));
 	cJSON_Delete(j);
-	assert_status(g[0].id, "succeeded");
-	assert_status(g[1].id, "failed");
-	assert_status(g[2].id, "cancelled");
+	tu_worker_assert_status(L, g[0].id, "succeeded");
+	tu_worker_assert_status(L, g[1].id, "failed");
+	tu_worker_assert_status(L, g[2].id, "cancelled");
 	/* every member was recorded as the single completion records it */
-	run = get_run(g[1].id);
-	ck_assert_str_eq(str_at(run, "outcome"), "failed");
-	ck_assert_str_eq(str_at(run, "reason"), "exit");
-	ck_assert_int_eq(at(run, "exit_code")->valueint, 3);
-	ck_assert_int_eq(at(run, "duration_ms")->valueint, 12);
-	ck_assert_int_eq(at(at(run, "output"), "n")->valueint, 1);
+	run = tu_worker_get_run(L, g[1].id);
+	ck_assert_str_eq(tu_jstr_or(run, "outcome", ""), "failed");
+	ck_assert_str_eq(tu_jstr_or(run, "reason", ""), "exit");
+	ck_assert_int_eq(tu_jget(run, "exit_code")->valueint, 3);
+	ck_assert_int_eq(tu_jget(run, "duration_ms")->valueint, 12);
+	ck_assert_int_eq(tu_jget(tu_jget(run, "output"), "n")->valueint, 1);
 	cJSON_Delete(run);
 	/* the leases ended */
-	ck_assert_int_eq(renew(&g[0]), 409);
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g[0]), 409);
 }
 END_TEST
 
 START_TEST(test_each_entry_answers_in_order)
 {
-	struct grant g[3];
+	struct tu_grant g[3];
 	struct item v[5];
 	cJSON *j = NULL;
 
@@ -306,12 +187,12 @@ START_TEST(test_each_entry_answers_in_order)
 	claim_n("c-1", "w-1", 3, g);
 	v[0] = (struct item){.g = g[0]};
 	v[1] = (struct item){.g = g[1]};
-	snprintf(v[1].g.token, sizeof(v[1].g.token), "%s", OTHER_TOKEN); /* stale */
-	v[2] = (struct item){.g = {.id = "r-999", .token = OTHER_TOKEN}};
-	v[3] = (struct item){.g = {.id = "no-such-run", .token = OTHER_TOKEN}};
+	snprintf(v[1].g.token, sizeof(v[1].g.token), "%s", TU_OTHER_TOKEN); /* stale */
+	v[2] = (struct item){.g = {.id = "r-999", .token = TU_OTHER_TOKEN}};
+	v[3] = (struct item){.g = {.id = "no-such-run", .token = TU_OTHER_TOKEN}};
 	v[4] = (struct item){.g = g[2], .status = "failed"};
 	ck_assert_int_eq(batch(v, 5, &j), 200);
-	ck_assert_int_eq(cJSON_GetArraySize(at(j, "completions")), 5);
+	ck_assert_int_eq(cJSON_GetArraySize(tu_jget(j, "completions")), 5);
 	assert_done(j, 0, g[0].id, "succeeded");
 	assert_refused(j, 1, g[1].id, "lease_lost");
 	assert_refused(j, 2, "r-999", "not_found");
@@ -319,16 +200,16 @@ START_TEST(test_each_entry_answers_in_order)
 	assert_done(j, 4, g[2].id, "failed");
 	cJSON_Delete(j);
 	/* the stale write is counted as a single completion's is; the run goes on */
-	ck_assert_int_eq(rejected_writes(g[1].id), 1);
-	ck_assert_int_eq(rejected_writes(g[0].id), 0);
-	assert_status(g[1].id, "running");
-	ck_assert_int_eq(renew(&g[1]), 200);
+	ck_assert_int_eq(tu_worker_rejected_writes(L, g[1].id), 1);
+	ck_assert_int_eq(tu_worker_rejected_writes(L, g[0].id), 0);
+	tu_worker_assert_status(L, g[1].id, "running");
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g[1]), 200);
 }
 END_TEST
 
 START_TEST(test_next_claims_per_entry)
 {
-	struct grant g[4], x[1], n0, n1;
+	struct tu_grant g[4], x[1], n0, n1;
 	struct item v[4];
 	const cJSON *e;
 	cJSON *j = NULL;
@@ -341,42 +222,42 @@ START_TEST(test_next_claims_per_entry)
 	v[0] = (struct item){.g = g[0], .next = NEXT("c-2")};
 	v[1] = (struct item){.g = g[1]};
 	v[2] = (struct item){.g = g[2], .next = NEXT("c-x")}; /* w-2's claim_id */
-	v[3] = (struct item){.g = {.id = "r-999", .token = OTHER_TOKEN}, .next = NEXT("c-3")};
+	v[3] = (struct item){.g = {.id = "r-999", .token = TU_OTHER_TOKEN}, .next = NEXT("c-3")};
 	ck_assert_int_eq(batch(v, 4, &j), 200);
 	e = assert_done(j, 0, g[0].id, "succeeded");
-	ck_assert_int_eq(cJSON_GetArraySize(at(at(e, "next"), "runs")), 1);
-	ck_assert(cJSON_IsNumber(at(at(e, "next"), "queue_depth")));
-	ck_assert_ptr_null(at(at(e, "next"), "error"));
-	grant_of(at(e, "next"), 0, &n0);
+	ck_assert_int_eq(cJSON_GetArraySize(tu_jget(tu_jget(e, "next"), "runs")), 1);
+	ck_assert(cJSON_IsNumber(tu_jget(tu_jget(e, "next"), "queue_depth")));
+	ck_assert_ptr_null(tu_jget(tu_jget(e, "next"), "error"));
+	tu_worker_grant(tu_jget(e, "next"), 0, &n0);
 	e = assert_done(j, 1, g[1].id, "succeeded");
-	ck_assert_ptr_null(at(e, "next"));
+	ck_assert_ptr_null(tu_jget(e, "next"));
 	/* the claim failed, the completion stands */
 	e = assert_done(j, 2, g[2].id, "succeeded");
-	ck_assert_int_eq(cJSON_GetArraySize(at(at(e, "next"), "runs")), 0);
-	ck_assert_str_eq(str_at(at(e, "next"), "error"), "invalid_request");
-	ck_assert_str_ne(str_at(at(e, "next"), "message"), "");
+	ck_assert_int_eq(cJSON_GetArraySize(tu_jget(tu_jget(e, "next"), "runs")), 0);
+	ck_assert_str_eq(tu_jstr_or(tu_jget(e, "next"), "error", ""), "invalid_request");
+	ck_assert_str_ne(tu_jstr_or(tu_jget(e, "next"), "message", ""), "");
 	/* a refused completion claims nothing */
 	assert_refused(j, 3, "r-999", "not_found");
 	cJSON_Delete(j);
-	assert_status(g[2].id, "succeeded");
-	assert_status(n0.id, "running");
-	ck_assert_int_eq(renew(&n0), 200);
-	ck_assert_int_eq(renew(x), 200); /* w-2's lease is left alone */
+	tu_worker_assert_status(L, g[2].id, "succeeded");
+	tu_worker_assert_status(L, n0.id, "running");
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &n0), 200);
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, x), 200); /* w-2's lease is left alone */
 	ck_assert_int_eq(n_pending(), 1);
 	/* the granted lease is a lease like any other */
 	v[0] = (struct item){.g = n0, .next = NEXT("c-4")};
 	ck_assert_int_eq(batch(v, 1, &j), 200);
 	e = assert_done(j, 0, n0.id, "succeeded");
-	grant_of(at(e, "next"), 0, &n1);
+	tu_worker_grant(tu_jget(e, "next"), 0, &n1);
 	cJSON_Delete(j);
 	ck_assert_int_eq(n_pending(), 0);
-	ck_assert_int_eq(renew(&n1), 200);
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &n1), 200);
 }
 END_TEST
 
 START_TEST(test_repeat_answers_the_same)
 {
-	struct grant g[3], n0[2], n1[2];
+	struct tu_grant g[3], n0[2], n1[2];
 	struct item v[3];
 	cJSON *j = NULL;
 
@@ -387,66 +268,47 @@ START_TEST(test_repeat_answers_the_same)
 	v[1] = (struct item){.g = g[1], .status = "failed"};
 	v[2] = (struct item){.g = g[2], .next = NEXT("c-3")};
 	for (int round = 0; round < 2; round++) {
-		struct grant *n = round ? n1 : n0;
+		struct tu_grant *n = round ? n1 : n0;
 
 		/* the answer was lost: the worker repeats the whole request */
 		ck_assert_int_eq(batch(v, 3, &j), 200);
-		grant_of(at(assert_done(j, 0, g[0].id, "succeeded"), "next"), 0, &n[0]);
+		tu_worker_grant(tu_jget(assert_done(j, 0, g[0].id, "succeeded"), "next"), 0, &n[0]);
 		assert_done(j, 1, g[1].id, "failed");
-		grant_of(at(assert_done(j, 2, g[2].id, "succeeded"), "next"), 0, &n[1]);
+		tu_worker_grant(tu_jget(assert_done(j, 2, g[2].id, "succeeded"), "next"), 0, &n[1]);
 		cJSON_Delete(j);
 		j = NULL;
 	}
 	for (int i = 0; i < 2; i++) {
 		ck_assert_str_eq(n1[i].id, n0[i].id);
 		ck_assert_str_eq(n1[i].token, n0[i].token);
-		ck_assert_int_eq(renew(&n0[i]), 200);
+		ck_assert_int_eq(tu_worker_renew(L, worker_token, &n0[i]), 200);
 	}
 	ck_assert_str_ne(n0[0].id, n0[1].id);
 	/* nothing more was granted, nothing counted as refused */
 	ck_assert_int_eq(n_pending(), 0);
-	ck_assert_int_eq(rejected_writes(g[0].id), 0);
+	ck_assert_int_eq(tu_worker_rejected_writes(L, g[0].id), 0);
 }
 END_TEST
 
 /* A refused request records nothing: every run is still running under its
  * lease, and nothing was claimed. */
-static void assert_refused_whole(const char *body, const char *names, const struct grant *g,
+static void assert_refused_whole(const char *body, const char *names, const struct tu_grant *g,
                                  size_t n)
 {
 	int pending = n_pending();
 	cJSON *j = NULL;
 
-	ck_assert_int_eq(wreq("/v1/completions", body, &j), 400);
-	ck_assert_str_eq(str_at(j, "error"), "invalid_request");
-	ck_assert_msg(strstr(str_at(j, "message"), names), "message '%s' does not name %s",
-	              str_at(j, "message"), names);
-	ck_assert_ptr_null(at(j, "completions"));
+	ck_assert_int_eq(tu_worker_post(L, worker_token, "/v1/completions", body, &j), 400);
+	ck_assert_str_eq(tu_jstr_or(j, "error", ""), "invalid_request");
+	ck_assert_msg(strstr(tu_jstr_or(j, "message", ""), names), "message '%s' does not name %s",
+	              tu_jstr_or(j, "message", ""), names);
+	ck_assert_ptr_null(tu_jget(j, "completions"));
 	cJSON_Delete(j);
 	for (size_t i = 0; i < n; i++) {
-		assert_status(g[i].id, "running");
-		ck_assert_int_eq(renew(&g[i]), 200);
+		tu_worker_assert_status(L, g[i].id, "running");
+		ck_assert_int_eq(tu_worker_renew(L, worker_token, &g[i]), 200);
 	}
 	ck_assert_int_eq(n_pending(), pending);
-}
-
-/* tmpl with "@N" as the N-th grant's id and "#N" as its token (free it). */
-static char *fill(const char *tmpl, const struct grant *g)
-{
-	char *s = strdup("");
-
-	ck_assert_ptr_nonnull(s);
-	for (const char *p = tmpl; *p; p++) {
-		bool var = (*p == '@' || *p == '#') && p[1] >= '0' && p[1] <= '9';
-		char *t =
-		    var ? tu_fmt("%s%s", s, *p == '@' ? g[p[1] - '0'].id : g[p[1] - '0'].token)
-		        : tu_fmt("%s%c", s, *p);
-
-		p += var;
-		free(s);
-		s = t;
-	}
-	return s;
 }
 
 #define OK0 "{\"id\":\"@0\",\"token\":\"#0\",\"status\":\"succeeded\",\"reason\":\"exit\"}"
@@ -497,13 +359,13 @@ START_TEST(test_malformed_request_records_nothing)
 	    {"{\"completions\":null}", "'completions'"},
 	    {"{}", "'completions'"},
 	};
-	struct grant g[2];
+	struct tu_grant g[2];
 
 	start();
 	enqueue_n(3);
 	claim_n("c-1", "w-1", 2, g);
 	for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
-		_cleanup_free_ char *body = fill(bad[i].body, g);
+		_cleanup_free_ char *body = tu_worker_fill(bad[i].body, g);
 
 		assert_refused_whole(body, bad[i].names, g, 2);
 	}
@@ -512,7 +374,7 @@ END_TEST
 
 START_TEST(test_duplicate_id_records_nothing)
 {
-	struct grant g[2];
+	struct tu_grant g[2];
 	struct item v[3];
 	_cleanup_free_ char *body = NULL, *names = NULL;
 
@@ -540,13 +402,13 @@ START_TEST(test_at_most_complete_max)
 	claim_n("c-1", "w-1", 1, &v[0].g);
 	for (int i = 1; i <= V1_COMPLETE_MAX; i++) {
 		snprintf(v[i].g.id, sizeof(v[i].g.id), "r-%d", 100000 + i);
-		snprintf(v[i].g.token, sizeof(v[i].g.token), "%s", OTHER_TOKEN);
+		snprintf(v[i].g.token, sizeof(v[i].g.token), "%s", TU_OTHER_TOKEN);
 	}
 	body = batch_body(v, V1_COMPLETE_MAX + 1);
 	assert_refused_whole(body, "'completions'", &v[0].g, 1);
 	/* exactly V1_COMPLETE_MAX is fine, each answered */
 	ck_assert_int_eq(batch(v, V1_COMPLETE_MAX, &j), 200);
-	ck_assert_int_eq(cJSON_GetArraySize(at(j, "completions")), V1_COMPLETE_MAX);
+	ck_assert_int_eq(cJSON_GetArraySize(tu_jget(j, "completions")), V1_COMPLETE_MAX);
 	assert_done(j, 0, v[0].g.id, "succeeded");
 	assert_refused(j, V1_COMPLETE_MAX - 1, v[V1_COMPLETE_MAX - 1].g.id, "not_found");
 	cJSON_Delete(j);
@@ -555,17 +417,16 @@ END_TEST
 
 START_TEST(test_scoped_token_reaches_own_leases)
 {
-	struct grant a[2], b[1];
+	struct tu_grant a[2], b[1];
 	struct item v[3];
-	long status = 0;
 	cJSON *j = NULL;
 
-	start_scoped();
+	tu_worker_start_scoped(&L, &worker_token);
 	enqueue_n(3);
 	claim_n("c-a", "host-a", 2, a);
-	worker_token = TOK_B;
+	worker_token = TU_BETA_TOKEN;
 	claim_n("c-b", "host-b", 1, b);
-	worker_token = TOK_A;
+	worker_token = TU_ALPHA_TOKEN;
 	v[0] = (struct item){.g = a[0]};
 	v[1] = (struct item){.g = b[0]};
 	v[2] = (struct item){.g = a[1], .status = "failed"};
@@ -575,12 +436,12 @@ START_TEST(test_scoped_token_reaches_own_leases)
 	assert_done(j, 2, a[1].id, "failed");
 	cJSON_Delete(j);
 	/* beta's run was left alone: not even counted as refused */
-	assert_status(b[0].id, "running");
-	ck_assert_int_eq(rejected_writes(b[0].id), 0);
-	worker_token = TOK_B;
-	ck_assert_int_eq(renew(&b[0]), 200);
+	tu_worker_assert_status(L, b[0].id, "running");
+	ck_assert_int_eq(tu_worker_rejected_writes(L, b[0].id), 0);
+	worker_token = TU_BETA_TOKEN;
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &b[0]), 200);
 	/* a repeat with the completing token, by its worker, answers the same */
-	worker_token = TOK_A;
+	worker_token = TU_ALPHA_TOKEN;
 	ck_assert_int_eq(batch(v, 3, &j), 200);
 	assert_done(j, 0, a[0].id, "succeeded");
 	assert_refused(j, 1, b[0].id, "lease_lost");
@@ -588,13 +449,9 @@ START_TEST(test_scoped_token_reaches_own_leases)
 	cJSON_Delete(j);
 	/* the admin token is not a worker's */
 	{
-		_cleanup_free_ char *url = tu_fmt("%s/v1/completions", tu_lessor_url(L));
 		_cleanup_free_ char *body = batch_body(v, 1);
 
-		ck_assert_int_eq(tu_http_json("POST", url, ADMIN, body, &status, NULL), 0);
-		ck_assert_int_eq(status, 403);
-		ck_assert_int_eq(tu_http_json("POST", url, NULL, body, &status, NULL), 0);
-		ck_assert_int_eq(status, 401);
+		tu_worker_assert_workers_only(L, "/v1/completions", body);
 	}
 }
 END_TEST
@@ -607,7 +464,7 @@ static double store_counter(const char *name)
 
 	ck_assert_int_eq(tu_lessor_json(L, "GET", "/v1/stats", NULL, &status, &s), 0);
 	ck_assert_int_eq(status, 200);
-	n = cJSON_GetNumberValue(at(at(s, "store"), name));
+	n = cJSON_GetNumberValue(tu_jget(tu_jget(s, "store"), name));
 	cJSON_Delete(s);
 	return n;
 }
@@ -616,12 +473,12 @@ static double store_counter(const char *name)
  * one commit (SQLite: one fsync).  PostgreSQL commits each on its own. */
 START_TEST(test_batch_is_one_commit)
 {
-	struct grant g[4];
+	struct tu_grant g[4];
 	struct item v[4];
 	double commits, writes;
 	cJSON *j = NULL;
 
-	start_with((char *[]){"--tick", "1h", NULL});
+	tu_worker_start((char *[]){"--tick", "1h", NULL}, &L, &worker_token);
 	enqueue_n(6);
 	claim_n("c-1", "w-1", 4, g);
 	for (int i = 0; i < 4; i++)
@@ -640,14 +497,14 @@ START_TEST(test_batch_is_one_commit)
 		              store_counter("writes") - writes);
 	}
 	for (int i = 0; i < 4; i++)
-		assert_status(g[i].id, "succeeded");
+		tu_worker_assert_status(L, g[i].id, "succeeded");
 	ck_assert_int_eq(n_pending(), 0);
 }
 END_TEST
 
 START_TEST(test_complete_fault_applies)
 {
-	struct grant g[2];
+	struct tu_grant g[2];
 	struct item v[2];
 	cJSON *j = NULL;
 
@@ -657,13 +514,13 @@ START_TEST(test_complete_fault_applies)
 	v[0] = (struct item){.g = g[0]};
 	v[1] = (struct item){.g = g[1]};
 	/* one batch is one request against the fault's count */
-	fault("{\"endpoint\":\"complete\",\"status\":503,\"count\":1}", 200);
+	tu_worker_fault(L, "{\"endpoint\":\"complete\",\"status\":503,\"count\":1}", 200);
 	ck_assert_int_eq(batch(v, 2, &j), 503);
-	ck_assert_str_eq(str_at(j, "error"), "injected");
+	ck_assert_str_eq(tu_jstr_or(j, "error", ""), "injected");
 	cJSON_Delete(j);
 	j = NULL;
-	assert_status(g[0].id, "running");
-	assert_status(g[1].id, "running");
+	tu_worker_assert_status(L, g[0].id, "running");
+	tu_worker_assert_status(L, g[1].id, "running");
 	ck_assert_int_eq(batch(v, 2, &j), 200);
 	assert_done(j, 0, g[0].id, "succeeded");
 	assert_done(j, 1, g[1].id, "succeeded");
@@ -673,7 +530,7 @@ END_TEST
 
 START_TEST(test_legacy_fault_answers_404)
 {
-	struct grant g[2];
+	struct tu_grant g[2];
 	struct item v[1];
 	cJSON *j = NULL;
 
@@ -682,20 +539,20 @@ START_TEST(test_legacy_fault_answers_404)
 	claim_n("c-1", "w-1", 2, g);
 	v[0] = (struct item){.g = g[1]};
 	/* legacy is a complete fault that answers: no status of its own */
-	fault("{\"endpoint\":\"complete\",\"legacy\":true,\"status\":503}", 400);
-	fault("{\"endpoint\":\"complete\",\"legacy\":true,\"count\":2}", 200);
+	tu_worker_fault(L, "{\"endpoint\":\"complete\",\"legacy\":true,\"status\":503}", 400);
+	tu_worker_fault(L, "{\"endpoint\":\"complete\",\"legacy\":true,\"count\":2}", 200);
 	/* the single completion is not affected, and does not use the fault up */
 	ck_assert_int_eq(complete_one(&g[0], &j), 200);
-	ck_assert_str_eq(str_at(j, "run_status"), "succeeded");
+	ck_assert_str_eq(tu_jstr_or(j, "run_status", ""), "succeeded");
 	cJSON_Delete(j);
 	j = NULL;
 	for (int i = 0; i < 2; i++) {
 		ck_assert_int_eq(batch(v, 1, &j), 404);
-		ck_assert_str_eq(str_at(j, "error"), "not_found");
+		ck_assert_str_eq(tu_jstr_or(j, "error", ""), "not_found");
 		cJSON_Delete(j);
 		j = NULL;
 	}
-	assert_status(g[1].id, "running");
+	tu_worker_assert_status(L, g[1].id, "running");
 	ck_assert_int_eq(batch(v, 1, &j), 200);
 	assert_done(j, 0, g[1].id, "succeeded");
 	cJSON_Delete(j);

@@ -12,65 +12,29 @@
 #include "testutil.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-
-#define ADMIN "admin-0123456789abcdef"
-#define TOK_A "alpha-0123456789abcdef"
-#define TOK_B "beta-0123456789abcdef0"
+#include "worker_api.h"
 
 static struct tu_lessor *L;
 static const char *worker_token; /* scoped tokens: the worker's; else NULL */
 
 static void start(void)
 {
-	char *args[] = {"--enable-faults", NULL};
-
-	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &L), 0);
-	worker_token = NULL;
-}
-
-static void start_scoped(void)
-{
-	ck_assert_int_eq(
-	    tu_lessor_start(
-	        &(struct tu_lessor_opts){.admin_token = ADMIN,
-	                                 .worker_tokens = "alpha " TOK_A "\nbeta " TOK_B "\n"},
-	        &L),
-	    0);
-	worker_token = TOK_A;
+	tu_worker_start((char *[]){"--enable-faults", NULL}, &L, &worker_token);
 }
 
 static void teardown(void)
 {
-	if (L && tu_lessor_pid(L) > 0)
-		ck_assert_int_eq(tu_lessor_stop(L), 0);
-	L = tu_lessor_free(L);
+	tu_worker_stop(&L);
 }
 
 /* A worker request (with the worker token when scoped); the answer's JSON. */
 static cJSON *wreq(const char *path, const char *body, long want_status)
 {
-	_cleanup_free_ char *url = tu_fmt("%s%s", tu_lessor_url(L), path);
-	long status = 0;
 	cJSON *j = NULL;
+	long status = tu_worker_post(L, worker_token, path, body, &j);
 
-	if (worker_token)
-		ck_assert_int_eq(tu_http_json("POST", url, worker_token, body, &status, &j), 0);
-	else
-		ck_assert_int_eq(tu_lessor_json(L, "POST", path, body, &status, &j), 0);
 	ck_assert_msg(status == want_status, "POST %s: %ld, want %ld", path, status, want_status);
 	return j;
-}
-
-static const cJSON *at(const cJSON *j, const char *name)
-{
-	return cJSON_GetObjectItemCaseSensitive(j, name);
-}
-
-static const char *str_at(const cJSON *j, const char *name)
-{
-	const cJSON *v = at(j, name);
-
-	return cJSON_IsString(v) ? v->valuestring : "";
 }
 
 static char *enqueue(void)
@@ -81,29 +45,14 @@ static char *enqueue(void)
 	return id;
 }
 
-struct grant {
-	char id[64], token[64];
-};
-
-/* The i-th run of a claim answer (or of a completion's "next"). */
-static void grant_of(const cJSON *answer, int i, struct grant *g)
-{
-	const cJSON *run = cJSON_GetArrayItem(at(answer, "runs"), i);
-
-	ck_assert_ptr_nonnull(run);
-	snprintf(g->id, sizeof(g->id), "%s", str_at(run, "id"));
-	snprintf(g->token, sizeof(g->token), "%s", str_at(at(run, "lease"), "token"));
-	ck_assert_str_ne(g->token, "");
-}
-
-static void claim_one(const char *claim_id, const char *worker, struct grant *g)
+static void claim_one(const char *claim_id, const char *worker, struct tu_grant *g)
 {
 	_cleanup_free_ char *body = tu_fmt("{\"claim_id\":\"%s\",\"worker_id\":\"%s\","
 	                                   "\"max_runs\":1,\"lease_ttl_s\":60,\"wait_s\":0}",
 	                                   claim_id, worker);
 	cJSON *j = wreq("/v1/claims", body, 200);
 
-	grant_of(j, 0, g);
+	tu_worker_grant(j, 0, g);
 	cJSON_Delete(j);
 }
 
@@ -112,7 +61,7 @@ static void claim_one(const char *claim_id, const char *worker, struct grant *g)
 	"\",\"worker_id\":\"w-1\",\"max_runs\":1,\"lease_ttl_s\":60" extra "}"
 
 /* POST /v1/runs/{id}/complete (succeeded) with this "next" (NULL: none). */
-static cJSON *complete_next(const struct grant *g, const char *next, long want_status)
+static cJSON *complete_next(const struct tu_grant *g, const char *next, long want_status)
 {
 	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/complete", g->id);
 	_cleanup_free_ char *body =
@@ -123,39 +72,16 @@ static cJSON *complete_next(const struct grant *g, const char *next, long want_s
 	return wreq(path, body, want_status);
 }
 
-static long renew(const struct grant *g)
-{
-	_cleanup_free_ char *path = tu_fmt("/v1/runs/%s/lease", g->id);
-	_cleanup_free_ char *body = tu_fmt("{\"token\":\"%s\",\"ttl_s\":60}", g->token);
-	_cleanup_free_ char *url = tu_fmt("%s%s", tu_lessor_url(L), path);
-	long status = 0;
-
-	if (worker_token)
-		ck_assert_int_eq(tu_http_json("POST", url, worker_token, body, &status, NULL), 0);
-	else
-		ck_assert_int_eq(tu_lessor_json(L, "POST", path, body, &status, NULL), 0);
-	return status;
-}
-
-static void assert_status(const char *id, const char *want)
-{
-	cJSON *run = tu_lessor_get_run(L, id);
-
-	ck_assert_ptr_nonnull(run);
-	ck_assert_str_eq(str_at(run, "status"), want);
-	cJSON_Delete(run);
-}
-
 static int n_runs(const cJSON *next)
 {
-	ck_assert_msg(cJSON_IsArray(at(next, "runs")), "next.runs is not an array");
-	return cJSON_GetArraySize(at(next, "runs"));
+	ck_assert_msg(cJSON_IsArray(tu_jget(next, "runs")), "next.runs is not an array");
+	return cJSON_GetArraySize(tu_jget(next, "runs"));
 }
 
 START_TEST(test_grants_next_pending_run)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL;
-	struct grant g1, g2;
+	struct tu_grant g1, g2;
 	cJSON *j, *run;
 
 	start();
@@ -163,44 +89,44 @@ START_TEST(test_grants_next_pending_run)
 	r2 = enqueue();
 	claim_one("c-1", "w-1", &g1);
 	j = complete_next(&g1, NEXT("c-2", ",\"workflows\":[\"build\"]"), 200);
-	ck_assert_str_eq(str_at(j, "run_status"), "succeeded");
-	ck_assert_int_eq(n_runs(at(j, "next")), 1);
-	ck_assert(cJSON_IsNumber(at(at(j, "next"), "queue_depth")));
-	ck_assert_ptr_null(at(at(j, "next"), "error"));
-	grant_of(at(j, "next"), 0, &g2);
+	ck_assert_str_eq(tu_jstr_or(j, "run_status", ""), "succeeded");
+	ck_assert_int_eq(n_runs(tu_jget(j, "next")), 1);
+	ck_assert(cJSON_IsNumber(tu_jget(tu_jget(j, "next"), "queue_depth")));
+	ck_assert_ptr_null(tu_jget(tu_jget(j, "next"), "error"));
+	tu_worker_grant(tu_jget(j, "next"), 0, &g2);
 	cJSON_Delete(j);
 	ck_assert_str_eq(g2.id, streq(g1.id, r1) ? r2 : r1);
-	assert_status(g1.id, "succeeded");
-	assert_status(g2.id, "running");
+	tu_worker_assert_status(L, g1.id, "succeeded");
+	tu_worker_assert_status(L, g2.id, "running");
 	/* the granted lease is a lease like any other, of claim c-2 */
 	run = tu_lessor_get_run(L, g2.id);
-	ck_assert_str_eq(str_at(at(run, "lease"), "claim_id"), "c-2");
-	ck_assert_str_eq(str_at(at(run, "lease"), "worker_id"), "w-1");
+	ck_assert_str_eq(tu_jstr_or(tu_jget(run, "lease"), "claim_id", ""), "c-2");
+	ck_assert_str_eq(tu_jstr_or(tu_jget(run, "lease"), "worker_id", ""), "w-1");
 	cJSON_Delete(run);
-	ck_assert_int_eq(renew(&g2), 200);
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g2), 200);
 	cJSON_Delete(complete_next(&g2, NULL, 200));
-	assert_status(g2.id, "succeeded");
+	tu_worker_assert_status(L, g2.id, "succeeded");
 }
 END_TEST
 
 START_TEST(test_nothing_pending_answers_empty_next)
 {
 	_cleanup_free_ char *r1 = NULL;
-	struct grant g1;
+	struct tu_grant g1;
 	cJSON *j;
 
 	start();
 	r1 = enqueue();
 	claim_one("c-1", "w-1", &g1);
 	j = complete_next(&g1, NEXT("c-2", ""), 200);
-	ck_assert_str_eq(str_at(j, "run_status"), "succeeded");
-	ck_assert_int_eq(n_runs(at(j, "next")), 0);
-	ck_assert_int_eq(at(at(j, "next"), "queue_depth")->valueint, 0);
-	ck_assert_ptr_null(at(at(j, "next"), "error"));
+	ck_assert_str_eq(tu_jstr_or(j, "run_status", ""), "succeeded");
+	ck_assert_int_eq(n_runs(tu_jget(j, "next")), 0);
+	ck_assert_int_eq(tu_jget(tu_jget(j, "next"), "queue_depth")->valueint, 0);
+	ck_assert_ptr_null(tu_jget(tu_jget(j, "next"), "error"));
 	cJSON_Delete(j);
 	/* without "next" the answer has none */
 	j = complete_next(&g1, NULL, 200);
-	ck_assert_ptr_null(at(j, "next"));
+	ck_assert_ptr_null(tu_jget(j, "next"));
 	cJSON_Delete(j);
 }
 END_TEST
@@ -208,7 +134,7 @@ END_TEST
 START_TEST(test_repeated_completion_replays_next)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL, *r3 = NULL;
-	struct grant g1, g2, again;
+	struct tu_grant g1, g2, again;
 	cJSON *j;
 
 	start();
@@ -217,13 +143,13 @@ START_TEST(test_repeated_completion_replays_next)
 	r3 = enqueue();
 	claim_one("c-1", "w-1", &g1);
 	j = complete_next(&g1, NEXT("c-2", ""), 200);
-	grant_of(at(j, "next"), 0, &g2);
+	tu_worker_grant(tu_jget(j, "next"), 0, &g2);
 	cJSON_Delete(j);
 	/* the answer was lost: the worker repeats the whole request */
 	j = complete_next(&g1, NEXT("c-2", ""), 200);
-	ck_assert_str_eq(str_at(j, "run_status"), "succeeded");
-	ck_assert_int_eq(n_runs(at(j, "next")), 1);
-	grant_of(at(j, "next"), 0, &again);
+	ck_assert_str_eq(tu_jstr_or(j, "run_status", ""), "succeeded");
+	ck_assert_int_eq(n_runs(tu_jget(j, "next")), 1);
+	tu_worker_grant(tu_jget(j, "next"), 0, &again);
 	cJSON_Delete(j);
 	ck_assert_str_eq(again.id, g2.id);
 	ck_assert_str_eq(again.token, g2.token);
@@ -235,12 +161,12 @@ START_TEST(test_repeated_completion_replays_next)
 		for (size_t i = 0; i < ELEMENTSOF(ids); i++) {
 			cJSON *run = tu_lessor_get_run(L, ids[i]);
 
-			pending += streq(str_at(run, "status"), "pending");
+			pending += streq(tu_jstr_or(run, "status", ""), "pending");
 			cJSON_Delete(run);
 		}
 		ck_assert_int_eq(pending, 1);
 	}
-	ck_assert_int_eq(renew(&g2), 200);
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g2), 200);
 }
 END_TEST
 
@@ -259,7 +185,7 @@ START_TEST(test_invalid_next_refuses_completion)
 	    {"\"c-2\"", "next"},
 	};
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL;
-	struct grant g1;
+	struct tu_grant g1;
 
 	start();
 	r1 = enqueue();
@@ -268,25 +194,26 @@ START_TEST(test_invalid_next_refuses_completion)
 	for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
 		cJSON *j = complete_next(&g1, bad[i].next, 400);
 
-		ck_assert_str_eq(str_at(j, "error"), "invalid_request");
-		ck_assert_msg(strstr(str_at(j, "message"), bad[i].names),
-		              "message '%s' does not name %s", str_at(j, "message"), bad[i].names);
-		ck_assert_ptr_null(at(j, "next"));
+		ck_assert_str_eq(tu_jstr_or(j, "error", ""), "invalid_request");
+		ck_assert_msg(strstr(tu_jstr_or(j, "message", ""), bad[i].names),
+		              "message '%s' does not name %s", tu_jstr_or(j, "message", ""),
+		              bad[i].names);
+		ck_assert_ptr_null(tu_jget(j, "next"));
 		cJSON_Delete(j);
-		assert_status(g1.id, "running");
-		ck_assert_int_eq(renew(&g1), 200);
+		tu_worker_assert_status(L, g1.id, "running");
+		ck_assert_int_eq(tu_worker_renew(L, worker_token, &g1), 200);
 	}
-	assert_status(streq(g1.id, r1) ? r2 : r1, "pending");
+	tu_worker_assert_status(L, streq(g1.id, r1) ? r2 : r1, "pending");
 	/* and the valid one still works */
 	cJSON_Delete(complete_next(&g1, NEXT("c-2", ",\"wait_s\":0,\"held\":null"), 200));
-	assert_status(g1.id, "succeeded");
+	tu_worker_assert_status(L, g1.id, "succeeded");
 }
 END_TEST
 
 START_TEST(test_refused_completion_claims_nothing)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL;
-	struct grant g1, stale, unknown = {.id = "r-999", .token = "nosuchtoken"};
+	struct tu_grant g1, stale, unknown = {.id = "r-999", .token = "nosuchtoken"};
 	cJSON *j;
 
 	start();
@@ -296,21 +223,21 @@ START_TEST(test_refused_completion_claims_nothing)
 	stale = g1;
 	snprintf(stale.token, sizeof(stale.token), "%s", "0123456789abcdef0123456789abcdef");
 	j = complete_next(&stale, NEXT("c-2", ""), 409);
-	ck_assert_str_eq(str_at(j, "error"), "lease_lost");
-	ck_assert_ptr_null(at(j, "next"));
+	ck_assert_str_eq(tu_jstr_or(j, "error", ""), "lease_lost");
+	ck_assert_ptr_null(tu_jget(j, "next"));
 	cJSON_Delete(j);
 	j = complete_next(&unknown, NEXT("c-3", ""), 404);
-	ck_assert_ptr_null(at(j, "next"));
+	ck_assert_ptr_null(tu_jget(j, "next"));
 	cJSON_Delete(j);
-	assert_status(g1.id, "running");
-	assert_status(streq(g1.id, r1) ? r2 : r1, "pending");
+	tu_worker_assert_status(L, g1.id, "running");
+	tu_worker_assert_status(L, streq(g1.id, r1) ? r2 : r1, "pending");
 }
 END_TEST
 
 START_TEST(test_claim_id_of_another_worker)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL, *r3 = NULL;
-	struct grant g1, g2;
+	struct tu_grant g1, g2;
 	cJSON *j;
 
 	start();
@@ -320,45 +247,41 @@ START_TEST(test_claim_id_of_another_worker)
 	claim_one("c-1", "w-1", &g1);
 	claim_one("c-x", "w-2", &g2);
 	j = complete_next(&g1, NEXT("c-x", ""), 200);
-	ck_assert_str_eq(str_at(j, "run_status"), "succeeded");
-	ck_assert_int_eq(n_runs(at(j, "next")), 0);
-	ck_assert_str_eq(str_at(at(j, "next"), "error"), "invalid_request");
-	ck_assert_str_ne(str_at(at(j, "next"), "message"), "");
+	ck_assert_str_eq(tu_jstr_or(j, "run_status", ""), "succeeded");
+	ck_assert_int_eq(n_runs(tu_jget(j, "next")), 0);
+	ck_assert_str_eq(tu_jstr_or(tu_jget(j, "next"), "error", ""), "invalid_request");
+	ck_assert_str_ne(tu_jstr_or(tu_jget(j, "next"), "message", ""), "");
 	cJSON_Delete(j);
-	assert_status(g1.id, "succeeded");
-	assert_status(r3, "pending");
-	ck_assert_int_eq(renew(&g2), 200); /* w-2's lease is left alone */
+	tu_worker_assert_status(L, g1.id, "succeeded");
+	tu_worker_assert_status(L, r3, "pending");
+	/* w-2's lease is left alone */
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g2), 200);
 }
 END_TEST
 
 START_TEST(test_legacy_fault_ignores_next)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL;
-	struct grant g1;
-	long status = 0;
+	struct tu_grant g1;
 	cJSON *j;
 
 	start();
 	r1 = enqueue();
 	r2 = enqueue();
 	claim_one("c-1", "w-1", &g1);
-	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
-	                                "{\"endpoint\":\"claims\",\"legacy\":true,\"count\":1}",
-	                                &status, NULL),
-	                 0);
-	ck_assert_int_eq(status, 200);
+	tu_worker_fault(L, "{\"endpoint\":\"claims\",\"legacy\":true,\"count\":1}", 200);
 	j = complete_next(&g1, NEXT("c-2", ""), 200);
-	ck_assert_str_eq(str_at(j, "run_status"), "succeeded");
-	ck_assert_ptr_null(at(j, "next"));
+	ck_assert_str_eq(tu_jstr_or(j, "run_status", ""), "succeeded");
+	ck_assert_ptr_null(tu_jget(j, "next"));
 	cJSON_Delete(j);
-	assert_status(streq(g1.id, r1) ? r2 : r1, "pending");
+	tu_worker_assert_status(L, streq(g1.id, r1) ? r2 : r1, "pending");
 }
 END_TEST
 
 START_TEST(test_claim_cancel_releases_embedded_claim)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL;
-	struct grant g1, g2;
+	struct tu_grant g1, g2;
 	cJSON *j;
 
 	start();
@@ -366,39 +289,39 @@ START_TEST(test_claim_cancel_releases_embedded_claim)
 	r2 = enqueue();
 	claim_one("c-1", "w-1", &g1);
 	j = complete_next(&g1, NEXT("c-2", ""), 200);
-	grant_of(at(j, "next"), 0, &g2);
+	tu_worker_grant(tu_jget(j, "next"), 0, &g2);
 	cJSON_Delete(j);
 	j = wreq("/v1/claims/c-2/cancel", "{}", 200);
-	ck_assert_int_eq(at(j, "released")->valueint, 1);
+	ck_assert_int_eq(tu_jget(j, "released")->valueint, 1);
 	cJSON_Delete(j);
-	assert_status(g2.id, "pending");
-	ck_assert_int_eq(renew(&g2), 409);
+	tu_worker_assert_status(L, g2.id, "pending");
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g2), 409);
 }
 END_TEST
 
 START_TEST(test_scoped_token_names_the_worker)
 {
 	_cleanup_free_ char *r1 = NULL, *r2 = NULL, *path = NULL, *url = NULL;
-	struct grant g1, g2;
+	struct tu_grant g1, g2;
 	cJSON *j, *run = NULL;
 	long status = 0;
 
-	start_scoped();
+	tu_worker_start_scoped(&L, &worker_token);
 	r1 = enqueue();
 	r2 = enqueue();
 	claim_one("c-1", "host-1", &g1);
 	j = complete_next(&g1, NEXT("c-2", ""), 200); /* the body says w-1 */
-	grant_of(at(j, "next"), 0, &g2);
+	tu_worker_grant(tu_jget(j, "next"), 0, &g2);
 	cJSON_Delete(j);
 	path = tu_fmt("/v1/runs/%s", g2.id);
 	ck_assert_int_eq(tu_lessor_json(L, "GET", path, NULL, &status, &run), 0);
 	ck_assert_int_eq(status, 200);
-	ck_assert_str_eq(str_at(at(run, "lease"), "worker_id"), "alpha");
+	ck_assert_str_eq(tu_jstr_or(tu_jget(run, "lease"), "worker_id", ""), "alpha");
 	cJSON_Delete(run);
-	ck_assert_int_eq(renew(&g2), 200);
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g2), 200);
 	/* another worker's token does not reach the granted run */
-	worker_token = TOK_B;
-	ck_assert_int_eq(renew(&g2), 409);
+	worker_token = TU_BETA_TOKEN;
+	ck_assert_int_eq(tu_worker_renew(L, worker_token, &g2), 409);
 }
 END_TEST
 
