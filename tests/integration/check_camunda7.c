@@ -369,7 +369,7 @@ START_TEST(test_drain_finishes_runs_and_stops_fetching)
 	start_lessee(SLEEPER("SLEEP=2"), scripts);
 	wait_pid_file(id);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "draining: no new claims", 5 * SEC), 0);
 	later = create("{\"topicName\":\"sleep\"}");
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
 	expect_state(id, "COMPLETED");
@@ -427,7 +427,7 @@ static void term_with_run_in_flight(const char *worker, bool second_term)
 	pid = wait_pid_file(id);
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
 	if (second_term) {
-		ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
+		ck_assert_int_eq(tu_lessee_wait_log(D, "draining: no new claims", 5 * SEC), 0);
 		ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
 	}
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);

@@ -368,7 +368,7 @@ START_TEST(test_drain_finishes_runs_and_stops_polling)
 	 * still on its way when it began would be counted after it */
 	wait_open_poll();
 	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "draining", 5 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "draining: no new claims", 5 * SEC), 0);
 	polls = tu_conductor_stat(E, "poll");
 	ck_assert_int_eq(tu_lessee_wait(D, 30 * SEC), 0);
 	expect_status(id, "COMPLETED");

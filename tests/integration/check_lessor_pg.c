@@ -148,9 +148,11 @@ START_TEST(test_three_instances_kill_one)
 	                               " AND ended_at IS NULL"),
 	                 0);
 	ck_assert_int_eq(tu_lessee_signal(D[2], SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D[2], "draining", 10 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D[2], "draining: no new claims", 10 * SEC), 0);
 	ck_assert_int_eq(tu_lessee_signal(D[2], SIGTERM), 0);
-	ck_assert_int_eq(tu_lessee_wait(D[2], tu_timeout(60 * SEC)), 0);
+	if (tu_lessee_wait(D[2], tu_timeout(60 * SEC)) != 0)
+		tu_lessee_dump_log(D[2]);
+	ck_assert_int_eq(tu_lessee_wait(D[2], 0), 0);
 	/* ... and starts again against instance 0, delivering its spool there:
 	 * results of leases that expired meanwhile are stale */
 	{
