@@ -257,23 +257,6 @@ static void item_answer(drv_req_t *rq, const struct drv_answer *a)
 	drv_req_answer(rq, a);
 }
 
-/* The items of a batch never sent, or whose request got no usable answer:
- * each as if its own request had failed so (resp.error), to be resent. */
-static void items_failed(struct batch *b, int error, const char *why)
-{
-	struct http_response resp = {.error = error, .error_message = why};
-	struct drv_answer a = {.verdict = DRV_RETRY, .error = error};
-
-	snprintf(a.detail, sizeof(a.detail), "%s", why);
-	b->answering = true;
-	for (size_t i = 0; i < b->n; i++)
-		if (b->items[i] && b->t == BATCH_RENEW)
-			item_answer(b->items[i], &a);
-		else if (b->items[i])
-			item_answer_http(b->items[i], &resp);
-	batch_dispose(b);
-}
-
 /* An answer about the whole request (a transport error, 5xx, 429, 401, a
  * refusal): each item gets it, as its own request would have. */
 static void items_answer_all(struct batch *b, const struct http_response *resp)
@@ -289,6 +272,13 @@ static void items_answer_all(struct batch *b, const struct http_response *resp)
 		else if (b->items[i])
 			item_answer_http(b->items[i], resp);
 	batch_dispose(b);
+}
+
+/* The items of a batch never sent, or whose request got no usable answer:
+ * each as if its own request had failed so (error), to be resent. */
+static void items_failed(struct batch *b, int error, const char *why)
+{
+	items_answer_all(b, &(struct http_response){.error = error, .error_message = why});
 }
 
 /* One entry per renewal asked, in order; a garbled answer leaves the local
@@ -398,14 +388,13 @@ static void items_alone(struct batch *b)
 			continue;
 		item_detach(rq->state);
 		q = item_alone(b->d, b->t, rq, b->timeout, b->fresh);
-		if (q < 0 && b->t == BATCH_RENEW) {
-			struct drv_answer a = {.verdict = DRV_RETRY, .error = q};
+		if (q < 0) { /* as if its own request had failed: it is resent */
+			char why[96];
 
-			snprintf(a.detail, sizeof(a.detail), "cannot send: %s", strerror(-q));
-			drv_req_answer(rq, &a);
-		} else if (q < 0)
-			rq->on_http(rq, &(struct http_response){.error = -EIO,
-			                                        .error_message = "cannot send"});
+			snprintf(why, sizeof(why), "cannot send: %s", strerror(-q));
+			rq->on_http(rq,
+			            &(struct http_response){.error = -EIO, .error_message = why});
+		}
 	}
 	batch_dispose(b);
 }
