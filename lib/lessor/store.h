@@ -227,13 +227,12 @@ struct lessor_complete_item {
 };
 /* Completes each of the n runs as lessor_store_complete (or, with next,
  * lessor_store_complete_claim) does, in order, all in one write transaction
- * where the backend can (SQLite: one commit, one fsync; each claim in a
+ * (SQLite: one commit, one fsync; PostgreSQL: one commit; each claim in a
  * savepoint of its own).  Returns < 0 only for a database error; then
- * every v[i].claim is empty and, in one transaction, nothing was recorded.
- * A backend without it (PostgreSQL) completes them one by one, each in its
- * own transactions, and stops at the first database error: the ones before
- * it stand (harmless: a completion is idempotent, and the caller repeats
- * the whole batch). */
+ * every v[i].claim is empty and nothing was recorded.  A backend without
+ * it completes them one by one, each in its own transactions, and stops at
+ * the first database error: the ones before it stand (harmless: a
+ * completion is idempotent, and the caller repeats the whole batch). */
 int lessor_store_complete_batch(lessor_store *s, struct lessor_complete_item *v, size_t n,
                                 int64_t now);
 

@@ -64,6 +64,9 @@ struct lessor_pg {
  * or binary when binary is set.  Returns the result (PQclear it) in *ret
  * (may be NULL), or -errno: -EDEADLK for a serialisation failure or deadlock
  * (pg_tx retries), -EEXIST unique violation, -EIO for the rest. */
+/* A statement with no parameters, not prepared (BEGIN, SAVEPOINT...):
+ * 0, or -errno as pg_query. */
+int pg_exec_plain(struct pg_conn *c, const char *sql);
 int pg_query(lessor_pg *s, struct pg_conn *c, PGresult **ret, bool binary, const char *sql,
              const char *fmt, ...);
 
@@ -95,6 +98,7 @@ int lessor_pg_append_log(void *be, const char *id, const char *token, uint64_t s
                          const void *data, size_t len, int64_t now, uint64_t *ret_length);
 int lessor_pg_complete(void *be, const char *id, const struct lessor_completion *c, int64_t now,
                        const char **ret_run_status);
+int lessor_pg_complete_batch(void *be, struct lessor_complete_item *v, size_t n, int64_t now);
 int lessor_pg_release(void *be, const char *id, const char *token, const char *reason,
                       unsigned delay_s, int64_t now);
 int lessor_pg_cancel(void *be, const char *id, int64_t now, const char **ret_status);

@@ -318,7 +318,7 @@ int pg_query(lessor_pg *s, struct pg_conn *c, PGresult **ret, bool binary, const
 	return 0;
 }
 
-static int exec_plain(struct pg_conn *c, const char *sql)
+int pg_exec_plain(struct pg_conn *c, const char *sql)
 {
 	PGresult *res = PQexec(c->conn, sql);
 
@@ -379,7 +379,7 @@ static int conn_ready(lessor_pg *s, struct pg_conn *c)
 		return -EBUSY;
 	/* --synchronous normal: a commit is answered before its WAL is flushed;
 	 * a crash of the database server (not of lessor) may lose the last ones */
-	return s->cfg.sync_full ? 0 : exec_plain(c, "SET synchronous_commit = off");
+	return s->cfg.sync_full ? 0 : pg_exec_plain(c, "SET synchronous_commit = off");
 }
 
 static struct pg_conn *conn_get(lessor_pg *s)
@@ -414,8 +414,8 @@ static int run_once(lessor_pg *s, struct pg_conn *c, bool tx, bool read_only, pg
 	int r;
 
 	if (tx) {
-		r = exec_plain(c, read_only ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-		                            : "BEGIN");
+		r = pg_exec_plain(c, read_only ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+		                               : "BEGIN");
 		/* nothing was done yet: a connection that broke while idle (the
 		 * server restarted, failed over) is replaced and the call retried */
 		if (r < 0 && PQstatus(c->conn) == CONNECTION_BAD)
@@ -426,7 +426,7 @@ static int run_once(lessor_pg *s, struct pg_conn *c, bool tx, bool read_only, pg
 	r = fn(s, c, userdata);
 	if (tx) {
 		if (r >= 0) {
-			int k = exec_plain(c, "COMMIT");
+			int k = pg_exec_plain(c, "COMMIT");
 
 			if (!read_only)
 				atomic_fetch_add(&s->commits, 1);
@@ -434,7 +434,7 @@ static int run_once(lessor_pg *s, struct pg_conn *c, bool tx, bool read_only, pg
 				r = k;
 		}
 		if (PQtransactionStatus(c->conn) != PQTRANS_IDLE)
-			(void)exec_plain(c, "ROLLBACK");
+			(void)pg_exec_plain(c, "ROLLBACK");
 	}
 	return r;
 }
@@ -465,9 +465,9 @@ static int schema_version(lessor_pg *s, struct pg_conn *c, int64_t *ret)
 	PGresult *res;
 	int r;
 
-	r = exec_plain(c, "CREATE TABLE IF NOT EXISTS lessor_schema_migrations ("
-	                  " version integer PRIMARY KEY,"
-	                  " applied_at timestamptz NOT NULL DEFAULT now())");
+	r = pg_exec_plain(c, "CREATE TABLE IF NOT EXISTS lessor_schema_migrations ("
+	                     " version integer PRIMARY KEY,"
+	                     " applied_at timestamptz NOT NULL DEFAULT now())");
 	if (r < 0)
 		return r;
 	res = PQexec(c->conn, "SELECT COALESCE(MAX(version), 0) FROM lessor_schema_migrations");
@@ -488,7 +488,7 @@ static int migrate_tx(lessor_pg *s, struct pg_conn *c, void *userdata)
 
 	snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%d, %d)", PG_LOCK_CLASS,
 	         PG_LOCK_MIGRATE);
-	r = exec_plain(c, sql);
+	r = pg_exec_plain(c, sql);
 	if (r >= 0)
 		r = schema_version(s, c, &v);
 	if (r < 0)
@@ -499,13 +499,13 @@ static int migrate_tx(lessor_pg *s, struct pg_conn *c, void *userdata)
 		return -EPROTO;
 	}
 	for (; v < (int64_t)ELEMENTSOF(migrations); v++) {
-		r = exec_plain(c, migrations[v]);
+		r = pg_exec_plain(c, migrations[v]);
 		if (r < 0)
 			return r;
 		snprintf(sql, sizeof(sql),
 		         "INSERT INTO lessor_schema_migrations (version) VALUES (%" PRId64 ")",
 		         v + 1);
-		r = exec_plain(c, sql);
+		r = pg_exec_plain(c, sql);
 		if (r < 0)
 			return r;
 		log_info("database migrated to schema version %" PRId64, v + 1);
@@ -769,6 +769,7 @@ const struct lessor_store_backend lessor_store_backend_pg = {
     .renew_batch = lessor_pg_renew_batch,
     .append_log = lessor_pg_append_log,
     .complete = lessor_pg_complete,
+    .complete_batch = lessor_pg_complete_batch,
     .release = lessor_pg_release,
     .cancel = lessor_pg_cancel,
     .requeue = lessor_pg_requeue,

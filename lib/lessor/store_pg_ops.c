@@ -687,6 +687,83 @@ int lessor_pg_complete(void *be, const char *id, const struct lessor_completion 
 	return 0;
 }
 
+/* ---- complete many: each as complete_fn, its "next" as claim_fn in a
+ * savepoint, all in one transaction ---- */
+
+struct complete_batch_ctx {
+	struct lessor_complete_item *v;
+	size_t n;
+	int64_t now;
+};
+
+/* A claim that fails on its own is that entry's claim answer and undoes only
+ * itself; a conflict or a lost connection is the whole transaction's. */
+static int batch_claim(lessor_pg *s, struct pg_conn *c, struct lessor_complete_item *e, int64_t now)
+{
+	struct claim_ctx x = {.req = e->next, .now = now, .res = &e->claim};
+	int r = pg_exec_plain(c, "SAVEPOINT next_claim");
+
+	if (r < 0)
+		return r;
+	r = claim_fn(s, c, &x);
+	if (r == -EDEADLK || r == -EBUSY)
+		return r;
+	e->claim_r = r < 0 ? r : x.answer;
+	if (e->claim_r < 0)
+		lessor_claim_result_done(&e->claim);
+	return pg_exec_plain(c, r < 0 ? "ROLLBACK TO SAVEPOINT next_claim"
+	                              : "RELEASE SAVEPOINT next_claim");
+}
+
+static int batch_entry(lessor_pg *s, struct pg_conn *c, struct lessor_complete_item *e, int64_t now)
+{
+	struct complete_ctx x = {.in = &e->in, .now = now};
+	int r;
+
+	e->answer = 0;
+	if (lessor_run_id_parse(e->id, &x.seq) < 0) {
+		e->answer = -ENOENT;
+		return 0;
+	}
+	r = complete_fn(s, c, &x);
+	if (r < 0)
+		return r;
+	if (answer_of(x.answer, &e->answer) < 0)
+		return x.answer;
+	e->run_status = x.run_status;
+	return e->answer == 0 && e->next ? batch_claim(s, c, e, now) : 0;
+}
+
+/* Run again from the start when the transaction is retried: every answer
+ * and every claim is written anew. */
+static int complete_batch_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
+{
+	struct complete_batch_ctx *b = userdata;
+
+	for (size_t i = 0; i < b->n; i++) {
+		struct lessor_complete_item *e = &b->v[i];
+		int r;
+
+		if (e->skip)
+			continue;
+		lessor_claim_result_done(&e->claim);
+		r = batch_entry(s, c, e, b->now);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int lessor_pg_complete_batch(void *be, struct lessor_complete_item *v, size_t n, int64_t now)
+{
+	struct complete_batch_ctx b = {.v = v, .n = n, .now = now};
+	int r = pg_run(be, true, false, complete_batch_fn, &b);
+
+	for (size_t i = 0; r < 0 && i < n; i++)
+		lessor_claim_result_done(&v[i].claim);
+	return r;
+}
+
 /* ---- release ---- */
 
 struct release_ctx {
