@@ -24,6 +24,7 @@ struct native {
 	bool off[_BATCH_TYPE_MAX];           /* the API lacks the batch: one per request */
 	unsigned in_flight[_BATCH_TYPE_MAX]; /* batches sent, not yet answered */
 	ev_timer_t *hold;                    /* bounds a batch's wait for them */
+	bool no_slot_unknown;                /* a 400 to release reason no_slot */
 };
 
 struct drv_run {

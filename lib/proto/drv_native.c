@@ -650,16 +650,36 @@ static int native_complete_claim_extend(drv_t *d, void *nud, unsigned max_runs)
 	return 0;
 }
 
+/* A server older than the reason no_slot answers 400 to it: from then on
+ * such runs go back as "draining", which every server knows, and this one is
+ * retried by its run as any refused release. */
+static void on_release_no_slot(drv_req_t *rq, const struct http_response *resp)
+{
+	struct native *n = rq->d->priv;
+
+	if (resp->status == 400 && !n->no_slot_unknown) {
+		n->no_slot_unknown = true;
+		log_notice("the API refuses the release reason no_slot (400, an older server?): "
+		           "runs without a slot go back as draining from now on");
+	}
+	on_simple(rq, resp);
+}
+
 static int native_release(drv_t *d, drv_run_t *run, enum drv_release_reason why, unsigned delay_s,
                           drv_cb cb, void *ud, drv_req_t **ret)
 {
+	struct native *n = d->priv;
 	_cleanup_free_ char *body = NULL;
 	drv_req_t *rq;
-	int q = proto_release_body(run->token, (enum proto_release_reason)why, delay_s, &body);
+	int q;
 
+	if (why == DRV_RELEASE_NO_SLOT && n->no_slot_unknown)
+		why = DRV_RELEASE_DRAINING;
+	q = proto_release_body(run->token, (enum proto_release_reason)why, delay_s, &body);
 	if (q < 0)
 		return q;
-	if (!(rq = drv_req_new(d, on_simple, cb, ud)))
+	if (!(rq = drv_req_new(d, why == DRV_RELEASE_NO_SLOT ? on_release_no_slot : on_simple, cb,
+	                       ud)))
 		return -ENOMEM;
 	return native_post(
 	    d,

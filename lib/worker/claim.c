@@ -1017,8 +1017,9 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		/* claimed ahead of a free slot: it waits for one */
 		if (prefetch_on(w) && w->p.table->ready < claimer_conf(w)->worker.prefetch)
 			return RE_READY;
-		/* more than we asked for: not ours to run */
-		r->release_reason = DRV_RELEASE_DRAINING;
+		/* more than we asked for (a carried claim answered past its
+		 * patience, a slot since taken by a claim ahead): not ours to run */
+		r->release_reason = DRV_RELEASE_NO_SLOT;
 		return RE_RELEASE;
 	}
 	return RE_START;

@@ -47,7 +47,7 @@ static char *enqueue(void)
 	return id;
 }
 
-static void start_lessee(const char *api_extra, const char *worker_extra)
+static void start_lessee_with(const char *api_extra, const char *worker_extra, const char *command)
 {
 	char conf[512];
 
@@ -55,10 +55,15 @@ static void start_lessee(const char *api_extra, const char *worker_extra)
 	         "[api]\n%s"
 	         "[worker]\nconcurrency = 1\nlease_ttl = 60s\n%s"
 	         "[status]\nlisten = 127.0.0.1:0\n"
-	         "[workflow.ok]\ncommand = /bin/true\n",
-	         api_extra, worker_extra);
+	         "[workflow.ok]\ncommand = %s\n",
+	         api_extra, worker_extra, command);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
+}
+
+static void start_lessee(const char *api_extra, const char *worker_extra)
+{
+	start_lessee_with(api_extra, worker_extra, "/bin/true");
 }
 
 /* lessee_api_requests_total of one endpoint, any code. */
@@ -190,6 +195,77 @@ START_TEST(test_drain_releases_carried_runs)
 }
 END_TEST
 
+/* The end of lease n of run id: "end_reason/detail". */
+static char *lease_end(const char *id, int n)
+{
+	cJSON *o = run_of(id);
+	const cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "leases"), n);
+	char *s = tu_fmt("%s/%s", tu_jstr(l, "end_reason") ?: "", tu_jstr(l, "detail") ?: "");
+
+	cJSON_Delete(o);
+	return s;
+}
+
+/* a runs 1 s, its completion is answered 600 ms late; the claim ahead
+ * brings b 25 ms after a's end, and a's carried claim (past its patience)
+ * brings c while b still runs: one of them goes back unstarted.  Returns
+ * how the first lease of the one given back ended, "end_reason/detail". */
+static char *late_carried_run(void)
+{
+	_cleanup_free_ char *a = NULL, *b = NULL, *c = NULL;
+	char *end;
+
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":600}"), 0);
+	a = enqueue();
+	b = enqueue();
+	c = enqueue();
+	start_lessee_with("", "", "/bin/sleep 1");
+	ck_assert_int_eq(tu_lessee_wait_log(D, "releasing the run unstarted", tu_timeout(20 * SEC)),
+	                 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(tu_lessor_wait_status(L, (char *[]){a, b, c}[i], "succeeded",
+		                                       tu_timeout(30 * SEC)),
+		                 0);
+	/* which of b and c went back depends on the order of the grants */
+	end = lease_end(c, 0);
+	if (streq(end, "completed/")) {
+		free(end);
+		end = lease_end(b, 0);
+	}
+	return end;
+}
+
+/* The run a late carried claim brings goes back as "no_slot", not as
+ * "draining": the daemon is not draining, and an operator (or a test)
+ * reading "draining" would think it was. */
+START_TEST(test_late_carried_run_back_as_no_slot)
+{
+	_cleanup_free_ char *end = late_carried_run();
+
+	if (tu_lessee_wait_log(D, "releasing the run unstarted (no_slot)", 0) != 0)
+		tu_lessee_dump_log(D);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "releasing the run unstarted (no_slot)", 0), 0);
+	ck_assert_int_ne(tu_lessee_wait_log(D, "(draining)", 0), 0);
+	ck_assert_str_eq(end, "released/no_slot");
+}
+END_TEST
+
+/* A server older than the reason no_slot answers 400 to it (played by a
+ * release fault): the daemon says so once, and the run goes back as
+ * "draining", which that server knows. */
+START_TEST(test_older_server_release_as_draining)
+{
+	_cleanup_free_ char *end = NULL;
+
+	ck_assert_int_eq(
+	    tu_lessor_fault(L, "{\"endpoint\":\"release\",\"count\":1,\"status\":400}"), 0);
+	end = late_carried_run();
+	ck_assert_int_eq(tu_lessee_wait_log(D, "refuses the release reason no_slot", 0), 0);
+	ck_assert_str_eq(end, "released/draining");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("carry");
@@ -201,6 +277,8 @@ int main(void)
 	tcase_add_test(tc, test_older_server_gets_claims);
 	tcase_add_test(tc, test_lost_answer_claim_asked_again);
 	tcase_add_test(tc, test_drain_releases_carried_runs);
+	tcase_add_test(tc, test_late_carried_run_back_as_no_slot);
+	tcase_add_test(tc, test_older_server_release_as_draining);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
