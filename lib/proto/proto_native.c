@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "proto/json_scan.h"
+#include "util/buf.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 
@@ -45,6 +47,17 @@ static int json_finish(cJSON *root, char **ret)
 	return 0;
 }
 
+/* An integer member.  cJSON (1.7.15) prints every number with "%1.15g" and
+ * reads it back with sscanf to check it, some 3,000 instructions a number:
+ * three in every completion.  An integer needs neither. */
+static cJSON *add_int(cJSON *o, const char *key, int64_t v)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%" PRId64, v);
+	return cJSON_AddRawToObject(o, key, s);
+}
+
 static cJSON *strv_to_json(char *const *v)
 {
 	cJSON *a = cJSON_CreateArray();
@@ -78,9 +91,8 @@ int proto_claim_body(const struct proto_claim_req *rq, char **ret)
 
 	if (!o || !cJSON_AddStringToObject(o, "claim_id", rq->claim_id) ||
 	    !cJSON_AddStringToObject(o, "worker_id", rq->worker_id) ||
-	    !cJSON_AddNumberToObject(o, "max_runs", rq->max_runs) ||
-	    !cJSON_AddNumberToObject(o, "lease_ttl_s", rq->lease_ttl_s) ||
-	    !cJSON_AddNumberToObject(o, "wait_s", rq->wait_s))
+	    !add_int(o, "max_runs", rq->max_runs) || !add_int(o, "lease_ttl_s", rq->lease_ttl_s) ||
+	    !add_int(o, "wait_s", rq->wait_s))
 		return -ENOMEM;
 	if (rq->workflows) {
 		cJSON *w = strv_to_json(rq->workflows);
@@ -492,8 +504,7 @@ int proto_lease_body(const char *token, unsigned ttl_s, char **ret)
 {
 	_cleanup_json_ cJSON *o = cJSON_CreateObject();
 
-	if (!o || !cJSON_AddStringToObject(o, "token", token) ||
-	    !cJSON_AddNumberToObject(o, "ttl_s", ttl_s))
+	if (!o || !cJSON_AddStringToObject(o, "token", token) || !add_int(o, "ttl_s", ttl_s))
 		return -ENOMEM;
 	return json_finish(o, ret);
 }
@@ -522,8 +533,7 @@ int proto_renew_batch_body(const char *worker_id, unsigned ttl_s, const struct p
 	cJSON *arr;
 
 	if (!o || !cJSON_AddStringToObject(o, "worker_id", worker_id) ||
-	    !cJSON_AddNumberToObject(o, "ttl_s", ttl_s) ||
-	    !(arr = cJSON_AddArrayToObject(o, "leases")))
+	    !add_int(o, "ttl_s", ttl_s) || !(arr = cJSON_AddArrayToObject(o, "leases")))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		cJSON *e = cJSON_CreateObject();
@@ -590,48 +600,131 @@ const char *proto_release_reason_name(enum proto_release_reason r)
 	return v1_release_reason_name((enum v1_release_reason)r);
 }
 
-static int add_error_text(cJSON *o, const char *error)
+/* s[0..len) as a JSON string, escaped as cJSON escapes: '"', '\\', the five
+ * control characters JSON has a letter for, the others as \u00XX; every
+ * other byte (UTF-8 included) as it is. */
+static int buf_json_string(struct buf *b, const char *s, size_t len)
 {
-	char cut[PROTO_ERROR_TEXT_MAX + 1];
+	static const char hex[] = "0123456789abcdef", ctl[] = "\b\f\n\r\t";
+	int q = buf_append(b, "\"", 1);
+	size_t i = 0;
 
-	if (!error)
-		return cJSON_AddNullToObject(o, "error") ? 0 : -ENOMEM;
-	snprintf(cut, sizeof(cut), "%.*s", (int)v1_error_text_len(error), error);
-	return cJSON_AddStringToObject(o, "error", cut) ? 0 : -ENOMEM;
-}
+	while (q >= 0 && i < len) {
+		size_t plain = i;
+		const char *letter;
+		unsigned char c;
 
-/* output is JSON text we validated when reading the result file. */
-static int add_output(cJSON *o, const char *output)
-{
-	cJSON *j = output ? cJSON_Parse(output) : cJSON_CreateNull();
-
-	if (!j)
-		j = cJSON_CreateNull();
-	if (!j || !cJSON_AddItemToObject(o, "output", j)) {
-		cJSON_Delete(j);
-		return -ENOMEM;
+		while (plain < len && (unsigned char)s[plain] >= 0x20 && s[plain] != '"' &&
+		       s[plain] != '\\')
+			plain++;
+		q = buf_append(b, s + i, plain - i);
+		if (q < 0 || plain == len)
+			break;
+		c = (unsigned char)s[plain];
+		if ((letter = strchr(ctl, c)))
+			q = buf_append(b, (const char[]){'\\', "bfnrt"[letter - ctl]}, 2);
+		else if (c == '"' || c == '\\')
+			q = buf_append(b, (const char[]){'\\', (char)c}, 2);
+		else
+			q = buf_append(
+			    b, (const char[]){'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]}, 6);
+		i = plain + 1;
 	}
-	return 0;
+	return q < 0 ? q : buf_append(b, "\"", 1);
 }
 
+/* ,"key": (keys are ours: nothing to escape) */
+static int buf_json_key(struct buf *b, const char *key)
+{
+	int q = buf_appends(b, ",\"");
+
+	if (q >= 0)
+		q = buf_appends(b, key);
+	return q < 0 ? q : buf_appends(b, "\":");
+}
+
+static int buf_json_member(struct buf *b, const char *key, const char *s)
+{
+	int q = buf_json_key(b, key);
+
+	if (q >= 0)
+		q = s ? buf_json_string(b, s, strlen(s)) : buf_appends(b, "null");
+	return q;
+}
+
+/* A number member, or null (no printf: buf_printf formats twice). */
+static int buf_json_int(struct buf *b, const char *key, bool has, int64_t v)
+{
+	char num[24], *p = num + sizeof(num);
+	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	int q = buf_json_key(b, key);
+
+	if (q < 0 || !has)
+		return q < 0 ? q : buf_appends(b, "null");
+	do
+		*--p = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--p = '-';
+	return buf_append(b, p, (size_t)(num + sizeof(num) - p));
+}
+
+/* output is JSON text we validated when reading the result file: printed
+ * again as cJSON reads it, so nothing after its value goes along. */
+static int buf_output(struct buf *b, const char *output)
+{
+	_cleanup_json_ cJSON *j = output ? cJSON_Parse(output) : NULL;
+	char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+	int q;
+
+	if (j && !s)
+		return -ENOMEM;
+	q = buf_appends(b, s ? s : "null");
+	free(s);
+	return q;
+}
+
+/* Written out, not through cJSON: this is on every run's path, and a cJSON
+ * tree of eleven members costs some 13,000 instructions to build, print and
+ * free.  The members, in this order, are what proto_complete_parse's callers
+ * and body_set_uint (log_length) expect. */
 int proto_complete_body(const char *token, const struct proto_outcome *oc, char **ret)
 {
-	_cleanup_json_ cJSON *o = cJSON_CreateObject();
-	bool ok;
+	_cleanup_(buf_done) struct buf b = BUF_INIT(0);
+	int q;
 
-	ok = o && cJSON_AddStringToObject(o, "token", token) &&
-	     cJSON_AddStringToObject(o, "status", proto_status_name(oc->status)) &&
-	     cJSON_AddStringToObject(o, "reason", proto_reason_name(oc->reason)) &&
-	     (oc->has_exit_code ? cJSON_AddNumberToObject(o, "exit_code", oc->exit_code)
-				: cJSON_AddNullToObject(o, "exit_code")) &&
-	     (oc->signal ? cJSON_AddStringToObject(o, "signal", oc->signal)
-			 : cJSON_AddNullToObject(o, "signal")) &&
-	     cJSON_AddBoolToObject(o, "retryable", oc->retryable) &&
-	     cJSON_AddNumberToObject(o, "duration_ms", (double)oc->duration_ms) &&
-	     cJSON_AddNumberToObject(o, "log_length", (double)oc->log_length);
-	if (!ok || add_error_text(o, oc->error) < 0 || add_output(o, oc->output) < 0)
-		return -ENOMEM;
-	return json_finish(o, ret);
+	q = buf_appends(&b, "{\"token\":");
+	if (q >= 0)
+		q = buf_json_string(&b, token, strlen(token));
+	if (q >= 0)
+		q = buf_json_member(&b, "status", proto_status_name(oc->status));
+	if (q >= 0)
+		q = buf_json_member(&b, "reason", proto_reason_name(oc->reason));
+	if (q >= 0)
+		q = buf_json_int(&b, "exit_code", oc->has_exit_code, oc->exit_code);
+	if (q >= 0)
+		q = buf_json_member(&b, "signal", oc->signal);
+	if (q >= 0)
+		q = buf_appends(&b, oc->retryable ? ",\"retryable\":true" : ",\"retryable\":false");
+	if (q >= 0)
+		q = buf_json_int(&b, "duration_ms", true, (int64_t)oc->duration_ms);
+	if (q >= 0)
+		q = buf_json_int(&b, "log_length", true, (int64_t)oc->log_length);
+	if (q >= 0)
+		q = buf_json_key(&b, "error");
+	if (q >= 0)
+		q = oc->error ? buf_json_string(&b, oc->error, v1_error_text_len(oc->error))
+		              : buf_appends(&b, "null");
+	if (q >= 0)
+		q = buf_json_key(&b, "output");
+	if (q >= 0)
+		q = buf_output(&b, oc->output);
+	if (q >= 0)
+		q = buf_appends(&b, "}");
+	if (q < 0)
+		return q;
+	*ret = buf_steal(&b);
+	return *ret ? 0 : -ENOMEM;
 }
 
 /* The answer's members: run_status (a small string) and next (a claim's
@@ -804,7 +897,7 @@ int proto_release_body(const char *token, enum proto_release_reason reason, unsi
 
 	if (!o || !cJSON_AddStringToObject(o, "token", token) ||
 	    !cJSON_AddStringToObject(o, "reason", proto_release_reason_name(reason)) ||
-	    !cJSON_AddNumberToObject(o, "delay_s", delay_s))
+	    !add_int(o, "delay_s", delay_s))
 		return -ENOMEM;
 	return json_finish(o, ret);
 }

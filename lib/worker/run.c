@@ -395,17 +395,27 @@ static int write_input(struct run *r, const char *path)
 	return TAKE_FD(fd);
 }
 
-static int env_pushf(char ***v, const char *fmt, ...) _printf_(2, 3);
-static int env_pushf(char ***v, const char *fmt, ...)
+/* name (with its '='), value and tail joined: no format string to parse,
+ * seven of them per spawn. */
+static int env_push(char ***v, const char *name, const char *value, const char *tail)
 {
-	va_list ap;
-	char *s;
-	int n;
+	size_t a = strlen(name), b = strlen(value), c = strlen(tail);
+	char *s = malloc(a + b + c + 1);
 
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	return n < 0 ? -ENOMEM : strv_push(v, s);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, name, a);
+	memcpy(s + a, value, b);
+	memcpy(s + a + b, tail, c + 1);
+	return strv_push(v, s);
+}
+
+static int env_push_u64(char ***v, const char *name, uint64_t value)
+{
+	char num[24];
+
+	snprintf(num, sizeof(num), "%" PRIu64, value);
+	return env_push(v, name, num, "");
 }
 
 static usec_t run_timeout(const struct run *r);
@@ -436,15 +446,15 @@ static int build_env(struct run *r, char ***ret, char ***ret_own)
 	base = workflow_env(r->wf, &q);
 	if (q < 0)
 		return q;
-	if ((q = env_pushf(&extra, "LESSEE_RUN_ID=%s", r->id)) < 0 ||
-	    (q = env_pushf(&extra, "LESSEE_WORKFLOW=%s", r->workflow)) < 0 ||
-	    (q = env_pushf(&extra, "LESSEE_ATTEMPT=%u", r->attempt)) < 0 ||
-	    (q = env_pushf(&extra, "LESSEE_WORKER_ID=%s", run_conf(r)->worker.id)) < 0 ||
-	    (q = env_pushf(&extra, "LESSEE_INPUT_FILE=%s/input.json", r->dir)) < 0 ||
-	    (q = env_pushf(&extra, "LESSEE_RESULT_FILE=%s/result.json", r->dir)) < 0)
+	if ((q = env_push(&extra, "LESSEE_RUN_ID=", r->id, "")) < 0 ||
+	    (q = env_push(&extra, "LESSEE_WORKFLOW=", r->workflow, "")) < 0 ||
+	    (q = env_push_u64(&extra, "LESSEE_ATTEMPT=", r->attempt)) < 0 ||
+	    (q = env_push(&extra, "LESSEE_WORKER_ID=", run_conf(r)->worker.id, "")) < 0 ||
+	    (q = env_push(&extra, "LESSEE_INPUT_FILE=", r->dir, "/input.json")) < 0 ||
+	    (q = env_push(&extra, "LESSEE_RESULT_FILE=", r->dir, "/result.json")) < 0)
 		return q;
 	if (timeout != USEC_INFINITY &&
-	    (q = env_pushf(&extra, "LESSEE_DEADLINE_MS=%" PRIu64, timeout / USEC_PER_MSEC)) < 0)
+	    (q = env_push_u64(&extra, "LESSEE_DEADLINE_MS=", timeout / USEC_PER_MSEC)) < 0)
 		return q;
 	if ((q = exec_env_overlay(base, extra, ret)) < 0)
 		return q;
@@ -1732,8 +1742,13 @@ static void log_end(struct run *r, enum run_state before, enum run_event ev)
 	usec_t now = ev_now(r->h->ev), d = 0;
 	char dur[TIME_DURATION_MAX], how[48] = "";
 	struct log_run_end end;
-	struct log_fields f = run_fields(r, end_label(r, before, ev));
+	struct log_fields f;
 
+	if (log_get_max_level() < LOG_INFO) {
+		r->note[0] = '\0'; /* nothing to format for a line nobody sees */
+		return;
+	}
+	f = run_fields(r, end_label(r, before, ev));
 	if (r->log)
 		logship_get_stats(r->log, &st);
 	if (r->proc && r->result.duration)
@@ -1762,8 +1777,13 @@ static void log_transition(struct run *r, enum run_state before, enum run_event 
 {
 	bool known = r->state >= RUN_REPORTING && r->state != RUN_RELEASING && !r->lost &&
 		     r->body != NULL;
-	struct log_fields f = run_fields(r, known ? run_outcome_label(r) : NULL);
+	struct log_fields f;
 
+	if (log_get_max_level() < LOG_INFO) {
+		r->note[0] = '\0';
+		return;
+	}
+	f = run_fields(r, known ? run_outcome_label(r) : NULL);
 	log_emit(LOG_INFO, &f, "%s -> %s (%s%s%s)", state_names[before], state_names[r->state],
 		 event_names[ev], r->note[0] ? ": " : "", r->note);
 	r->note[0] = '\0';

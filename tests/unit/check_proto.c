@@ -9,6 +9,7 @@
 #include "proto/json_scan.h"
 #include "proto/proto.h"
 #include "testutil.h"
+#include "util/macro.h"
 
 #define PARSE(s, resp, err) proto_claim_parse((s), strlen(s), 1 << 20, (resp), (err))
 
@@ -267,6 +268,73 @@ START_TEST(test_error_text_cut_on_a_character)
 }
 END_TEST
 
+/* The completion body is written by hand (it is on every run's path): it is
+ * the text cJSON printed for the same members, byte for byte, whatever the
+ * strings hold. */
+static char *complete_body_by_cjson(const char *token, const struct proto_outcome *oc)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *out = oc->output ? cJSON_Parse(oc->output) : NULL;
+	char cut[PROTO_ERROR_TEXT_MAX + 1], *s;
+
+	cJSON_AddStringToObject(o, "token", token);
+	cJSON_AddStringToObject(o, "status", proto_status_name(oc->status));
+	cJSON_AddStringToObject(o, "reason", proto_reason_name(oc->reason));
+	if (oc->has_exit_code)
+		cJSON_AddNumberToObject(o, "exit_code", oc->exit_code);
+	else
+		cJSON_AddNullToObject(o, "exit_code");
+	if (oc->signal)
+		cJSON_AddStringToObject(o, "signal", oc->signal);
+	else
+		cJSON_AddNullToObject(o, "signal");
+	cJSON_AddBoolToObject(o, "retryable", oc->retryable);
+	cJSON_AddNumberToObject(o, "duration_ms", (double)oc->duration_ms);
+	cJSON_AddNumberToObject(o, "log_length", (double)oc->log_length);
+	if (oc->error) {
+		snprintf(cut, sizeof(cut), "%.*s", (int)v1_error_text_len(oc->error), oc->error);
+		cJSON_AddStringToObject(o, "error", cut);
+	} else
+		cJSON_AddNullToObject(o, "error");
+	cJSON_AddItemToObject(o, "output", out ? out : cJSON_CreateNull());
+	s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return s;
+}
+
+START_TEST(test_complete_body_as_cjson)
+{
+	static const char *const texts[] = {"plain",
+	                                    "",
+	                                    "quote \" backslash \\ slash /",
+	                                    "tab\tnl\ncr\rbs\bff\f",
+	                                    "\x01\x1f\x7f del and \xc3\xa9 \xe2\x82\xac utf-8",
+	                                    "\xff\xfe not utf-8"};
+	static const char *const outputs[] = {NULL, "{\"x\":[1,2.5,\"a\\u0001\"]}", "7 trailing",
+	                                      "\"s\"", "not json"};
+
+	for (size_t i = 0; i < ELEMENTSOF(texts); i++)
+		for (size_t k = 0; k < ELEMENTSOF(outputs); k++) {
+			struct proto_outcome oc = {.status = i % 2 ? PROTO_FAILED : PROTO_SUCCEEDED,
+			                           .reason = PROTO_REASON_EXIT,
+			                           .has_exit_code = k % 2,
+			                           .exit_code = (int)k - 2,
+			                           .signal = i % 3 ? NULL : "SIGKILL",
+			                           .retryable = k % 3 == 0,
+			                           .error = k == 0 ? NULL : texts[i],
+			                           .duration_ms = 123456789012ULL * i,
+			                           .log_length = 4096 * k,
+			                           .output = outputs[k]};
+			char *want = complete_body_by_cjson(texts[i], &oc), *got = NULL;
+
+			ck_assert_int_eq(proto_complete_body(texts[i], &oc, &got), 0);
+			ck_assert_str_eq(got, want);
+			free(got);
+			free(want);
+		}
+}
+END_TEST
+
 /* A completion carrying a claim ("next"): the claim spliced into the body,
  * the answer's claim found by span, a member given twice refused. */
 START_TEST(test_complete_next)
@@ -403,6 +471,7 @@ int main(void)
 	tcase_add_test(tc, test_vocabulary);
 	tcase_add_test(tc, test_claim_token_is_an_identifier);
 	tcase_add_test(tc, test_error_text_cut_on_a_character);
+	tcase_add_test(tc, test_complete_body_as_cjson);
 	tcase_add_test(tc, test_v1_names);
 	tcase_add_test(tc, test_complete_next);
 	suite_add_tcase(s, tc);
