@@ -1735,6 +1735,15 @@ static const char *end_label(const struct run *r, enum run_state before, enum ru
 	return run_outcome_label(r);
 }
 
+/* Is a change of state logged (info)?  If not, its note goes unformatted. */
+static bool change_logged(struct run *r)
+{
+	if (log_get_max_level() >= LOG_INFO)
+		return true;
+	r->note[0] = '\0';
+	return false;
+}
+
 /* The run's end: one line with every field an operator asks about. */
 static void log_end(struct run *r, enum run_state before, enum run_event ev)
 {
@@ -1744,10 +1753,8 @@ static void log_end(struct run *r, enum run_state before, enum run_event ev)
 	struct log_run_end end;
 	struct log_fields f;
 
-	if (log_get_max_level() < LOG_INFO) {
-		r->note[0] = '\0'; /* nothing to format for a line nobody sees */
+	if (!change_logged(r))
 		return;
-	}
 	f = run_fields(r, end_label(r, before, ev));
 	if (r->log)
 		logship_get_stats(r->log, &st);
@@ -1779,10 +1786,8 @@ static void log_transition(struct run *r, enum run_state before, enum run_event 
 		     r->body != NULL;
 	struct log_fields f;
 
-	if (log_get_max_level() < LOG_INFO) {
-		r->note[0] = '\0';
+	if (!change_logged(r))
 		return;
-	}
 	f = run_fields(r, known ? run_outcome_label(r) : NULL);
 	log_emit(LOG_INFO, &f, "%s -> %s (%s%s%s)", state_names[before], state_names[r->state],
 		 event_names[ev], r->note[0] ? ": " : "", r->note);
