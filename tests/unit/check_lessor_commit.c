@@ -381,8 +381,13 @@ START_TEST(test_checkpoints_keep_up_with_writes)
 		ck_assert_uint_ge(k.checkpoints, 1);
 		return;
 	}
-	ck_assert_msg(k.checkpoints_inline * 4 < k.checkpoints,
-	              "writers checkpointed %llu times, the thread %llu",
+	/* Against the writes, not against the thread's count: on a loaded
+	 * machine the thread's checkpoints each copy more, so there are fewer of
+	 * them (13 inline against 45 on a CI machine), while the writers' share
+	 * stays in 0-30.  100 sits between that and the 140-277 without the
+	 * writer's catch-up. */
+	ck_assert_msg(k.checkpoints_inline < 100,
+	              "writers checkpointed %llu times in 5,000 writes, the thread %llu",
 	              (unsigned long long)k.checkpoints_inline, (unsigned long long)k.checkpoints);
 }
 END_TEST
