@@ -450,6 +450,17 @@ cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id)
 	return j;
 }
 
+/* What the run is like when it did not get where a test waited for it. */
+static void run_print(const struct tu_lessor *l, const char *id, const char *status)
+{
+	cJSON *run = tu_lessor_get_run(l, id);
+	char *s = run ? cJSON_Print(run) : NULL;
+
+	fprintf(stderr, "run %s did not reach %s:\n%s\n", id, status, s ? s : "?");
+	free(s);
+	cJSON_Delete(run);
+}
+
 int tu_lessor_wait_status(const struct tu_lessor *l, const char *id, const char *status,
                           usec_t timeout)
 {
@@ -465,6 +476,7 @@ int tu_lessor_wait_status(const struct tu_lessor *l, const char *id, const char 
 			return 0;
 		tu_sleep(20 * USEC_PER_MSEC);
 	} while (time_mono() < end);
+	run_print(l, id, status);
 	return -ETIMEDOUT;
 }
 

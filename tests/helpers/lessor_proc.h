@@ -84,7 +84,8 @@ char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json);
 char *tu_lessor_enqueue_one(const struct tu_lessor *l, const char *workflow);
 /* GET /v1/runs/{id}, NULL unless 200. */
 cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id);
-/* Poll GET /v1/runs/{id} until its status is `status`: 0 or -ETIMEDOUT. */
+/* Poll GET /v1/runs/{id} until its status is `status`: 0 or -ETIMEDOUT
+ * (the run as it then is goes to stderr). */
 int tu_lessor_wait_status(const struct tu_lessor *l, const char *id, const char *status,
                           usec_t timeout);
 

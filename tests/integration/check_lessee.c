@@ -159,17 +159,8 @@ static char *enqueue(const char *workflow, const char *extra_json)
 
 static void wait_status(const char *id, const char *status, usec_t timeout)
 {
-	int r = tu_lessor_wait_status(L, id, status, timeout);
-
-	if (r < 0) {
-		cJSON *run = tu_lessor_get_run(L, id);
-		char *s = run ? cJSON_Print(run) : NULL;
-
-		fprintf(stderr, "run %s did not reach %s:\n%s\n", id, status, s ? s : "?");
-		free(s);
-		cJSON_Delete(run);
-	}
-	ck_assert_msg(r == 0, "run %s did not reach status %s", id, status);
+	ck_assert_msg(tu_lessor_wait_status(L, id, status, timeout) == 0,
+	              "run %s did not reach status %s", id, status);
 }
 
 static char *run_log(const char *id)
