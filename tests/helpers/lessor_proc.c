@@ -427,13 +427,23 @@ char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json)
 	return out;
 }
 
-char *tu_lessor_enqueue_one(const struct tu_lessor *l, const char *workflow)
+char *tu_lessor_enqueue_wf(const struct tu_lessor *l, const char *workflow, const char *extra_json)
 {
 	_cleanup_free_ char *body = NULL;
+	char *id;
 
-	if (asprintf(&body, "{\"workflow\":\"%s\",\"max_attempts\":1}", workflow) < 0)
+	if (asprintf(&body, "{\"workflow\":\"%s\"%s%s}", workflow, extra_json ? "," : "",
+	             extra_json ? extra_json : "") < 0)
 		return NULL;
-	return tu_lessor_enqueue(l, body);
+	id = tu_lessor_enqueue(l, body);
+	if (!id)
+		fprintf(stderr, "cannot enqueue %s\n", body);
+	return id;
+}
+
+char *tu_lessor_enqueue_one(const struct tu_lessor *l, const char *workflow)
+{
+	return tu_lessor_enqueue_wf(l, workflow, "\"max_attempts\":1");
 }
 
 cJSON *tu_lessor_get_run(const struct tu_lessor *l, const char *id)

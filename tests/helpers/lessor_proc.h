@@ -80,6 +80,9 @@ int tu_lessor_fault(const struct tu_lessor *l, const char *json);
 
 /* POST /v1/runs: the new run's id (free it), NULL unless 201/200. */
 char *tu_lessor_enqueue(const struct tu_lessor *l, const char *body_json);
+/* {"workflow":workflow,extra_json}: its id, NULL on failure (the body then
+ * goes to stderr).  extra_json: members without braces, or NULL. */
+char *tu_lessor_enqueue_wf(const struct tu_lessor *l, const char *workflow, const char *extra_json);
 /* One run of workflow, max_attempts 1: its id, NULL on failure. */
 char *tu_lessor_enqueue_one(const struct tu_lessor *l, const char *workflow);
 /* GET /v1/runs/{id}, NULL unless 200. */
