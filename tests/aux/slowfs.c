@@ -292,8 +292,10 @@ static int serve(char *prog, const char *mountpoint)
 	struct fuse *f = fuse_new(&args, &ops, sizeof(ops), NULL);
 	int r = 1;
 
-	if (!f)
+	if (!f) {
+		fuse_opt_free_args(&args);
 		return 1;
+	}
 	if (fuse_mount(f, mountpoint) == 0) {
 		fuse_set_signal_handlers(fuse_get_session(f));
 		cfg = fuse_loop_cfg_create();
@@ -306,6 +308,7 @@ static int serve(char *prog, const char *mountpoint)
 		fuse_unmount(f);
 	}
 	fuse_destroy(f);
+	fuse_opt_free_args(&args); /* what fuse_new added to them */
 	return r;
 }
 

@@ -53,14 +53,16 @@ static bool mounted(void)
 	return stat(mnt, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
 }
 
-static void fs_reap(usec_t timeout)
+/* Its wait status, or -1 when it had to be killed (or was not there). */
+static int fs_reap(usec_t timeout)
 {
 	usec_t end = time_mono() + timeout;
+	int st = -1;
 
 	while (fs_pid > 0 && time_mono() < end) {
-		if (waitpid(fs_pid, NULL, WNOHANG) == fs_pid) {
+		if (waitpid(fs_pid, &st, WNOHANG) == fs_pid) {
 			fs_pid = 0;
-			return;
+			return st;
 		}
 		tu_sleep(20 * MSEC);
 	}
@@ -69,16 +71,21 @@ static void fs_reap(usec_t timeout)
 		waitpid(fs_pid, NULL, 0);
 		fs_pid = 0;
 	}
+	return -1;
 }
 
-/* SIGTERM: fuse_main unmounts and exits; a lazy unmount for whatever is left. */
-static void fs_unmount(void)
+/* SIGTERM: fuse_main unmounts and exits; a lazy unmount for whatever is left.
+ * slowfs's wait status, as fs_reap(). */
+static int fs_unmount(void)
 {
+	int st = -1;
+
 	if (fs_pid > 0) {
 		kill(fs_pid, SIGTERM);
-		fs_reap(5 * SEC);
+		st = fs_reap(5 * SEC);
 	}
 	(void)umount2(mnt, MNT_DETACH);
+	return st;
 }
 
 /* 0, or -errno when FUSE cannot be mounted here (then the caller skips). */
@@ -111,7 +118,7 @@ static int fs_mount(long delay_ms)
 			return -ENODEV;
 		}
 		if (time_mono() >= end) {
-			fs_unmount();
+			(void)fs_unmount();
 			return -ETIMEDOUT;
 		}
 	}
@@ -217,12 +224,15 @@ static void teardown(void)
 {
 	int st = D ? tu_lessee_quit(D) : 0;
 	int ls = L ? tu_lessor_stop(L) : 0;
+	int fs;
 
 	D = tu_lessee_free(D);
 	L = tu_lessor_free(L);
-	fs_unmount();
+	fs = fs_unmount();
 	ck_assert_msg(st == 0, "lessee exited with %d", st);
 	ck_assert_msg(ls == 0, "lessor exited with %d", ls);
+	/* a sanitizer's report at its exit aborts it (abort_on_error) */
+	ck_assert_msg(fs < 0 || !WIFSIGNALED(fs), "slowfs died of signal %d", WTERMSIG(fs));
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -350,7 +360,7 @@ static int probe(void)
 		        strerror(-r));
 		return r;
 	}
-	fs_unmount();
+	(void)fs_unmount();
 	return 0;
 }
 
