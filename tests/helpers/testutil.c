@@ -104,6 +104,13 @@ char **tu_wrap_argv(void)
 	return tu_env_argv("LESSEE_WRAP");
 }
 
+bool tu_wrapped(void)
+{
+	const char *w = getenv("LESSEE_WRAP");
+
+	return w && *w;
+}
+
 char **tu_env_argv(const char *name)
 {
 	const char *w = getenv(name);

@@ -23,6 +23,9 @@ const char *tu_lessor_bin(void);
 char *tu_aux_bin(const char *name);
 /* argv prefix from $LESSEE_WRAP (valgrind under `make valgrind-check`), or NULL. */
 char **tu_wrap_argv(void);
+/* Do the processes run under $LESSEE_WRAP (valgrind: slower, its own fd
+ * limit and exec handling)? */
+bool tu_wrapped(void);
 /* The blank-separated words of $name as a strv, or NULL when unset or empty. */
 char **tu_env_argv(const char *name);
 /* Sleep on the monotonic clock. */

@@ -95,7 +95,7 @@ START_TEST(test_completions_carry_claims)
 	 * (25 ms): a claim ahead then takes the slot and the carried run goes
 	 * back unstarted, one claim more each time (stop 22's note).  Without
 	 * carrying there would be one claim per run either way. */
-	double bound = getenv("LESSEE_WRAP") ? RUNS / 3 : 5;
+	double bound = tu_wrapped() ? RUNS / 3 : 5;
 
 	for (int i = 0; i < RUNS; i++)
 		ids[i] = enqueue();

@@ -46,9 +46,7 @@ static char *files; /* the canned answers of H */
 /* RSS figures mean nothing under valgrind or a sanitizer's allocator. */
 static bool rss_meaningful(void)
 {
-	const char *w = getenv("LESSEE_WRAP");
-
-	return !SANITIZED && !(w && *w);
+	return !SANITIZED && !tu_wrapped();
 }
 
 /* VmHWM (peak RSS) of a process, in bytes. */

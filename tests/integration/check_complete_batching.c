@@ -65,7 +65,7 @@ static void delay_first_completion(void)
 	char fault[128];
 
 	snprintf(fault, sizeof(fault), "{\"endpoint\":\"complete\",\"count\":1,\"delay_ms\":%d}",
-	         getenv("LESSEE_WRAP") ? 3000 : 1000);
+	         tu_wrapped() ? 3000 : 1000);
 	ck_assert_int_eq(tu_lessor_fault(L, fault), 0);
 }
 
@@ -188,11 +188,10 @@ START_TEST(test_entry_lease_lost_alone)
 
 	ck_assert_int_eq(
 	    tu_lessor_fault(L, "{\"endpoint\":\"claims\",\"legacy\":true,\"count\":100000}"), 0);
-	ck_assert_int_eq(tu_lessor_fault(L, getenv("LESSEE_WRAP")
-	                                        ? "{\"endpoint\":\"complete\",\"count\":2,"
-	                                          "\"delay_ms\":4000}"
-	                                        : "{\"endpoint\":\"complete\",\"count\":2,"
-	                                          "\"delay_ms\":1500}"),
+	ck_assert_int_eq(tu_lessor_fault(L, tu_wrapped() ? "{\"endpoint\":\"complete\",\"count\":2,"
+	                                                   "\"delay_ms\":4000}"
+	                                                 : "{\"endpoint\":\"complete\",\"count\":2,"
+	                                                   "\"delay_ms\":1500}"),
 	                 0);
 	ck_assert_ptr_nonnull(a = tu_lessor_enqueue_one(L, "ok"));
 	ck_assert_ptr_nonnull(b = tu_lessor_enqueue_one(L, "ok"));

@@ -144,14 +144,6 @@ static void teardown(void)
 	ck_assert_msg(ls == 0, "lessor exited with %d", ls);
 }
 
-/* The daemons run under valgrind (tests/run.sh VALGRIND=1). */
-static bool under_valgrind(void)
-{
-	const char *w = getenv("LESSEE_WRAP");
-
-	return w && *w;
-}
-
 static char *enqueue(const char *workflow, const char *extra_json)
 {
 	char *id = tu_lessor_enqueue_wf(L, workflow, extra_json);
@@ -274,7 +266,7 @@ START_TEST(test_outcomes)
 
 	wait_status(missing, "failed", 20 * SEC);
 	run = tu_lessor_get_run(L, missing);
-	if (under_valgrind()) {
+	if (tu_wrapped()) {
 		/* "EXEC FAILED: I can't recover from execve() failing": valgrind
 		 * ends the child itself, with 101, no execve error to report */
 		ck_assert_int_eq((int)tu_jnum_or(run, "exit_code", -1), 101);
@@ -817,7 +809,7 @@ START_TEST(test_metrics_count_exactly)
 	ck_assert_double_eq(V("lessee_runs_finished_total", "workflow", "fail", "outcome", "failed"), 1);
 	ck_assert_double_eq(V("lessee_runs_finished_total", "workflow", "crash", "outcome", "crash"), 1);
 	ck_assert_double_eq(V("lessee_runs_finished_total", "workflow", "missing", "outcome",
-	                      under_valgrind() ? "failed" : "spawn_error"),
+	                      tu_wrapped() ? "failed" : "spawn_error"),
 	                    1); /* valgrind: see test_outcomes */
 	ck_assert_double_eq(prom_sum(doc, "lessee_runs_finished_total", NULL), 5);
 	ck_assert_double_eq(V("lessee_run_duration_seconds_count", "workflow", "ok"), 2);
@@ -896,7 +888,7 @@ START_TEST(test_fd_limits)
 	_cleanup_free_ char *conf = NULL, *extra = NULL, *limits = NULL, *id = NULL, *log = NULL;
 	char path[64];
 
-	if (under_valgrind())
+	if (tu_wrapped())
 		return; /* valgrind keeps the process's fd limit, and 12 fds of it, for itself */
 
 	write_script("limits.sh", "echo \"$(ulimit -Sn) $(ulimit -Hn)\"");
