@@ -37,6 +37,18 @@ static double renewals(const char *result)
 	return tu_lessee_metric(D, "lessee_lease_renewals_total", "result", result);
 }
 
+/* The lines of the log that contain `needle`, on stderr: why a check failed. */
+static void print_lines(const char *log, const char *needle)
+{
+	for (const char *p = log, *nl; *p; p = nl + 1) {
+		nl = strchrnul(p, '\n');
+		if (memmem(p, (size_t)(nl - p), needle, strlen(needle)))
+			fprintf(stderr, "%.*s\n", (int)(nl - p), p);
+		if (!*nl)
+			break;
+	}
+}
+
 /* n runs that write, sleep 2 s (two renewals at lease_refresh 1 s) and write
  * again, queued before a daemon of `concurrency` starts under `nofile`
  * ("--nofile=SOFT:HARD"); all must succeed, with no fd ever missing. */
@@ -52,10 +64,12 @@ static void run_under_limit(const char *nofile, int concurrency, int n)
 		ids[i] = tu_lessor_enqueue(L, "{\"workflow\":\"talk\",\"max_attempts\":1}");
 		ck_assert_ptr_nonnull(ids[i]);
 	}
+	/* the helper's 6 s lease, stretched under valgrind, where two slow
+	 * daemons take seconds to claim and renew 300 runs */
 	snprintf(conf, sizeof(conf),
-	         "[worker]\nconcurrency = %d\n[status]\nlisten = 127.0.0.1:0\n"
+	         "[worker]\nconcurrency = %d\nlease_ttl = %llus\n[status]\nlisten = 127.0.0.1:0\n"
 	         "[workflow.talk]\ncommand = /bin/sh -c 'echo up; sleep 2; echo down'\n",
-	         concurrency);
+	         concurrency, (unsigned long long)tu_timeout(6));
 	ck_assert_int_eq(
 	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf, .wrap = wrap}, &D),
 	    0);
@@ -68,6 +82,10 @@ static void run_under_limit(const char *nofile, int concurrency, int n)
 	log = tu_lessee_log(D);
 	ck_assert_ptr_nonnull(log);
 	ck_assert_msg(!strstr(log, "Too many open files"), "an fd was missing");
+	if (renewals("error") != 0)
+		print_lines(log, "lease renewal failed");
+	if (renewals("lost") != 0)
+		print_lines(log, "lost");
 	ck_assert_msg(renewals("error") == 0 && renewals("lost") == 0,
 	              "%.0f renewals failed, %.0f leases lost", renewals("error"),
 	              renewals("lost"));
