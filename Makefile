@@ -122,6 +122,16 @@ say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 	valgrind-check check-systemd check-deb deb format chaos chaos-short fuzz fuzz-build fuzz-short
 .DEFAULT_GOAL := all
 
+# Goals given together are made in the order given, one after another: some
+# recipes (bench, chaos, demo) run a make of their own, and with -j that make
+# would build the same objects as its neighbour at the same time.  Each goal
+# waits for the one before it (an order-only prerequisite).
+ifeq ($(MAKELEVEL),0)
+goal_chain = $(if $(word 2,$1),$(if $(filter-out $(word 1,$1),$(word 2,$1)), \
+	$(eval $(word 2,$1): | $(word 1,$1)))$(call goal_chain,$(wordlist 2,$(words $1),$1)))
+$(call goal_chain,$(MAKECMDGOALS))
+endif
+
 # Building never installs packages: `make deps` does (the targets that run
 # things on a fresh machine, check and demo, call it themselves).
 all: build
@@ -178,11 +188,11 @@ $(LIBLESSOR): $(LESSOR_OBJ)
 
 $(LESSEE): $(call obj,$(wildcard cmd/lessee/*.c)) $(LIBLESSEE)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS) -lm
 
 $(LESSOR): $(call obj,$(wildcard cmd/lessor/*.c)) $(LIBLESSOR) $(LIBLESSEE)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSOR_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSOR_LIBS) -lm
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 	$(call say,LD,$@)
@@ -199,7 +209,7 @@ check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
 CONDUCTOR_EMU := $(BUILD)/tests/conductor/conductor_emu
 $(CONDUCTOR_EMU): $(BUILD)/tests/conductor/conductor_emu.o $(LIBLESSEE)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LESSEE_LIBS) -lm
 # The same for the Camunda 7 emulator (make demo PROTOCOL=camunda7).
 CAMUNDA7_EMU := $(BUILD)/tests/camunda7/camunda7_emu
 $(CAMUNDA7_EMU): $(BUILD)/tests/camunda7/camunda7_emu.o $(LIBLESSEE)

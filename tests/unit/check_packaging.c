@@ -974,6 +974,40 @@ START_TEST(test_build_without_test_packages)
 }
 END_TEST
 
+/* Goals given together run one after another: `make -j2 build bench` must
+ * not build the same objects in two makes at once (bench's recipe runs a make
+ * of its own), and the daemons link at -O0, where floor() is a call to libm.
+ * The build does not depend on the loop backend: the io_uring pass runs it. */
+START_TEST(test_goals_one_after_another)
+{
+	_cleanup_free_ char *top = src_path(""), *dir = tu_tmpdir("goals"), *build = NULL;
+	_cleanup_(strv_freep) char **seen = NULL;
+	struct output o = {0};
+	unsigned compiled = 0;
+
+	if (strcmp(tu_backend(), "io_uring") != 0)
+		return;
+	ck_assert_int_ge(asprintf(&build, "BUILD=%s", dir), 0);
+	run((char *const[]){"make", "--no-print-directory", "-C", top, "-j2", build, "OPT=-O0",
+	                    "build", "bench", NULL},
+	    (char *const[]){"MAKEFLAGS=", "MFLAGS=", NULL}, &o);
+	ck_assert_msg(o.status == 0, "make -j2 build bench failed:\n%.3000s", o.err);
+	for (char *l = o.out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		_cleanup_free_ char *line = strndup(l, strcspn(l, "\n"));
+
+		ck_assert_ptr_nonnull(line);
+		if (strncmp(line, "  CC ", 5) != 0)
+			continue;
+		ck_assert_msg(!strv_contains(seen, line), "compiled twice:%s", line + 4);
+		ck_assert_int_ge(strv_extend(&seen, line), 0);
+		compiled++;
+	}
+	ck_assert_msg(compiled > 50, "only %u objects compiled:\n%.2000s", compiled, o.out);
+	output_done(&o);
+	ck_assert_int_eq(rm_rf(dir), 0);
+}
+END_TEST
+
 /* The value of Key= in a unit file's text (the first one), or NULL. */
 static char *unit_value(const char *unit, const char *key)
 {
@@ -1262,6 +1296,7 @@ int main(void)
 	TCase *tm = tcase_create("man");
 	TCase *td = tcase_create("deploy");
 	TCase *ti = tcase_create("install");
+	TCase *tg = tcase_create("goals");
 
 	tcase_add_test(tm, test_man_lessee);
 	tcase_add_test(tm, test_man_conf);
@@ -1276,11 +1311,14 @@ int main(void)
 	tcase_add_test(ti, test_run_dir_on_disk);
 	tcase_add_test(ti, test_version);
 	tcase_add_test(ti, test_deb_build_depends);
+	tcase_add_test(tg, test_goals_one_after_another);
 	tcase_set_timeout(ti, 120);
 	tcase_set_timeout(tm, 60);
 	tcase_set_timeout(td, 60);
 	suite_add_tcase(s, tm);
 	suite_add_tcase(s, td);
 	suite_add_tcase(s, ti);
+	tcase_set_timeout(tg, 600);
+	suite_add_tcase(s, tg);
 	return tu_run(s);
 }
