@@ -34,7 +34,10 @@
 /* How long a claim carried by a completion keeps the slot it asks for: a
  * completion answered later than that (a slow API) does not hold the next run
  * back; a claim ahead goes for the slot, and what the carried claim brings
- * after that is run if a slot is free, else given back. */
+ * after that is run if a slot is free, else given back.  It counts from the
+ * completion's joining its batch, not from the send: the native driver, the
+ * only one that carries claims, sends a batch within COMPLETE_HOLD (10 ms,
+ * drv_native_batch.c), so the answer itself has 15 ms at least. */
 #define CARRY_PATIENCE (25 * USEC_PER_MSEC)
 /* Claims ahead in flight at once (DRV_CAP_MULTI_WORKFLOW and DRV_CAP_RELEASE). */
 #define CLAIM_AHEAD_MAX 3
