@@ -125,12 +125,14 @@ say = $(if $(Q),@printf '  %-6s %s\n' $1 $2)
 # Goals given together are made in the order given, one after another: some
 # recipes (bench, chaos, demo) run a make of their own, and with -j that make
 # would build the same objects as its neighbour at the same time.  Each goal
-# waits for the one before it (an order-only prerequisite).
-ifeq ($(MAKELEVEL),0)
+# waits for the one before it (an order-only prerequisite: the prerequisites
+# of a goal are still made beside the goal before it, only its recipe waits).
+# At every level, so that a make started from a recipe or a script under make
+# (MAKELEVEL > 0) orders its goals too.  A goal that one before it needs only
+# gets make's "Circular ... dependency dropped" warning.
 goal_chain = $(if $(word 2,$1),$(if $(filter-out $(word 1,$1),$(word 2,$1)), \
 	$(eval $(word 2,$1): | $(word 1,$1)))$(call goal_chain,$(wordlist 2,$(words $1),$1)))
 $(call goal_chain,$(MAKECMDGOALS))
-endif
 
 # Building never installs packages: `make deps` does (the targets that run
 # things on a fresh machine, check and demo, call it themselves).
