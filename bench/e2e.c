@@ -2,7 +2,10 @@
  *  - runs/s for /bin/true at concurrency 1, 16 and 64, next to the floors
  *    measured in the same run: posix_spawn+waitpid of /bin/true, and lib/exec
  *    on the loop, at the same width;
- *  - the daemon's CPU time per run (utime+stime from /proc, over the runs);
+ *  - the daemon's CPU time per run (utime+stime from /proc, over the runs),
+ *    and beside it, measured here in the same rounds, what parts of its work
+ *    cost without it: the floor's posix_spawn, lib/exec's spawn on the loop,
+ *    and a run's files in the run directory (mkdir ... rmdir);
  *  - the daemon's RSS idle, and with 1,000 concurrent `sleep 30` runs.
  * Medians of several rounds; figures only, no verdict.
  * lessor runs with --synchronous normal so the figure is lessee's, not fsync's
@@ -14,12 +17,15 @@
  * same lessee in both arms; both together: the old stack against the new. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "benchutil.h"
@@ -47,6 +53,18 @@ static double proc_cpu_us(pid_t pid)
 		r = (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
 	free(s);
 	return r;
+}
+
+/* This process's CPU time (all its threads), in microseconds; exact, not in
+ * ticks. */
+static double self_cpu_us(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) < 0)
+		return -1;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 static long proc_rss_kib(pid_t pid)
@@ -172,6 +190,51 @@ static int parse_widths(const char *s)
 	return 0;
 }
 
+/* The files a run costs the daemon in run_dir, by the same system calls as
+ * lib/worker/run.c and runfiles.c make for a run that leaves nothing: its
+ * directory, input.json written, the look for result.json, the input
+ * unlinked, the directory removed.  CPU microseconds a run, -1 on failure. */
+static double run_dir_cpu_us(int n)
+{
+	char dir[sizeof(run_dir) + 32], file[sizeof(dir) + 16];
+	double c0 = self_cpu_us();
+	struct stat st;
+
+	for (int i = 0; i < n; i++) {
+		bool written;
+		int fd;
+
+		snprintf(dir, sizeof(dir), "%s/files.%d", run_dir, i);
+		if (mkdir(dir, 0700) < 0)
+			return -1;
+		snprintf(file, sizeof(file), "%s/input.json", dir);
+		fd = open(file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			return -1;
+		written = pwrite(fd, "{}", 2, 0) == 2;
+		close(fd);
+		if (!written)
+			return -1;
+		snprintf(file, sizeof(file), "%s/result.json", dir);
+		if (fstatat(AT_FDCWD, file, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+			return -1;
+		snprintf(file, sizeof(file), "%s/input.json", dir);
+		if (unlink(file) < 0 || rmdir(dir) < 0)
+			return -1;
+	}
+	return (self_cpu_us() - c0) / n;
+}
+
+/* The spawn rate of the floor (e NULL) or of lib/exec on the loop, and this
+ * process's CPU a run meanwhile. */
+static double spawn_rate_cpu(ev_t *e, int n, int width, double *ret_cpu)
+{
+	double c0 = self_cpu_us(), rate = tu_spawn_rate(e, true_argv, n, width);
+
+	*ret_cpu = (self_cpu_us() - c0) / n;
+	return rate;
+}
+
 static int start_daemon(struct tu_lessor *l, int concurrency, struct tu_lessee **ret)
 {
 	/* E2E_LOG_LEVEL=info: the daemon's default, two lines per run */
@@ -285,8 +348,35 @@ static int e2e_round_of(const char *lessee, const char *lessor, int concurrency,
 	return r;
 }
 
+/* A round's CPU a run, µs: lessee's, and in this process the floor's
+ * (posix_spawn, waitpid), lib/exec's on the loop and a run's files alone. */
+struct cpu_split {
+	double lessee[32], floor[32], exec[32], files[32];
+};
+
+/* Where lessee's CPU a run goes, against what the same work costs without
+ * it: the spawn (lib/exec, as lessee spawns) and the run directory's files;
+ * the rest is lessee's own (HTTP, JSON, the run table, timers, its pipe). */
+static void print_cpu_split(struct cpu_split *split, int reps)
+{
+	printf("\nCPU a run (us, medians of the same rounds): lessee, and in this process the "
+	       "floor's posix_spawn, lib/exec's spawn and a run's files in %s\n",
+	       run_dir);
+	printf("%-6s %8s %12s %10s %10s %12s\n", "slots", "lessee", "posix_spawn", "lib/exec",
+	       "run files", "lessee rest");
+	for (size_t w = 0; w < n_widths; w++) {
+		double l = tu_median(split[w].lessee, reps), f = tu_median(split[w].floor, reps);
+		double x = tu_median(split[w].exec, reps), d = tu_median(split[w].files, reps);
+
+		printf("%-6d %8.0f %12.0f %10.0f %10.0f %12.0f\n", widths[w], l, f, x, d,
+		       l - x - d);
+	}
+}
+
 static void bench_throughput(int n, int reps)
 {
+	static struct cpu_split split[ELEMENTSOF(widths)];
+
 	printf("end-to-end /bin/true runs through lessor (--synchronous %s) + lessee (%d runs x %d "
 	       "rounds, medians)\n",
 	       sync_mode, n, reps);
@@ -301,13 +391,14 @@ static void bench_throughput(int n, int reps)
 		for (int i = 0; i < reps; i++) {
 			struct round rd = {0};
 
-			fl[i] = tu_spawn_rate(NULL, true_argv, n, widths[w]);
-			ex[i] = tu_spawn_rate(e, true_argv, n, widths[w]);
+			fl[i] = spawn_rate_cpu(NULL, n, widths[w], &split[w].floor[i]);
+			ex[i] = spawn_rate_cpu(e, n, widths[w], &split[w].exec[i]);
+			split[w].files[i] = run_dir_cpu_us(n);
 			round_prefetch = prefetch;
 			if (e2e_round(widths[w], n, &rd) < 0)
 				fprintf(stderr, "round failed\n");
 			rate[i] = rd.runs_per_s;
-			cpu[i] = rd.cpu_us_per_run;
+			cpu[i] = split[w].lessee[i] = rd.cpu_us_per_run;
 			lc[i] = rd.lessor_us_per_run;
 		}
 		ev_free(e);
@@ -316,6 +407,7 @@ static void bench_throughput(int n, int reps)
 		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx %11.0f\n", widths[w], r, c,
 		       f, x, r / f, r / x, tu_median(lc, reps));
 	}
+	print_cpu_split(split, reps);
 }
 
 /* --baseline, --baseline-lessor: in each round the spawn floor, then the

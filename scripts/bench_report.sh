@@ -50,6 +50,18 @@ parse_e2e() {
 		rows++
 		next
 	}
+	# where lessee'"'"'s CPU a run goes: the same work without it, measured in the bench
+	/^slots +lessee +posix_spawn +lib\/exec +run files +lessee rest$/ { incpu = 1; next }
+	incpu && NF == 0 { incpu = 0; next }
+	incpu {
+		if (NF != 6 || $1 !~ /^[0-9]+$/) bad("unexpected row in the CPU table")
+		if (main) {
+			print "e2e", "posix_spawn floor", $1, "cpu_us_per_run", $3, "-", "-"
+			print "e2e", "lib/exec on the loop", $1, "cpu_us_per_run", $4, "-", "-"
+			print "e2e", "a run'"'"'s files", $1, "cpu_us_per_run", $5, "-", "-"
+		}
+		next
+	}
 	/^daemon RSS: idle/ {
 		if (!match($0, /idle [0-9]+ KiB; with [0-9]+ concurrent/)) bad("RSS line")
 		split(substr($0, RSTART, RLENGTH), w, " ")

@@ -64,6 +64,12 @@ static const char e2e_out[] =
     "16              877            400         1877         1979      0.47x      0.44x         "
     "320\n"
     "\n"
+    "CPU a run (us, medians of the same rounds): lessee, and in this process the floor's "
+    "posix_spawn, lib/exec's spawn and a run's files in /dev/shm/x\n"
+    "slots    lessee  posix_spawn   lib/exec  run files  lessee rest\n"
+    "1          1125           51         85         27         1013\n"
+    "16          400           56         57         26          317\n"
+    "\n"
     "daemon RSS: idle 11644 KiB; with 200 concurrent `sleep 30` runs 12220 KiB (2.9 KiB "
     "per run), 417 fds open\n";
 
@@ -81,6 +87,12 @@ START_TEST(test_parse_e2e)
 	                      "e2e\tlessee + lessor (normal)\t16\truns_per_s\t877\t1877\t0.4672\n"
 	                      "e2e\tlessee + lessor (normal)\t16\tcpu_us_per_run\t400\t-\t-\n"
 	                      "e2e\tlib/exec on the loop\t16\truns_per_s\t1979\t1877\t1.0543\n"
+	                      "e2e\tposix_spawn floor\t1\tcpu_us_per_run\t51\t-\t-\n"
+	                      "e2e\tlib/exec on the loop\t1\tcpu_us_per_run\t85\t-\t-\n"
+	                      "e2e\ta run's files\t1\tcpu_us_per_run\t27\t-\t-\n"
+	                      "e2e\tposix_spawn floor\t16\tcpu_us_per_run\t56\t-\t-\n"
+	                      "e2e\tlib/exec on the loop\t16\tcpu_us_per_run\t57\t-\t-\n"
+	                      "e2e\ta run's files\t16\tcpu_us_per_run\t26\t-\t-\n"
 	                      "e2e\tlessee + lessor (normal)\t0\trss_kib\t11644\t-\t-\n"
 	                      "e2e\tlessee + lessor (normal)\t200\trss_kib\t12220\t-\t-\n");
 }
@@ -99,6 +111,16 @@ START_TEST(test_parse_e2e_refuses_a_new_shape)
 	ck_assert_int_ne(script(args), 0);
 	err = get("err");
 	ck_assert_ptr_nonnull(strstr(err, "unexpected row in the throughput table"));
+	free(err);
+	free(changed);
+	changed = strdup(e2e_out);
+	row = strstr(changed, "\n16          400");
+	ck_assert_ptr_nonnull(row);
+	memcpy(row + 1, "16 9", 4); /* the CPU table's row with one field more */
+	put("e2e.txt", changed);
+	ck_assert_int_ne(script(args), 0);
+	err = get("err");
+	ck_assert_ptr_nonnull(strstr(err, "unexpected row in the CPU table"));
 	put("e2e.txt", "slots run/s\n1 2\n");
 	ck_assert_int_ne(script(args), 0);
 }
