@@ -383,7 +383,7 @@ static void bench_throughput(int n, int reps)
 	printf("%-6s %12s %14s %12s %12s %10s %10s %11s\n", "slots", "lessee run/s", "cpu us/run",
 	       "floor run/s", "exec run/s", "vs floor", "vs exec", "lessor us/r");
 	for (size_t w = 0; w < n_widths; w++) {
-		double rate[32], cpu[32], fl[32], ex[32], lc[32];
+		double rate[32], fl[32], ex[32], lc[32];
 		ev_t *e = NULL;
 
 		if (ev_new(&e, NULL) < 0)
@@ -398,11 +398,11 @@ static void bench_throughput(int n, int reps)
 			if (e2e_round(widths[w], n, &rd) < 0)
 				fprintf(stderr, "round failed\n");
 			rate[i] = rd.runs_per_s;
-			cpu[i] = split[w].lessee[i] = rd.cpu_us_per_run;
+			split[w].lessee[i] = rd.cpu_us_per_run;
 			lc[i] = rd.lessor_us_per_run;
 		}
 		ev_free(e);
-		double r = tu_median(rate, reps), c = tu_median(cpu, reps);
+		double r = tu_median(rate, reps), c = tu_median(split[w].lessee, reps);
 		double f = tu_median(fl, reps), x = tu_median(ex, reps);
 		printf("%-6d %12.0f %14.0f %12.0f %12.0f %9.2fx %9.2fx %11.0f\n", widths[w], r, c,
 		       f, x, r / f, r / x, tu_median(lc, reps));
