@@ -59,3 +59,7 @@ void ev_io_ready(ev_t *e, ev_io_t *w, uint32_t revents);
  * (adding a child, finding an exited one): constant per lookup, whatever the
  * number of children. */
 uint64_t ev_pid_probes(const ev_t *e);
+
+/* For tests: how many times the blocked set and the signalfd's mask were set
+ * (a sigprocmask and a signalfd call): only when the watched signals change. */
+uint64_t ev_sig_applies(const ev_t *e);

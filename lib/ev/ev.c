@@ -102,12 +102,14 @@ struct ev {
 	ev_signal_t *sigs[_NSIG];
 	sigset_t sig_active; /* the signalfd's mask */
 	sigset_t sig_ours;   /* blocked by us, unblocked again when unused */
+	bool sig_synced;     /* the masks are sig_active (the last sig_sync() worked) */
 
 	LIST_HEAD(, ev_child) children;
 	LIST_HEAD(, ev_child) fallbacks; /* fallback children still waiting */
 	ev_child_t **pids;               /* waiting children by pid, chained */
 	size_t npids, pids_alloc;
 	uint64_t pid_probes; /* entries visited looking up pids (tests count work) */
+	uint64_t sig_applies; /* times the signal masks were set (tests count work) */
 	ev_child_t *dead_children;
 	unsigned nfallback; /* fallback children still waiting */
 	bool reap_orphans;
@@ -552,15 +554,28 @@ static void sig_release(ev_t *e, int sig)
 	sigdelset(&e->sig_ours, sig);
 }
 
-/* Make the blocked set and the signalfd's mask match the registered signals. */
+static bool sigset_same(const sigset_t *a, const sigset_t *b)
+{
+	for (int sig = 1; sig < _NSIG; sig++)
+		if (sigismember(a, sig) != sigismember(b, sig))
+			return false;
+	return true;
+}
+
+/* Make the blocked set and the signalfd's mask match the registered signals.
+ * Nothing to do when they already do: a child watched without a pidfd while
+ * the orphan reaper keeps SIGCHLD anyway costs no system call. */
 static int sig_sync(ev_t *e)
 {
 	sigset_t want, old;
+	int r;
 
 	sigemptyset(&want);
 	for (int sig = 1; sig < _NSIG; sig++)
 		if (e->sigs[sig] || (sig == SIGCHLD && chld_needed(e)))
 			sigaddset(&want, sig);
+	if (e->sig_synced && sigset_same(&want, &e->sig_active))
+		return 0;
 	if (sigprocmask(SIG_BLOCK, &want, &old) < 0)
 		return -errno;
 	for (int sig = 1; sig < _NSIG; sig++) {
@@ -573,7 +588,10 @@ static int sig_sync(ev_t *e)
 			sig_release(e, sig);
 	}
 	e->sig_active = want;
-	return sigfd_update(e, &want);
+	e->sig_applies++;
+	r = sigfd_update(e, &want);
+	e->sig_synced = r >= 0;
+	return r;
 }
 
 int ev_signal_add(ev_t *e, int sig, ev_signal_cb cb, void *userdata, ev_signal_t **ret)
@@ -691,6 +709,11 @@ static void pid_remove(ev_t *e, ev_child_t *c)
 uint64_t ev_pid_probes(const ev_t *e)
 {
 	return e->pid_probes;
+}
+
+uint64_t ev_sig_applies(const ev_t *e)
+{
+	return e->sig_applies;
 }
 
 /* No longer waiting: out of the pid table and the fallback list. */

@@ -1307,6 +1307,48 @@ START_TEST(test_reap_orphans_fallback)
 }
 END_TEST
 
+/* A child watched without a pidfd needs SIGCHLD blocked and in the signalfd.
+ * When the orphan reaper has it there already (lessee's case), watching the
+ * child and its exit change nothing: no sigprocmask or signalfd call for each
+ * run.  Where the mask does change, it is applied. */
+START_TEST(test_child_fallback_mask_kept)
+{
+	struct childrec rec = {0};
+	uint64_t n0;
+	pid_t pid;
+	ev_t *e = new_loop();
+
+	ck_assert_int_eq(ev_set_reap_orphans(e, true), 0);
+	ck_assert(sig_blocked(SIGCHLD));
+	n0 = ev_sig_applies(e);
+	for (int i = 0; i < 3; i++) {
+		rec.calls = 0;
+		pid = spawn_exit(i);
+		ck_assert_int_eq(ev_child_add(e, pid, -1, child_cb, &rec, NULL), 0);
+		RUN_UNTIL(e, rec.calls == 1);
+		ck_assert_int_eq(rec.si.si_status, i);
+	}
+	ck_assert_msg(ev_sig_applies(e) == n0, "the unchanged mask was applied %llu times",
+	              (unsigned long long)(ev_sig_applies(e) - n0));
+	ck_assert(sig_blocked(SIGCHLD));
+	/* without the reaper, the first fallback child blocks SIGCHLD, its end
+	 * unblocks it */
+	ck_assert_int_eq(ev_set_reap_orphans(e, false), 0);
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+	ck_assert(!sig_blocked(SIGCHLD));
+	n0 = ev_sig_applies(e);
+	rec.calls = 0;
+	pid = spawn_sleeper();
+	ck_assert_int_eq(ev_child_add(e, pid, -1, child_cb, &rec, NULL), 0);
+	ck_assert(sig_blocked(SIGCHLD));
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	RUN_UNTIL(e, rec.calls == 1);
+	ck_assert(!sig_blocked(SIGCHLD));
+	ck_assert_uint_eq(ev_sig_applies(e) - n0, 2);
+	ev_free(e);
+}
+END_TEST
+
 /* Adding a child and dispatching its exit cost the same with one or a thousand
  * children waiting: every lookup by pid (the duplicate check on add, the orphan
  * reaper's "is this one watched?", the removal) visits a bounded number of
@@ -1573,6 +1615,7 @@ static Suite *ev_suite(void)
 	tcase_add_test(tc, test_child_lost);
 	tcase_add_test(tc, test_reap_orphans_pidfd);
 	tcase_add_test(tc, test_reap_orphans_fallback);
+	tcase_add_test(tc, test_child_fallback_mask_kept);
 	tcase_add_test(tc, test_child_many_lookup);
 	tcase_add_test(tc, test_idle_one_wait);
 	tcase_add_test(tc, test_free_live);
