@@ -77,10 +77,14 @@ void exec_set_legacy_child(bool on);
 /* For tests: the signals (bit sig-1) a child spawned now would set to SIG_DFL. */
 uint64_t exec_child_signals_to_reset(void);
 
-/* No run process is left: close the fds the spawns keep between them (/dev/null,
- * the slots, /proc/self/status).  The next spawn opens them again, as low in the
- * fd table as it then is. */
+/* Close the fds the spawns keep between them (/dev/null, the slots,
+ * /proc/self/status).  The next spawn opens them again, as low in the fd table
+ * as it then is. */
 void exec_child_release(void);
+/* No run process is left: exec_child_release() where the slots sit high (taken
+ * while the table was full), so that the next spawn takes them low; kept
+ * otherwise, for the next run. */
+void exec_child_idle(void);
 
 /* Start the child with every signal blocked in the calling thread and the parent's
  * mask restored afterwards.  Returns the pid and the pidfd (none asked for when

@@ -212,7 +212,8 @@ unsigned exec_runs_fitting(unsigned long long limit, unsigned per_run, unsigned 
 	return (unsigned)MIN(MAX(n, 1ULL), (unsigned long long)UINT_MAX);
 }
 
-/* Run processes in existence: while there is one, the spawn's fds stay open. */
+/* Run processes in existence: when the last is freed, the spawn's fds are
+ * closed if they sit high (exec_child_idle()). */
 static unsigned live_procs;
 
 exec_proc_t *exec_free(exec_proc_t *p)
@@ -220,7 +221,7 @@ exec_proc_t *exec_free(exec_proc_t *p)
 	if (!p)
 		return NULL;
 	if (__atomic_sub_fetch(&live_procs, 1, __ATOMIC_SEQ_CST) == 0)
-		exec_child_release();
+		exec_child_idle();
 	if (p->state == PROC_RUNNING && !proc_reap_later(p))
 		proc_reap_now(p);
 	p->state = PROC_DONE;

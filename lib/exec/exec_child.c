@@ -66,6 +66,9 @@ struct kernel_sigaction {
 #define SIG_BIT(sig) (UINT64_C(1) << ((sig)-1))
 /* The child's fds at their low numbers: stdin, stdout, stderr, cgroup.procs. */
 #define N_SLOTS 4
+/* Slots below this stay open between runs: a child's copy of fewer entries
+ * costs less than closing and taking the spawn's six fds again. */
+#define SLOTS_KEEP_END 64
 
 static enum exec_clone_mode clone_mode = EXEC_CLONE_VFORK;
 static bool legacy_child;
@@ -115,14 +118,27 @@ static void spawn_init(void)
 	spawn.status_fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
 }
 
-void exec_child_release(void)
+static void spawn_release_locked(void)
 {
-	pthread_mutex_lock(&spawn.lock);
 	spawn.null_fd = safe_close(spawn.null_fd);
 	for (int i = 0; i < N_SLOTS; i++)
 		spawn.slots[i] = safe_close(spawn.slots[i]);
 	spawn.slots_end = 0;
 	spawn.status_fd = safe_close(spawn.status_fd);
+}
+
+void exec_child_release(void)
+{
+	pthread_mutex_lock(&spawn.lock);
+	spawn_release_locked();
+	pthread_mutex_unlock(&spawn.lock);
+}
+
+void exec_child_idle(void)
+{
+	pthread_mutex_lock(&spawn.lock);
+	if (spawn.slots_end > SLOTS_KEEP_END)
+		spawn_release_locked();
 	pthread_mutex_unlock(&spawn.lock);
 }
 

@@ -45,6 +45,14 @@ struct run {
 	bool free_in_exit;
 };
 
+/* The fds open here, besides those the spawns keep open between runs (closed
+ * first): what a leak check compares. */
+static int fds_open(void)
+{
+	exec_child_release();
+	return fd_count();
+}
+
 static void run_done(struct run *r)
 {
 	for (size_t i = 0; i < ELEMENTSOF(r->out); i++)
@@ -501,6 +509,50 @@ START_TEST(test_signals_reset_set)
 }
 END_TEST
 
+/* The spawn's own fds (/dev/null, the slots, /proc/self/status) stay open
+ * between runs while they sit low in the table: a daemon running one run at a
+ * time does not close and open them again for each (12 system calls a run).
+ * Taken high (a full table at the first spawn), they are closed with the last
+ * run process, and the next spawn takes them low again. */
+START_TEST(test_spawn_fds_kept_while_low)
+{
+	enum { HIGH = 200 };
+	int fds[HIGH], base, kept;
+	char *argv[] = {"/bin/true", NULL};
+	struct exec_spec spec = spec_for(argv);
+	struct run r = {0};
+	ev_t *e = loop_new();
+
+	exec_child_release();
+	base = fd_count();
+	run_to_exit(e, &spec, &r);
+	run_done(&r);
+	kept = fd_count();
+	ck_assert_msg(kept > base, "the spawn's fds were closed with its only process");
+	for (int i = 0; i < 3; i++) {
+		run_to_exit(e, &spec, &r);
+		ck_assert(r.res.exited && r.res.exit_code == 0);
+		run_done(&r);
+		ck_assert_int_eq(fd_count(), kept);
+	}
+	exec_child_release();
+	ck_assert_int_eq(fd_count(), base);
+
+	for (int i = 0; i < HIGH; i++)
+		ck_assert_int_ge(fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC), 0);
+	run_to_exit(e, &spec, &r);
+	for (int i = 0; i < HIGH; i++)
+		close(fds[i]);
+	run_done(&r);
+	ck_assert_int_eq(fd_count(), base);
+	run_to_exit(e, &spec, &r);
+	run_done(&r);
+	ck_assert_int_eq(fd_count(), kept);
+	exec_child_release();
+	ev_free(e);
+}
+END_TEST
+
 /* The child does not get a copy of our whole fd table: with a run alive and
  * then 3,000 more fds open here (a daemon's pidfds and pipes), the next child's
  * table (FDSize in /proc/self/status, which an execve does not shrink) is
@@ -551,7 +603,7 @@ END_TEST
 static void assert_spawn_fails(ev_t *e, const struct exec_spec *spec, int want_err,
                                const char *want_step)
 {
-	int fds = fd_count();
+	int fds = fds_open();
 	const char *step = NULL;
 	exec_proc_t *p = NULL;
 	int rc = exec_spawn(e, spec, on_output, on_exit_cb, NULL, &p, &step);
@@ -561,7 +613,7 @@ static void assert_spawn_fails(ev_t *e, const struct exec_spec *spec, int want_e
 	ck_assert_ptr_nonnull(step);
 	ck_assert_str_eq(step, want_step);
 	ck_assert_ptr_null(p);
-	ck_assert_int_eq(fd_count(), fds);
+	ck_assert_int_eq(fds_open(), fds);
 	assert_no_children();
 }
 
@@ -811,7 +863,7 @@ START_TEST(test_many)
 	uint64_t total = 0, want_total = 0;
 	ev_t *e = loop_new();
 
-	fds = fd_count();
+	fds = fds_open();
 	while (done < MANY) {
 		while (in_flight < MANY_IN_FLIGHT && started < MANY) {
 			struct many *x = &m[started];
@@ -842,7 +894,7 @@ START_TEST(test_many)
 	}
 	ck_assert_int_eq(max_in_flight, MANY_IN_FLIGHT);
 	ck_assert_uint_eq(total, want_total);
-	ck_assert_int_eq(fd_count(), fds);
+	ck_assert_int_eq(fds_open(), fds);
 	assert_no_children();
 	ev_free(e);
 	rm_rf(dir);
@@ -1013,13 +1065,13 @@ START_TEST(test_free_running)
 	struct run r = {0};
 	pid_t pid, gpid;
 	ev_t *e = loop_new();
-	int fds = fd_count();
+	int fds = fds_open();
 
 	spawn_ignore_term(e, &r, &pid, &gpid);
 	r.p = exec_free(r.p);
 	ck_assert(pid_gone(pid));
 	ck_assert(pid_gone(gpid));
-	ck_assert_int_eq(fd_count(), fds);
+	ck_assert_int_eq(fds_open(), fds);
 	assert_no_children();
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_ge(ev_run_once(e, 20 * USEC_PER_MSEC), 0);
@@ -1039,13 +1091,13 @@ START_TEST(test_free_in_callbacks)
 	int fds;
 	ev_t *e = loop_new();
 
-	fds = fd_count();
+	fds = fds_open();
 	spawn_ok(e, &spec, &r);
 	RUN_UNTIL(e, r.p == NULL, WAIT_LONG);
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_ge(ev_run_once(e, 20 * USEC_PER_MSEC), 0);
 	ck_assert_int_eq(r.exits, 0);
-	ck_assert_int_eq(fd_count(), fds);
+	ck_assert_int_eq(fds_open(), fds);
 	assert_no_children();
 	run_done(&r);
 
@@ -1053,7 +1105,7 @@ START_TEST(test_free_in_callbacks)
 	run_to_exit(e, &spec, &r);
 	ck_assert_ptr_null(r.p);
 	ck_assert_uint_eq(r.out[1].len, 1000000);
-	ck_assert_int_eq(fd_count(), fds);
+	ck_assert_int_eq(fds_open(), fds);
 	run_done(&r);
 	ev_free(e);
 }
@@ -1156,6 +1208,7 @@ static Suite *exec_suite(void)
 	tcase_add_test(tc, test_spawn_errors);
 	tcase_add_test(tc, test_signals_reset_set);
 	tcase_add_test(tc, test_child_small_fd_table);
+	tcase_add_test(tc, test_spawn_fds_kept_while_low);
 	tc = tcase_new(s, "output");
 	tcase_add_test(tc, test_exit_status);
 	tcase_add_test(tc, test_output_order);
