@@ -108,7 +108,7 @@ struct ev {
 	LIST_HEAD(, ev_child) fallbacks; /* fallback children still waiting */
 	ev_child_t **pids;               /* waiting children by pid, chained */
 	size_t npids, pids_alloc;
-	uint64_t pid_probes; /* entries visited looking up pids (tests count work) */
+	uint64_t pid_probes;  /* entries visited looking up pids (tests count work) */
 	uint64_t sig_applies; /* times the signal masks were set (tests count work) */
 	ev_child_t *dead_children;
 	unsigned nfallback; /* fallback children still waiting */
