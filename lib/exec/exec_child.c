@@ -98,10 +98,10 @@ static struct {
 } spawn = {
     .lock = PTHREAD_MUTEX_INITIALIZER, .null_fd = -1, .slots = {-1, -1, -1, -1}, .status_fd = -1};
 
-/* The slots are taken once, as low as the fd table allows at that time, and
- * never closed: a child sharing our fd table until its first system call
- * keeps a copy of the fds below slots_end only, however many fds the daemon
- * holds (a pidfd and a pipe per run). */
+/* The slots are taken as low as the fd table allows at that time, and kept
+ * while they sit low (exec_child_idle()): a child sharing our fd table until
+ * its first system call keeps a copy of the fds below slots_end only, however
+ * many fds the daemon holds (a pidfd and a pipe per run). */
 static void spawn_init(void)
 {
 	spawn.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
