@@ -53,8 +53,8 @@ int tu_wait_port(int port, usec_t timeout)
 
 	do {
 		struct sockaddr_in a = {.sin_family = AF_INET,
-					.sin_port = htons((uint16_t)port),
-					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		                        .sin_port = htons((uint16_t)port),
+		                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		int r = connect(fd, (struct sockaddr *)&a, sizeof(a));
 
@@ -126,7 +126,7 @@ char **tu_env_argv(const char *name)
 void tu_sleep(usec_t u)
 {
 	struct timespec ts = {.tv_sec = (time_t)(u / USEC_PER_SEC),
-			      .tv_nsec = (long)(u % USEC_PER_SEC) * 1000};
+	                      .tv_nsec = (long)(u % USEC_PER_SEC) * 1000};
 
 	while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
 		;
