@@ -204,7 +204,9 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(HELPER_OBJ) $(LIBLESSOR) $(LIBLESSEE)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(TEST_LIBS) -lm
 
-check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX)
+# The benches and chaos too: check_packaging asks every program for --version
+# and --help.
+check-build: $(LESSEE) $(LESSOR) $(TESTS) $(TEST_AUX) $(BENCHES) $(CHAOS)
 
 # The Conductor emulator links only what lessee does (libmicrohttpd, cJSON),
 # so `make demo PROTOCOL=conductor` needs no test package.

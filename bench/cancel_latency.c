@@ -146,19 +146,21 @@ int main(int argc, char **argv)
 {
 	static const char script[] = "#!/bin/sh\necho pid=$$\nexec sleep 1000\n";
 	char path[512], *const args[] = {"--enable-faults", "--synchronous", "normal", NULL};
+	static const char usage[] = "usage: cancel_latency [-n SAMPLES] [-r LEASE_REFRESH_S]\n";
 	int n = 20, c;
 	unsigned refresh = 2;
 	double busy = 0, free_slots = 0, base = 0;
 	char label[96];
 
+	if (tu_std_answer(argc, argv, "cancel_latency", usage))
+		return 0;
 	while ((c = getopt(argc, argv, "n:r:")) != -1)
 		if (c == 'n')
 			n = atoi(optarg);
 		else if (c == 'r')
 			refresh = (unsigned)atoi(optarg);
 		else {
-			fprintf(stderr,
-			        "usage: cancel_latency [-n SAMPLES] [-r LEASE_REFRESH_S]\n");
+			fputs(usage, stderr);
 			return 2;
 		}
 	if (n < 1 || refresh < 1 || refresh > 1800)

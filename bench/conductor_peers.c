@@ -359,6 +359,7 @@ int main(int argc, char **argv)
 	    {"sdk-dir", required_argument, NULL, 's'},
 	    {"command", required_argument, NULL, 'c'},
 	    {"tsv", required_argument, NULL, 't'},
+	    {"version", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -396,6 +397,9 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			break;
+		case 'V':
+			printf("conductor_peers %s\n", LESSEE_VERSION);
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;

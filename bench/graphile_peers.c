@@ -116,13 +116,17 @@ static int parse_args(int argc, char **argv)
 	    {"concurrency", required_argument, NULL, 'w'},
 	    {"command", required_argument, NULL, 'c'},
 	    {"tsv", required_argument, NULL, 't'},
+	    {"version", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
 	int o;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (o == 'n')
+		if (o == 'V') {
+			printf("graphile_peers %s\n", LESSEE_VERSION);
+			return 0;
+		} else if (o == 'n')
 			n_runs = (unsigned)MAX(atoi(optarg), 1);
 		else if (o == 'r')
 			n_rounds = (unsigned)CLAMP(atoi(optarg), 1, MAX_ROUNDS);

@@ -420,10 +420,15 @@ static int raise_nofile(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"samples", required_argument, NULL, 'n'}, {"slots", required_argument, NULL, 'w'},
-	    {"sync", required_argument, NULL, 's'},    {"rss", required_argument, NULL, 'k'},
-	    {"tsv", required_argument, NULL, 't'},     {"cdf", required_argument, NULL, 'c'},
-	    {"help", no_argument, NULL, 'h'},          {0},
+	    {"samples", required_argument, NULL, 'n'},
+	    {"slots", required_argument, NULL, 'w'},
+	    {"sync", required_argument, NULL, 's'},
+	    {"rss", required_argument, NULL, 'k'},
+	    {"tsv", required_argument, NULL, 't'},
+	    {"cdf", required_argument, NULL, 'c'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
 	};
 	_cleanup_free_ char *dir = NULL;
 	const char *cdf = NULL;
@@ -456,6 +461,9 @@ int main(int argc, char **argv)
 		case 'c':
 			cdf = optarg;
 			break;
+		case 'V':
+			printf("latency %s\n", LESSEE_VERSION);
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -259,10 +259,13 @@ static void usage(FILE *f)
 
 static int parse_args(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"rounds", required_argument, NULL, 'r'},  {"runs", required_argument, NULL, 'n'},
-	    {"clients", required_argument, NULL, 'c'}, {"threads", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},          {}};
+	static const struct option opts[] = {{"rounds", required_argument, NULL, 'r'},
+	                                     {"runs", required_argument, NULL, 'n'},
+	                                     {"clients", required_argument, NULL, 'c'},
+	                                     {"threads", required_argument, NULL, 't'},
+	                                     {"version", no_argument, NULL, 'V'},
+	                                     {"help", no_argument, NULL, 'h'},
+	                                     {}};
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0)
@@ -280,6 +283,9 @@ static int parse_args(int argc, char **argv)
 			snprintf(threads_arg, sizeof(threads_arg), "%d",
 			         CLAMP(atoi(optarg), 1, 64));
 			break;
+		case 'V':
+			printf("lessor_commit %s\n", LESSEE_VERSION);
+			exit(0);
 		case 'h':
 			usage(stdout);
 			exit(0);

@@ -360,6 +360,7 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"rounds", required_argument, NULL, 'r'},
 	                                     {"runs", required_argument, NULL, 'n'},
+	                                     {"version", no_argument, NULL, 'V'},
 	                                     {"help", no_argument, NULL, 'h'},
 	                                     {}};
 	struct setup setups[3] = {{.name = "sqlite", .tag = "sq"},
@@ -377,6 +378,9 @@ int main(int argc, char **argv)
 		case 'n':
 			n_runs = (unsigned)CLAMP(atoi(optarg), 16, 1000000);
 			break;
+		case 'V':
+			printf("lessor_pg %s\n", LESSEE_VERSION);
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;

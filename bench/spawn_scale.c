@@ -165,16 +165,17 @@ static bool wanted(const char *name)
 static int parse_args(int argc, char **argv, int *reps, int *ns, int *n_ns)
 {
 	static const struct option opts[] = {
-	    {"reps", required_argument, NULL, 'r'},
-	    {"only", required_argument, NULL, 'o'},
-	    {"tsv", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},
-	    {0},
+	    {"reps", required_argument, NULL, 'r'}, {"only", required_argument, NULL, 'o'},
+	    {"tsv", required_argument, NULL, 't'},  {"version", no_argument, NULL, 'V'},
+	    {"help", no_argument, NULL, 'h'},       {0},
 	};
 	int c;
 
 	while ((c = getopt_long(argc, argv, "r:h", opts, NULL)) >= 0) {
-		if (c == 'r')
+		if (c == 'V') {
+			printf("spawn_scale %s\n", LESSEE_VERSION);
+			return 0;
+		} else if (c == 'r')
 			*reps = atoi(optarg);
 		else if (c == 'o')
 			only = optarg;

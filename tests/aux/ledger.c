@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ledger.h"
+#include "testutil.h"
 
 static int ledger_fd = -1;
 static const char *run_id = "?", *attempt = "?", *worker = "?";
@@ -90,9 +91,12 @@ int main(int argc, char **argv)
 	unsigned n;
 	int lock_fd;
 	bool term_noted = false;
+	static const char usage[] = "usage: ledger LEDGER LOCKDIR LINE_US (as a lessee run)\n";
 
+	if (tu_std_answer(argc, argv, "ledger (lessee tests)", usage))
+		return 0;
 	if (argc != 4 || !getenv("LESSEE_RUN_ID") || !result) {
-		fprintf(stderr, "usage: ledger LEDGER LOCKDIR LINE_US (as a lessee run)\n");
+		fputs(usage, stderr);
 		return 2;
 	}
 	run_id = getenv("LESSEE_RUN_ID");

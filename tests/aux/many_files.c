@@ -8,13 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "testutil.h"
+
 int main(int argc, char **argv)
 {
+	static const char usage[] = "usage: many_files N\n";
 	char name[32];
 	long n;
 
+	if (tu_std_answer(argc, argv, "many_files (lessee tests)", usage))
+		return 0;
 	if (argc != 2 || (n = strtol(argv[1], NULL, 10)) <= 0) {
-		fputs("usage: many_files N\n", stderr);
+		fputs(usage, stderr);
 		return 2;
 	}
 	for (long i = 0; i < n; i++) {

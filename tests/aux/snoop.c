@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "testutil.h"
+
 #define NEEDLE "Bearer "
 
 static pid_t daemon_pid;
@@ -245,9 +247,12 @@ int main(int argc, char **argv)
 	    {"file", required_argument, NULL, 'f'},
 	    {0},
 	};
+	static const char usage[] = "usage: snoop [--creds DIR] [--spool DIR] [--file PATH]...\n";
 	char path[64];
 	int c;
 
+	if (tu_std_answer(argc, argv, "snoop (lessee tests)", usage))
+		return 0;
 	daemon_pid = getppid();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("snoop uid=%d gid=%d parent=%d\n", (int)getuid(), (int)getgid(), (int)daemon_pid);
@@ -272,6 +277,7 @@ int main(int argc, char **argv)
 		} else if (c == 'f') {
 			probe_file("file", optarg);
 		} else {
+			fputs(usage, stderr);
 			return 2;
 		}
 	}

@@ -2087,11 +2087,11 @@ static int parse_listen(const char *s, struct sockaddr_in *sa)
 	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-	fprintf(stderr, "usage: camunda7_emu [--listen 127.0.0.1:PORT] [--ready-fd N] "
-	                "[--port-file F] [--basic-user U --basic-password-file F] "
-	                "[--bearer-token-file F] [--quiet]\n");
+	fprintf(f, "usage: camunda7_emu [--listen 127.0.0.1:PORT] [--ready-fd N] "
+	           "[--port-file F] [--basic-user U --basic-password-file F] "
+	           "[--bearer-token-file F] [--quiet]\n");
 }
 
 static int announce(int port, int ready_fd, const char *port_file)
@@ -2130,6 +2130,8 @@ int main(int argc, char **argv)
 	    {"bearer-token-file", required_argument, NULL, 'b'},
 	    {"sweep-ms", required_argument, NULL, 'w'}, /* accepted, unused: expiry is lazy */
 	    {"quiet", no_argument, NULL, 'q'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
 	    {0},
 	};
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -2144,7 +2146,7 @@ int main(int argc, char **argv)
 		switch (o) {
 		case 'l':
 			if (parse_listen(optarg, &sa) < 0)
-				return usage(), 2;
+				return usage(stderr), 2;
 			break;
 		case 'r':
 			ready_fd = atoi(optarg);
@@ -2166,8 +2168,14 @@ int main(int argc, char **argv)
 		case 'q':
 			E.quiet = true;
 			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("camunda7_emu (lessee tests) %s\n", LESSEE_VERSION);
+			return 0;
 		default:
-			return usage(), 2;
+			return usage(stderr), 2;
 		}
 	}
 	if (!E.basic_user != !pw_file || (pw_file && read_secret(pw_file, &E.basic_password) < 0) ||

@@ -937,7 +937,13 @@ static void finish(struct chaos *c, struct chaos_result *res)
 	record_exit(c, "lessor", 0, tu_lessor_stop(c->lessor));
 }
 
-int main(void)
+static const char usage[] =
+    "usage: chaos (no arguments; the parameters are environment variables:\n"
+    "       CHAOS_RUNS CHAOS_WINDOW CHAOS_CONCURRENCY CHAOS_PREFETCH CHAOS_LINE_US\n"
+    "       CHAOS_KILL_GRACE CHAOS_SETTLE CHAOS_SEED CHAOS_KEEP; `make chaos` sets\n"
+    "       up the rest)\n";
+
+int main(int argc, char **argv)
 {
 	struct chaos c = {
 	    .cfg = {.runs = env_uint("CHAOS_RUNS", 3000),
@@ -954,6 +960,12 @@ int main(void)
 	usec_t t0 = time_mono();
 	unsigned passed = 0, failed;
 
+	if (tu_std_answer(argc, argv, "chaos (lessee tests)", usage))
+		return 0;
+	if (argc > 1) {
+		fputs(usage, stderr);
+		return 2;
+	}
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	c.rng = chaos_mix(c.cfg.seed ? c.cfg.seed : 1);

@@ -1711,11 +1711,11 @@ static int parse_listen(const char *s, struct sockaddr_in *sa)
 	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-	fprintf(stderr, "usage: conductor_emu [--listen 127.0.0.1:PORT] [--ready-fd N] "
-	                "[--port-file F] [--auth-key-id ID --auth-secret-file F] "
-	                "[--token-ttl SECONDS] [--sweep-ms N] [--quiet]\n");
+	fprintf(f, "usage: conductor_emu [--listen 127.0.0.1:PORT] [--ready-fd N] "
+	           "[--port-file F] [--auth-key-id ID --auth-secret-file F] "
+	           "[--token-ttl SECONDS] [--sweep-ms N] [--quiet]\n");
 }
 
 static int announce(int port, int ready_fd, const char *port_file)
@@ -1754,6 +1754,8 @@ int main(int argc, char **argv)
 	    {"token-ttl", required_argument, NULL, 't'},
 	    {"sweep-ms", required_argument, NULL, 'w'},
 	    {"quiet", no_argument, NULL, 'q'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
 	    {0},
 	};
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -1769,7 +1771,7 @@ int main(int argc, char **argv)
 		switch (o) {
 		case 'l':
 			if (parse_listen(optarg, &sa) < 0)
-				return usage(), 2;
+				return usage(stderr), 2;
 			break;
 		case 'r':
 			ready_fd = atoi(optarg);
@@ -1792,8 +1794,14 @@ int main(int argc, char **argv)
 		case 'q':
 			E.quiet = true;
 			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("conductor_emu (lessee tests) %s\n", LESSEE_VERSION);
+			return 0;
 		default:
-			return usage(), 2;
+			return usage(stderr), 2;
 		}
 	}
 	if (!E.key_id != !secret_file || (secret_file && read_secret(secret_file) < 0)) {

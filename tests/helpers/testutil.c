@@ -66,6 +66,19 @@ int tu_wait_port(int port, usec_t timeout)
 	return -ETIMEDOUT;
 }
 
+bool tu_std_answer(int argc, char **argv, const char *name, const char *usage)
+{
+	if (argc != 2)
+		return false;
+	if (streq(argv[1], "--version"))
+		printf("%s %s\n", name, LESSEE_VERSION);
+	else if (streq(argv[1], "--help"))
+		fputs(usage, stdout);
+	else
+		return false;
+	return true;
+}
+
 const char *tu_backend(void)
 {
 	const char *b = getenv("LESSEE_IO_BACKEND");

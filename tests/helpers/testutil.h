@@ -33,5 +33,9 @@ void tu_sleep(usec_t u);
 /* The deterministic byte stream of tests/aux/gen_output. */
 uint64_t tu_gen_seed(uint64_t seed);
 void tu_gen_fill(uint64_t *state, void *buf, size_t n);
+/* A program's own answer to "--version" or "--help" as its only argument:
+ * "NAME VERSION" or usage on stdout, and true (the program then exits 0).
+ * For the benches and helpers that parse their arguments by hand. */
+bool tu_std_answer(int argc, char **argv, const char *name, const char *usage);
 /* Run a suite with Check, return 0 when all passed: `return tu_run(suite);` */
 int tu_run(Suite *s);

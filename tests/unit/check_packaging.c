@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <glob.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,18 +83,13 @@ static void output_done(struct output *o)
 	free(o->err);
 }
 
-/* Run argv (PATH searched) with env in front of ours (getenv takes the
- * first); both streams captured. */
-static void run(char *const *argv, char *const *env, struct output *ret)
+/* Run argv (PATH searched) with exactly envp; both streams captured. */
+static void run_env(char *const *argv, char *const *envp, struct output *ret)
 {
-	_cleanup_(strv_freep) char **envp = strv_copy(env ? env : (char *const[]){NULL});
 	int out[2], err[2], st;
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 
-	ck_assert_ptr_nonnull(envp);
-	for (size_t i = 0; environ[i]; i++)
-		ck_assert_int_ge(strv_extend(&envp, environ[i]), 0);
 	ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
 	ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
 	posix_spawn_file_actions_init(&fa);
@@ -111,6 +107,17 @@ static void run(char *const *argv, char *const *env, struct output *ret)
 	close(err[0]);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ret->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* run_env() with env in front of ours (getenv takes the first). */
+static void run(char *const *argv, char *const *env, struct output *ret)
+{
+	_cleanup_(strv_freep) char **envp = strv_copy(env ? env : (char *const[]){NULL});
+
+	ck_assert_ptr_nonnull(envp);
+	for (size_t i = 0; environ[i]; i++)
+		ck_assert_int_ge(strv_extend(&envp, environ[i]), 0);
+	run_env(argv, envp, ret);
 }
 
 /* ---- man pages ------------------------------------------------------------------ */
@@ -1177,20 +1184,28 @@ END_TEST
 
 /* The version is written once, in the Makefile: the binaries print it and
  * debian/changelog's latest entry is it. */
-START_TEST(test_version)
+static char *makefile_version(void)
 {
-	_cleanup_free_ char *mk = read_src("Makefile"), *changelog = read_src("debian/changelog");
-	_cleanup_free_ char *version = NULL, *bin = strdup(tu_lessee_bin());
-	_cleanup_free_ char *lessor = strdup(tu_lessor_bin()), *want = NULL;
+	_cleanup_free_ char *mk = read_src("Makefile");
 	const char *v = strstr(mk, "\nVERSION");
-	const char *paren = strchr(changelog, '(');
-	struct output o = {0};
+	char *version;
 
 	ck_assert_msg(v, "no VERSION in the Makefile");
 	v += strcspn(v, "=") + 1;
 	v += strspn(v, " \t");
 	version = strndup(v, strcspn(v, " \t\n"));
-	ck_assert_msg(*version, "empty VERSION");
+	ck_assert_msg(version && *version, "empty VERSION");
+	return version;
+}
+
+START_TEST(test_version)
+{
+	_cleanup_free_ char *changelog = read_src("debian/changelog");
+	_cleanup_free_ char *version = makefile_version(), *bin = strdup(tu_lessee_bin());
+	_cleanup_free_ char *lessor = strdup(tu_lessor_bin()), *want = NULL;
+	const char *paren = strchr(changelog, '(');
+	struct output o = {0};
+
 	ck_assert_msg(paren && startswith(changelog, "lessee ("), "debian/changelog: %.40s",
 	              changelog);
 	ck_assert_msg(startswith(paren + 1, version) && paren[1 + strlen(version)] == '-',
@@ -1215,6 +1230,88 @@ START_TEST(test_version)
 		ck_assert_msg(strstr(th, quoted), "%s: %s, the Makefile VERSION %s", *m, th,
 		              version);
 	}
+}
+END_TEST
+
+/* One program's answers to --version and --help, with nothing set up: no
+ * environment but PATH, an empty directory, 20 s at most (timeout(1) kills
+ * the program's whole process group).  Each answer goes to stdout with exit
+ * 0; what is wrong is appended to problems. */
+static void check_answers(char *bin, const char *version, struct buf *problems)
+{
+	char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
+
+	for (char *const *opt = (char *const[]){"--version", "--help", NULL}; *opt; opt++) {
+		char *const argv[] = {"timeout", "-s", "KILL", "20", bin, *opt, NULL};
+		struct output o = {0};
+		bool ok;
+
+		run_env(argv, envp, &o);
+		/* --version: one line with the version; --help: a usage text */
+		if (streq(*opt, "--version"))
+			ok = strstr(o.out, version) &&
+			     strchr(o.out, '\n') == o.out + strlen(o.out) - 1;
+		else
+			ok = strcasestr(o.out, "usage") != NULL;
+		if (o.status != 0 || !ok)
+			ck_assert_int_ge(
+			    buf_printf(problems,
+			               "%s %s: exit %d, stdout \"%.60s\", stderr \"%.60s\"\n", bin,
+			               *opt, o.status, o.out, o.err),
+			    0);
+		output_done(&o);
+	}
+}
+
+/* Every program the tree builds answers --version and --help: the daemons,
+ * the benchmarks, the emulators and the test helpers (a program of
+ * bench/ or tests/{aux,chaos,conductor,camunda7}/ per .c file there).
+ * make check builds them all, so one missing is a failure too. */
+START_TEST(test_every_program_answers)
+{
+	_cleanup_free_ char *version = makefile_version(), *top = NULL;
+	_cleanup_free_ char *lessee = realpath(tu_lessee_bin(), NULL);
+	_cleanup_free_ char *lessor = realpath(tu_lessor_bin(), NULL);
+	_cleanup_free_ char *src = src_path(""), *dir = tu_tmpdir("answers");
+	_cleanup_(strv_freep) char **bins = NULL;
+	const char *const dirs[] = {"bench",           "tests/aux",      "tests/chaos",
+	                            "tests/conductor", "tests/camunda7", NULL};
+	struct buf problems = BUF_INIT(0);
+	size_t n = 0;
+
+	ck_assert_ptr_nonnull(lessee);
+	ck_assert_ptr_nonnull(lessor);
+	top = strndup(lessee, strrchr(lessee, '/') - lessee);
+	ck_assert_int_ge(strv_extend(&bins, lessee), 0);
+	ck_assert_int_ge(strv_extend(&bins, lessor), 0);
+	for (const char *const *d = dirs; *d; d++) {
+		_cleanup_free_ char *pattern = NULL;
+		glob_t g;
+
+		ck_assert_int_ge(asprintf(&pattern, "%s/%s/*.c", src, *d), 0);
+		ck_assert_int_eq(glob(pattern, 0, NULL, &g), 0);
+		for (size_t i = 0; i < g.gl_pathc; i++) {
+			const char *base = strrchr(g.gl_pathv[i], '/') + 1;
+			_cleanup_free_ char *bin = NULL;
+
+			ck_assert_int_ge(
+			    asprintf(&bin, "%s/%s/%.*s", top, *d, (int)(strlen(base) - 2), base),
+			    0);
+			ck_assert_int_ge(strv_extend(&bins, bin), 0);
+		}
+		globfree(&g);
+	}
+	ck_assert_int_eq(chdir(dir), 0);
+	for (char **b = bins; *b; b++, n++) {
+		if (access(*b, X_OK) < 0)
+			ck_assert_int_ge(buf_printf(&problems, "%s: not built (%m)\n", *b), 0);
+		else
+			check_answers(*b, version, &problems);
+	}
+	ck_assert_msg(n >= 25, "only %zu programs found from %s", n, src);
+	ck_assert_msg(problems.len == 0, "of %zu programs, these do not answer:\n%s", n,
+	              problems.data);
+	buf_done(&problems);
 }
 END_TEST
 
@@ -1310,6 +1407,7 @@ int main(void)
 	tcase_add_test(ti, test_conf_no_workflow);
 	tcase_add_test(ti, test_run_dir_on_disk);
 	tcase_add_test(ti, test_version);
+	tcase_add_test(ti, test_every_program_answers);
 	tcase_add_test(ti, test_deb_build_depends);
 	tcase_add_test(tg, test_goals_one_after_another);
 	tcase_set_timeout(ti, 120);
