@@ -1308,6 +1308,8 @@ START_TEST(test_every_program_answers)
 		else
 			check_answers(*b, version, &problems);
 	}
+	ck_assert_int_eq(chdir("/"), 0);
+	ck_assert_int_eq(rm_rf(dir), 0);
 	ck_assert_msg(n >= 25, "only %zu programs found from %s", n, src);
 	ck_assert_msg(problems.len == 0, "of %zu programs, these do not answer:\n%s", n,
 	              problems.data);
