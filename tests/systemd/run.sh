@@ -141,7 +141,9 @@ root=$(rootfs)
 
 rm -rf "$out"
 mkdir -p "$out/results" "$aux"
-${CC:-cc} -std=gnu11 -D_GNU_SOURCE -O2 -o "$aux/snoop" "$top/tests/aux/snoop.c" || die "cannot build snoop"
+version=$(sed -n 's/^VERSION *:= *//p' "$top/Makefile")
+${CC:-cc} -std=gnu11 -D_GNU_SOURCE -DLESSEE_VERSION="\"$version\"" -O2 -o "$aux/snoop" \
+	"$top/tests/aux/snoop.c" || die "cannot build snoop"
 trap cleanup_nspawn EXIT
 trap 'exit 130' INT TERM
 cleanup_nspawn # a killed earlier run
