@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "emit.h"
+#include "testutil.h"
 #include "util/fileio.h"
 
 static int emit(int fd, unsigned long long n)
@@ -29,13 +30,11 @@ int main(int argc, char **argv)
 {
 	static const char usage[] = "usage: emit OUT_BYTES [ERR_BYTES [EXIT_CODE [PIPE_BYTES]]]\n";
 
-	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-		printf("emit (lessee tests) %s\n", LESSEE_VERSION);
+	if (tu_std_answer(argc, argv, "emit (lessee tests)", usage))
 		return 0;
-	}
 	if (argc < 2 || argc > 5 || strcmp(argv[1], "--help") == 0) {
-		fputs(usage, argc == 2 ? stdout : stderr);
-		return argc == 2 ? 0 : 2;
+		fputs(usage, stderr);
+		return 2;
 	}
 	if (argc > 4 && fcntl(1, F_SETPIPE_SZ, atoi(argv[4])) < 0) {
 		perror("emit: F_SETPIPE_SZ");

@@ -3,21 +3,19 @@
  * ladder and exec_free() tests: only SIGKILL to the whole group ends this. */
 #include <signal.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
+
+#include "testutil.h"
 
 int main(int argc, char **argv)
 {
 	pid_t child;
 
-	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-		printf("ignore_term (lessee tests) %s\n", LESSEE_VERSION);
+	if (tu_std_answer(argc, argv, "ignore_term (lessee tests)", "usage: ignore_term\n"))
 		return 0;
-	}
 	if (argc != 1) {
-		fputs("usage: ignore_term\n",
-		      argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
-		return argc == 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+		fputs("usage: ignore_term\n", stderr);
+		return 2;
 	}
 	signal(SIGTERM, SIG_IGN); /* inherited by the fork */
 	child = fork();

@@ -11,6 +11,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "testutil.h"
+
 extern char **environ;
 
 static void print_fds(void)
@@ -74,14 +76,11 @@ int main(int argc, char **argv)
 	char cwd[PATH_MAX];
 	int pdeathsig = -1;
 
-	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-		printf("probe (lessee tests) %s\n", LESSEE_VERSION);
+	if (tu_std_answer(argc, argv, "probe (lessee tests)", "usage: probe\n"))
 		return 0;
-	}
 	if (argc != 1) {
-		fputs("usage: probe\n",
-		      argc == 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
-		return argc == 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+		fputs("usage: probe\n", stderr);
+		return 2;
 	}
 	print_fds(); /* first, before stdio opens anything */
 	printf("pid=%d\nsid=%d\npgid=%d\n", (int)getpid(), (int)getsid(0), (int)getpgrp());
