@@ -34,7 +34,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,19 +106,10 @@ static double proc_hwm_kib(pid_t pid)
 static int spawn_logged(char *const *argv, char *const *envp, const char *dir, pid_t *ret)
 {
 	_cleanup_free_ char *log = NULL;
-	posix_spawn_file_actions_t fa;
-	int r;
 
 	if (asprintf(&log, "%s/worker.log", dir) < 0)
 		return -ENOMEM;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_APPEND,
-	                                 0600);
-	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-	r = -posix_spawnp(ret, argv[0], &fa, NULL, argv, envp);
-	posix_spawn_file_actions_destroy(&fa);
-	return r;
+	return tu_spawn_logged(argv, envp, log, -1, -1, ret);
 }
 
 static int lessee_conf(const char *url, const char *dir, char **ret_path)

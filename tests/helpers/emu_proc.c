@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +17,6 @@
 #include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-
-extern char **environ;
 
 #define READY_FD 3
 
@@ -86,17 +83,8 @@ static int build_argv(struct tu_emu *e, const char *rel, const char *const *args
 
 static int spawn(struct tu_emu *c, int ready_w)
 {
-	posix_spawn_file_actions_t fa;
-	int r;
+	int r = tu_spawn_logged(c->argv, NULL, c->log, ready_w, READY_FD, &c->pid);
 
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, c->log, O_WRONLY | O_CREAT | O_APPEND,
-	                                 0600);
-	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-	posix_spawn_file_actions_adddup2(&fa, ready_w, READY_FD);
-	r = -posix_spawnp(&c->pid, c->argv[0], &fa, NULL, c->argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
 	if (r < 0)
 		c->pid = -1;
 	return r;

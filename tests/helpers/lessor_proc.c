@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +16,6 @@
 #include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
-
-extern char **environ;
 
 #define READY_FD 3
 
@@ -87,20 +84,12 @@ static char **build_argv(const struct tu_lessor *l)
 
 static int spawn(struct tu_lessor *l, int ready_w)
 {
-	posix_spawn_file_actions_t fa;
 	char **argv = build_argv(l);
 	int r;
 
 	if (!argv)
 		return -ENOMEM;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, l->log, O_WRONLY | O_CREAT | O_APPEND,
-	                                 0600);
-	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-	posix_spawn_file_actions_adddup2(&fa, ready_w, READY_FD);
-	r = -posix_spawnp(&l->pid, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
+	r = tu_spawn_logged(argv, NULL, l->log, ready_w, READY_FD, &l->pid);
 	strv_free(argv);
 	if (r < 0)
 		l->pid = -1;

@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,8 +27,6 @@
 
 #define ECHO_MAX ((size_t)64 * 1024 * 1024)
 #define PEM_MAX ((size_t)64 * 1024)
-
-extern char **environ;
 
 /* Shared between the test and the server process. */
 struct counters {
@@ -470,19 +467,12 @@ unsigned test_httpd_requests(const struct test_httpd *s)
 
 static int spawn_logged(const char *dir, char *const argv[], pid_t *ret)
 {
-	posix_spawn_file_actions_t fa;
 	char *log = NULL;
 	int r;
 
 	if (asprintf(&log, "%s/cmd.log", dir) < 0)
 		return -ENOMEM;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_APPEND,
-	                                 0600);
-	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-	r = -posix_spawnp(ret, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
+	r = tu_spawn_logged(argv, NULL, log, -1, -1, ret);
 	free(log);
 	return r;
 }

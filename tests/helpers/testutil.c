@@ -2,12 +2,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -134,6 +136,24 @@ char **tu_env_argv(const char *name)
 	if (strv_split(w, " ", &v) < 0)
 		return NULL;
 	return v;
+}
+
+int tu_spawn_logged(char *const argv[], char *const envp[], const char *log, int pass_fd,
+                    int pass_at, pid_t *ret_pid)
+{
+	posix_spawn_file_actions_t fa;
+	int r;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_APPEND,
+	                                 0600);
+	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+	if (pass_fd >= 0)
+		posix_spawn_file_actions_adddup2(&fa, pass_fd, pass_at);
+	r = -posix_spawnp(ret_pid, argv[0], &fa, NULL, argv, envp ? envp : environ);
+	posix_spawn_file_actions_destroy(&fa);
+	return r;
 }
 
 void tu_sleep(usec_t u)
