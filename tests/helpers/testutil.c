@@ -9,7 +9,6 @@
 #include <string.h>
 #include <dirent.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -19,6 +18,8 @@
 #include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
+
+extern char **environ;
 
 char *tu_tmpdir(const char *tag)
 {
@@ -138,22 +139,86 @@ char **tu_env_argv(const char *name)
 	return v;
 }
 
+/* In a child after fork: fd (just opened, or < 0 when that failed) becomes
+ * target. */
+static bool fd_onto(int fd, int target)
+{
+	if (fd < 0)
+		return false;
+	if (fd == target)
+		return fcntl(fd, F_SETFD, 0) == 0;
+	return dup2(fd, target) == target && close(fd) == 0;
+}
+
+/* The child of tu_spawn_logged(): it gets SIGTERM when the thread that forked
+ * it ends, so a harness killed by SIGKILL or a timeout leaves no server
+ * behind (all of ours stop on SIGTERM, blocked or not: they sigwait for it).
+ * Whatever fails is written to err_w as an errno. */
+static _Noreturn void spawned(char *const argv[], char *const envp[], const char *log, int pass_fd,
+                              int pass_at, pid_t parent, int err_w)
+{
+	int e;
+
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+		_exit(127);
+	if ((pass_fd >= 0 && pass_fd != pass_at && dup2(pass_fd, pass_at) < 0) ||
+	    (pass_fd >= 0 && pass_fd == pass_at && fcntl(pass_at, F_SETFD, 0) < 0) ||
+	    !fd_onto(open("/dev/null", O_RDONLY), STDIN_FILENO) ||
+	    !fd_onto(open(log, O_WRONLY | O_CREAT | O_APPEND, 0600), STDOUT_FILENO) ||
+	    dup2(STDOUT_FILENO, STDERR_FILENO) < 0)
+		goto fail;
+	execvpe(argv[0], argv, envp);
+fail:
+	e = errno;
+	(void)!write(err_w, &e, sizeof(e));
+	_exit(127);
+}
+
+/* A close-on-exec pipe with both ends at least at fd min. */
+static int pipe_above(int p[2], int min)
+{
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++) {
+		int hi = fcntl(p[i], F_DUPFD_CLOEXEC, min);
+
+		close(p[i]);
+		p[i] = hi;
+	}
+	if (p[0] >= 0 && p[1] >= 0)
+		return 0;
+	safe_close(p[0]);
+	safe_close(p[1]);
+	return -EMFILE;
+}
+
 int tu_spawn_logged(char *const argv[], char *const envp[], const char *log, int pass_fd,
                     int pass_at, pid_t *ret_pid)
 {
-	posix_spawn_file_actions_t fa;
-	int r;
+	pid_t parent = getpid(), pid;
+	int p[2], e = 0, r;
 
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log, O_WRONLY | O_CREAT | O_APPEND,
-	                                 0600);
-	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-	if (pass_fd >= 0)
-		posix_spawn_file_actions_adddup2(&fa, pass_fd, pass_at);
-	r = -posix_spawnp(ret_pid, argv[0], &fa, NULL, argv, envp ? envp : environ);
-	posix_spawn_file_actions_destroy(&fa);
-	return r;
+	/* above every fd the child is given (0-2, pass_at) */
+	r = pipe_above(p, MAX(pass_at, STDERR_FILENO) + 1);
+	if (r < 0)
+		return r;
+	pid = fork();
+	if (pid == 0)
+		spawned(argv, envp ? envp : environ, log, pass_fd, pass_at, parent, p[1]);
+	if (pid < 0)
+		e = errno;
+	safe_close(p[1]);
+	/* EOF: the exec closed the pipe; an int: the child's errno before it */
+	while (pid > 0 && read(p[0], &e, sizeof(e)) < 0 && errno == EINTR)
+		;
+	safe_close(p[0]);
+	if (pid > 0 && e)
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	if (e)
+		return -e;
+	*ret_pid = pid;
+	return 0;
 }
 
 void tu_sleep(usec_t u)

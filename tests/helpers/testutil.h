@@ -30,8 +30,10 @@ bool tu_wrapped(void);
 char **tu_env_argv(const char *name);
 /* Starts argv (argv[0] looked up in $PATH) with envp (NULL: ours), stdin
  * from /dev/null, stdout and stderr appended to log (made 0600), and, when
- * pass_fd >= 0, pass_fd as its fd pass_at.  0 and *ret_pid, or -errno, also
- * when the program could not be executed. */
+ * pass_fd >= 0, pass_fd as its fd pass_at.  It gets SIGTERM when the calling
+ * thread ends (a parent-death signal), so a harness that is killed leaves no
+ * server behind.  0 and *ret_pid, or -errno, also when the program could not
+ * be executed. */
 int tu_spawn_logged(char *const argv[], char *const envp[], const char *log, int pass_fd,
                     int pass_at, pid_t *ret_pid);
 /* Sleep on the monotonic clock. */
