@@ -14,7 +14,34 @@
 #include <stdlib.h>
 
 #ifdef LESSEE_LIBFUZZER
+#include <string.h>
+
+/* --version and --help, as every program of ours answers them.  libFuzzer
+ * calls LLVMFuzzerInitialize() before it reads its own flags, and it ignores
+ * a flag with two dashes: without this, `harness --help` starts fuzzing. */
+static inline void fuzz_std_answer(int argc, char **argv, const char *name)
+{
+	if (argc != 2)
+		return;
+	if (strcmp(argv[1], "--version") == 0)
+		printf("fuzz/%s %s\n", name, LESSEE_VERSION);
+	else if (strcmp(argv[1], "--help") == 0)
+		printf("usage: %s [LIBFUZZER_FLAG...] [CORPUS_DIR...]\n"
+		       "  libFuzzer harness fuzz/%s.c (make fuzz runs it; scripts/fuzz.sh)\n"
+		       "  -help=1 lists libFuzzer's own flags\n",
+		       argv[0], name);
+	else
+		return;
+	exit(0);
+}
+
 #define FUZZ_LIBFUZZER_ENTRY(name)                                                                 \
+	int LLVMFuzzerInitialize(int *argc, char ***argv);                                         \
+	int LLVMFuzzerInitialize(int *argc, char ***argv)                                          \
+	{                                                                                          \
+		fuzz_std_answer(*argc, *argv, #name);                                              \
+		return 0;                                                                          \
+	}                                                                                          \
 	int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);                              \
 	int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)                               \
 	{                                                                                          \

@@ -9,7 +9,8 @@
 # $BUILD/artifacts/<name>/; keep it as fuzz/regress/<name>/<sha1> with the fix,
 # and check_fuzz_regress replays it under make check.
 # Prints executions, coverage (cov: edges, ft: features) and crashes per
-# harness; exits 1 when any harness crashed.
+# harness; exits 1 when any harness crashed or did not answer --version and
+# --help.
 set -u
 BUILD=${BUILD:-build/fuzz}
 FUZZ_TIME=${FUZZ_TIME:-60}
@@ -20,10 +21,26 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # under TMPDIR: a tmpfs when there is one, a fresh directory per harness.
 tmproot=${FUZZ_TMPDIR:-$( [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")}
 
+# Every program of ours answers --version and --help (docs/operations.md);
+# libFuzzer ignores flags with two dashes, so a harness that did not would
+# start fuzzing here and be killed.
+answers() {
+	v=$(timeout -s KILL 10 "$1" --version 2>/dev/null) &&
+		h=$(timeout -s KILL 10 "$1" --help 2>/dev/null) &&
+		echo "$v" | grep -q "^fuzz/$2 [0-9]" && echo "$h" | grep -q '^usage: '
+}
+
 failed=""
 table=""
 for name in "$@"; do
 	bin="$BUILD/fuzzers/$name"
+	if ! answers "$bin" "$name"; then
+		echo "  $name: does not answer --version and --help"
+		failed="$failed $name"
+		table="$table$name: does not answer --version and --help (FAILED)
+"
+		continue
+	fi
 	corpus="$BUILD/corpus/$name"
 	art="$BUILD/artifacts/$name"
 	log="$BUILD/logs/$name.log"
@@ -61,6 +78,6 @@ done
 echo "---- fuzz summary (${FUZZ_TIME}s each)"
 printf '%s' "$table"
 if [ -n "$failed" ]; then
-	echo "CRASHED:$failed" >&2
+	echo "FAILED:$failed" >&2
 	exit 1
 fi
