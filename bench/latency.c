@@ -12,7 +12,9 @@
  *                     then each sample split where lessor's 201 arrived: the
  *                     enqueue request (lessor's commit) and the rest (the
  *                     claim answer, lessee, the exec), the rest against the
- *                     floor.
+ *                     floor.  --rounds R: R rounds, each with a fresh lessor
+ *                     and lessee, and each figure the median of the rounds'
+ *                     own (a p99 of one round is its few slowest samples).
  *   RSS               the daemon's VmRSS and RssAnon with K `sleep` runs
  *                     alive, K stepping up (--rss 0,100,500,1000), and its
  *                     VmHWM at the end; also its VmHWM after the latency
@@ -22,8 +24,8 @@
  * no verdict.  --tsv FILE writes the figures (benchutil.h), --cdf FILE the
  * sorted samples for a CDF plot (gnuplot: index 0 floor, index 1 lessee).
  *
- *   latency [--samples N] [--slots W] [--sync full|normal] [--rss K,K,...]
- *           [--tsv FILE] [--cdf FILE] */
+ *   latency [--rounds R] [--samples N] [--slots W] [--sync full|normal]
+ *           [--rss K,K,...] [--tsv FILE] [--cdf FILE] */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +33,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +52,10 @@
 
 #define MAX_SAMPLES 10000
 #define MAX_STEPS 16
+#define MAX_ROUNDS 15
 
-static int n_samples = 200, slots = 16, rss_steps[MAX_STEPS] = {0, 100, 500, 1000}, n_steps = 4;
+static int n_rounds = 1, n_samples = 200, slots = 16, rss_steps[MAX_STEPS] = {0, 100, 500, 1000},
+           n_steps = 4;
 static char *sync_mode = "full";
 static char fifo[4096];
 static int fifo_fd = -1;
@@ -225,36 +230,31 @@ static double pct(const double *sorted, int n, double p)
 static const double ps[] = {0.50, 0.90, 0.99};
 static const char *const names[] = {"p50_ms", "p90_ms", "p99_ms"};
 
-/* The samples split where the 201 arrived, each part sorted on its own (so
+/* One round's percentiles (ps[]) of the whole, the floor's samples, and the
+ * two parts split where lessor's 201 arrived, each part sorted on its own (so
  * the parts' percentiles do not add up to the whole's): which side the time
  * beyond the floor is on. */
-static void print_split(const char *system, double *enq, double *rest, const double *fl)
-{
-	tu_median(enq, (size_t)n_samples); /* sorts */
-	tu_median(rest, (size_t)n_samples);
-	printf("  split at lessor's 201 answer (each part's own percentiles)\n"
-	       "  %-8s %12s %12s %12s %8s\n",
-	       "", "enqueue ms", "201->start", "floor ms", "ratio");
-	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
-		double e = pct(enq, n_samples, ps[k]), a = pct(rest, n_samples, ps[k]);
-		double b = pct(fl, n_samples, ps[k]);
-		char metric[64];
+struct round_pcts {
+	double whole[ELEMENTSOF(ps)], floor[ELEMENTSOF(ps)];
+	double enq[ELEMENTSOF(ps)], rest[ELEMENTSOF(ps)];
+	double hwm_kib; /* the daemon's VmHWM after the samples */
+};
 
-		printf("  %-8s %12.2f %12.2f %12.2f %7.2fx\n", names[k], e, a, b, a / b);
-		snprintf(metric, sizeof(metric), "enqueue_%s", names[k]);
-		tu_tsv_row("latency", system, slots, metric, e, -1);
-		snprintf(metric, sizeof(metric), "answer_to_start_%s", names[k]);
-		tu_tsv_row("latency", system, slots, metric, a, b);
-	}
+static void percentiles(double *v, int n, double *out)
+{
+	tu_median(v, (size_t)n); /* sorts */
+	for (size_t k = 0; k < ELEMENTSOF(ps); k++)
+		out[k] = pct(v, n, ps[k]);
 }
 
-static int bench_latency(const char *cdf_path)
+/* One round: a fresh lessor and lessee, n_samples samples each right after
+ * one of the floor's.  ls and fl keep the round's samples (sorted). */
+static int latency_round(struct round_pcts *p, double *ls, double *fl)
 {
-	static double fl[MAX_SAMPLES], ls[MAX_SAMPLES], enq[MAX_SAMPLES], rest[MAX_SAMPLES];
+	static double enq[MAX_SAMPLES], rest[MAX_SAMPLES];
 	struct tu_lessor *l = NULL;
 	struct tu_lessee *d = NULL;
 	lessor_client *c = NULL;
-	char system[64];
 	int r = start_pair(slots, &l, &d);
 
 	if (r >= 0 && !(c = tu_lessor_client(l)))
@@ -267,44 +267,103 @@ static int bench_latency(const char *cdf_path)
 		else
 			rest[i] = ls[i] - enq[i];
 	}
-	if (r < 0) {
-		fprintf(stderr, "latency: the enqueue -> start samples failed: %s\n", strerror(-r));
-		goto out;
+	if (r >= 0) {
+		percentiles(ls, n_samples, p->whole);
+		percentiles(fl, n_samples, p->floor);
+		percentiles(enq, n_samples, p->enq);
+		percentiles(rest, n_samples, p->rest);
+		p->hwm_kib = (double)proc_status_kib(tu_lessee_pid(d), "VmHWM:");
 	}
-	tu_median(fl, (size_t)n_samples); /* sorts */
-	tu_median(ls, (size_t)n_samples);
-	snprintf(system, sizeof(system), "lessee + lessor (%s)", sync_mode);
-	printf("enqueue -> child start, %d samples, one at a time, %d slots, lessor --synchronous "
-	       "%s\n  %-8s %12s %12s %8s\n",
-	       n_samples, slots, sync_mode, "", "lessee ms", "floor ms", "ratio");
-	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
-		double a = pct(ls, n_samples, ps[k]), b = pct(fl, n_samples, ps[k]);
-
-		printf("  %-8s %12.2f %12.2f %7.2fx\n", names[k], a, b, a / b);
-		tu_tsv_row("latency", system, slots, names[k], a, b);
-	}
-	print_split(system, enq, rest, fl);
-	printf("  daemon VmHWM after the samples: %ld KiB\n",
-	       proc_status_kib(tu_lessee_pid(d), "VmHWM:"));
-	tu_tsv_row("latency", system, slots, "peak_rss_kib",
-	           (double)proc_status_kib(tu_lessee_pid(d), "VmHWM:"), -1);
-	if (cdf_path) {
-		FILE *f = fopen(cdf_path, "we");
-
-		if (!f) {
-			r = -errno;
-			goto out;
-		}
-		write_cdf(f, "posix_spawn floor", fl, n_samples);
-		write_cdf(f, system, ls, n_samples);
-		if (ferror(f) | fclose(f))
-			r = -EIO;
-	}
-out:
 	lessor_client_free(c);
 	tu_lessee_free(d);
 	tu_lessor_free(l);
 	return r;
+}
+
+/* The median over the rounds of the figure at offset off in round_pcts. */
+static double median_of(const struct round_pcts *p, size_t off)
+{
+	double v[MAX_ROUNDS];
+
+	for (int i = 0; i < n_rounds; i++)
+		v[i] = *(const double *)((const char *)&p[i] + off);
+	return tu_median(v, (size_t)n_rounds);
+}
+
+#define MEDIAN_OF(p, field) median_of(p, offsetof(struct round_pcts, field))
+
+static void print_rounds(const struct round_pcts *p)
+{
+	printf("  %-8s %12s %12s %12s %12s\n", "round", "p50 ms", "p99 ms", "floor p50",
+	       "floor p99");
+	for (int i = 0; i < n_rounds; i++)
+		printf("  %-8d %12.2f %12.2f %12.2f %12.2f\n", i + 1, p[i].whole[0], p[i].whole[2],
+		       p[i].floor[0], p[i].floor[2]);
+	printf("  each figure below: the median of the %d rounds' own\n"
+	       "  %-8s %12s %12s %8s\n",
+	       n_rounds, "", "lessee ms", "floor ms", "ratio");
+}
+
+static void print_figures(const char *system, const struct round_pcts *p)
+{
+	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
+		double a = MEDIAN_OF(p, whole[k]), b = MEDIAN_OF(p, floor[k]);
+
+		printf("  %-8s %12.2f %12.2f %7.2fx\n", names[k], a, b, a / b);
+		tu_tsv_row("latency", system, slots, names[k], a, b);
+	}
+	printf("  split at lessor's 201 answer (each part's own percentiles)\n"
+	       "  %-8s %12s %12s %12s %8s\n",
+	       "", "enqueue ms", "201->start", "floor ms", "ratio");
+	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
+		double e = MEDIAN_OF(p, enq[k]), a = MEDIAN_OF(p, rest[k]);
+		double b = MEDIAN_OF(p, floor[k]);
+		char metric[64];
+
+		printf("  %-8s %12.2f %12.2f %12.2f %7.2fx\n", names[k], e, a, b, a / b);
+		snprintf(metric, sizeof(metric), "enqueue_%s", names[k]);
+		tu_tsv_row("latency", system, slots, metric, e, -1);
+		snprintf(metric, sizeof(metric), "answer_to_start_%s", names[k]);
+		tu_tsv_row("latency", system, slots, metric, a, b);
+	}
+	printf("  daemon VmHWM after the samples: %.0f KiB\n", MEDIAN_OF(p, hwm_kib));
+	tu_tsv_row("latency", system, slots, "peak_rss_kib", MEDIAN_OF(p, hwm_kib), -1);
+}
+
+/* The CDF: every round's samples together. */
+static int write_cdfs(const char *path, const char *system, double *fl, double *ls, int n)
+{
+	FILE *f = fopen(path, "we");
+
+	if (!f)
+		return -errno;
+	tu_median(fl, (size_t)n); /* sorts */
+	tu_median(ls, (size_t)n);
+	write_cdf(f, "posix_spawn floor", fl, n);
+	write_cdf(f, system, ls, n);
+	return ferror(f) | fclose(f) ? -EIO : 0;
+}
+
+static int bench_latency(const char *cdf_path)
+{
+	static double fl[MAX_ROUNDS * MAX_SAMPLES], ls[MAX_ROUNDS * MAX_SAMPLES];
+	struct round_pcts p[MAX_ROUNDS];
+	char system[64];
+	int r = 0;
+
+	for (int i = 0; r >= 0 && i < n_rounds; i++)
+		r = latency_round(&p[i], ls + i * n_samples, fl + i * n_samples);
+	if (r < 0) {
+		fprintf(stderr, "latency: the enqueue -> start samples failed: %s\n", strerror(-r));
+		return r;
+	}
+	snprintf(system, sizeof(system), "lessee + lessor (%s)", sync_mode);
+	printf("enqueue -> child start, %d round(s) of %d samples, one at a time, %d slots, lessor "
+	       "--synchronous %s\n",
+	       n_rounds, n_samples, slots, sync_mode);
+	print_rounds(p);
+	print_figures(system, p);
+	return cdf_path ? write_cdfs(cdf_path, system, fl, ls, n_rounds * n_samples) : 0;
 }
 
 static int enqueue_sleeps(struct tu_lessor *l, int n)
@@ -382,7 +441,7 @@ static int parse_steps(const char *s)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: latency [--samples N] [--slots W] [--sync full|normal] "
+	fprintf(f, "usage: latency [--rounds R] [--samples N] [--slots W] [--sync full|normal] "
 	           "[--rss K,K,...] [--tsv FILE] [--cdf FILE]\n");
 }
 
@@ -421,6 +480,7 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"samples", required_argument, NULL, 'n'},
+	    {"rounds", required_argument, NULL, 'r'}, /* each with fresh daemons */
 	    {"slots", required_argument, NULL, 'w'},
 	    {"sync", required_argument, NULL, 's'},
 	    {"rss", required_argument, NULL, 'k'},
@@ -428,7 +488,7 @@ int main(int argc, char **argv)
 	    {"cdf", required_argument, NULL, 'c'},
 	    {"version", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
-	    {0},
+	    {},
 	};
 	_cleanup_free_ char *dir = NULL;
 	const char *cdf = NULL;
@@ -439,6 +499,9 @@ int main(int argc, char **argv)
 		switch (o) {
 		case 'n':
 			n_samples = CLAMP(atoi(optarg), 1, MAX_SAMPLES);
+			break;
+		case 'r':
+			n_rounds = CLAMP(atoi(optarg), 1, MAX_ROUNDS);
 			break;
 		case 'w':
 			slots = MAX(atoi(optarg), 1);

@@ -185,12 +185,12 @@ rm -f "$OUT"/*.tsv "$OUT"/*.txt "$OUT"/*.err "$OUT"/*.md "$OUT"/*.dat "$OUT"/*.c
 
 if [ -n "${QUICK:-}" ]; then
 	SLOTS="1 16"
-	E2E="200 2 200" LAT="--samples 60 --rss 0,100,300" SPAWN="--reps 1 200 1000"
+	E2E="200 2 200" LAT="--rounds 2 --samples 30 --rss 0,100,300" SPAWN="--reps 1 200 1000"
 	PEERS="--runs 200 --rounds 1"
 	mode="QUICK"
 else
 	SLOTS="1 16 64"
-	E2E="3000 5 1000" LAT="--samples 500 --rss 0,250,1000,2500,4000" SPAWN="--reps 3 1000 4096 10000"
+	E2E="3000 5 1000" LAT="--rounds 5 --samples 500 --rss 0,250,1000,2500,4000" SPAWN="--reps 3 1000 4096 10000"
 	PEERS="--runs 3000 --rounds 3"
 	mode="full"
 fi
@@ -209,7 +209,7 @@ fi
 {
 	printf 'e2e %s\tRUNS ROUNDS CONCURRENT_SLEEPS, widths 1, 16, 64\n' "$E2E"
 	printf 'e2e --no-rss --prefetch 1 --widths 1 %s\tthe same at one slot, worker.prefetch = 1\n' "$E2E"
-	printf 'latency %s\tsamples one at a time, 16 slots, lessor --synchronous full; RSS steps\n' "$LAT"
+	printf 'latency %s\trounds of samples one at a time (each figure the median of the rounds' own), 16 slots, lessor --synchronous full; RSS steps\n' "$LAT"
 	printf 'spawn_scale %s\trepetitions, N children alive at once\n' "$SPAWN"
 	printf 'conductor_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
 	printf 'camunda7_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
