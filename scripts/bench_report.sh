@@ -209,7 +209,7 @@ fi
 {
 	printf 'e2e %s\tRUNS ROUNDS CONCURRENT_SLEEPS, widths 1, 16, 64\n' "$E2E"
 	printf 'e2e --no-rss --prefetch 1 --widths 1 %s\tthe same at one slot, worker.prefetch = 1\n' "$E2E"
-	printf 'latency %s\trounds of samples one at a time (each figure the median of the rounds' own), 16 slots, lessor --synchronous full; RSS steps\n' "$LAT"
+	printf 'latency %s\trounds of samples one at a time (each figure the median over the rounds), 16 slots, lessor --synchronous full; RSS steps\n' "$LAT"
 	printf 'spawn_scale %s\trepetitions, N children alive at once\n' "$SPAWN"
 	printf 'conductor_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
 	printf 'camunda7_peers %s --concurrency W\tW in %s\n' "$PEERS" "$SLOTS"
