@@ -1,7 +1,8 @@
 /* scripts/bench_report.sh's two steps that need no benchmark run: bench/e2e's
  * printed table parsed into TSV rows (and refused loudly when its shape
  * changes), and the TSV rendered into docs/performance.md's generated parts
- * with the hand-written text around them kept. */
+ * with the hand-written text around them kept; and that the whole script
+ * parses. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,19 @@ static int script(const char *args)
 
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* The whole script parses: the steps above return before sh reads its
+ * later lines, where a quoting slip once hid until a full report run. */
+START_TEST(test_script_parses)
+{
+	const char *top = getenv("LESSEE_SRCDIR");
+	_cleanup_free_ char *cmd =
+	    tu_fmt("sh -n '%s/scripts/bench_report.sh' 2>'%s/err'", top && *top ? top : ".", dir);
+	int st = system(cmd);
+
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sh -n: %s", get("err"));
+}
+END_TEST
 
 static const char e2e_out[] =
     "loop backend: io_uring; run directories on tmpfs (/dev/shm/x)\n"
@@ -179,6 +193,7 @@ int main(void)
 	tcase_add_test(tc, test_parse_e2e);
 	tcase_add_test(tc, test_parse_e2e_refuses_a_new_shape);
 	tcase_add_test(tc, test_render);
+	tcase_add_test(tc, test_script_parses);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
