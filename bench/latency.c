@@ -33,7 +33,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,9 +233,10 @@ static const char *const names[] = {"p50_ms", "p90_ms", "p99_ms"};
  * two parts split where lessor's 201 arrived, each part sorted on its own (so
  * the parts' percentiles do not add up to the whole's): which side the time
  * beyond the floor is on. */
+enum figure { WHOLE, FLOOR, ENQUEUE, REST, N_FIGURES };
+
 struct round_pcts {
-	double whole[ELEMENTSOF(ps)], floor[ELEMENTSOF(ps)];
-	double enq[ELEMENTSOF(ps)], rest[ELEMENTSOF(ps)];
+	double pct[N_FIGURES][ELEMENTSOF(ps)];
 	double hwm_kib; /* the daemon's VmHWM after the samples */
 };
 
@@ -268,10 +268,10 @@ static int latency_round(struct round_pcts *p, double *ls, double *fl)
 			rest[i] = ls[i] - enq[i];
 	}
 	if (r >= 0) {
-		percentiles(ls, n_samples, p->whole);
-		percentiles(fl, n_samples, p->floor);
-		percentiles(enq, n_samples, p->enq);
-		percentiles(rest, n_samples, p->rest);
+		percentiles(ls, n_samples, p->pct[WHOLE]);
+		percentiles(fl, n_samples, p->pct[FLOOR]);
+		percentiles(enq, n_samples, p->pct[ENQUEUE]);
+		percentiles(rest, n_samples, p->pct[REST]);
 		p->hwm_kib = (double)proc_status_kib(tu_lessee_pid(d), "VmHWM:");
 	}
 	lessor_client_free(c);
@@ -280,25 +280,32 @@ static int latency_round(struct round_pcts *p, double *ls, double *fl)
 	return r;
 }
 
-/* The median over the rounds of the figure at offset off in round_pcts. */
-static double median_of(const struct round_pcts *p, size_t off)
+/* The median over the rounds of percentile ps[k] of figure f. */
+static double median_pct(const struct round_pcts *p, enum figure f, size_t k)
 {
 	double v[MAX_ROUNDS];
 
 	for (int i = 0; i < n_rounds; i++)
-		v[i] = *(const double *)((const char *)&p[i] + off);
+		v[i] = p[i].pct[f][k];
 	return tu_median(v, (size_t)n_rounds);
 }
 
-#define MEDIAN_OF(p, field) median_of(p, offsetof(struct round_pcts, field))
+static double median_hwm(const struct round_pcts *p)
+{
+	double v[MAX_ROUNDS];
+
+	for (int i = 0; i < n_rounds; i++)
+		v[i] = p[i].hwm_kib;
+	return tu_median(v, (size_t)n_rounds);
+}
 
 static void print_rounds(const struct round_pcts *p)
 {
 	printf("  %-8s %12s %12s %12s %12s\n", "round", "p50 ms", "p99 ms", "floor p50",
 	       "floor p99");
 	for (int i = 0; i < n_rounds; i++)
-		printf("  %-8d %12.2f %12.2f %12.2f %12.2f\n", i + 1, p[i].whole[0], p[i].whole[2],
-		       p[i].floor[0], p[i].floor[2]);
+		printf("  %-8d %12.2f %12.2f %12.2f %12.2f\n", i + 1, p[i].pct[WHOLE][0],
+		       p[i].pct[WHOLE][2], p[i].pct[FLOOR][0], p[i].pct[FLOOR][2]);
 	printf("  each figure below: the median of the %d rounds' own\n"
 	       "  %-8s %12s %12s %8s\n",
 	       n_rounds, "", "lessee ms", "floor ms", "ratio");
@@ -307,7 +314,7 @@ static void print_rounds(const struct round_pcts *p)
 static void print_figures(const char *system, const struct round_pcts *p)
 {
 	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
-		double a = MEDIAN_OF(p, whole[k]), b = MEDIAN_OF(p, floor[k]);
+		double a = median_pct(p, WHOLE, k), b = median_pct(p, FLOOR, k);
 
 		printf("  %-8s %12.2f %12.2f %7.2fx\n", names[k], a, b, a / b);
 		tu_tsv_row("latency", system, slots, names[k], a, b);
@@ -316,8 +323,8 @@ static void print_figures(const char *system, const struct round_pcts *p)
 	       "  %-8s %12s %12s %12s %8s\n",
 	       "", "enqueue ms", "201->start", "floor ms", "ratio");
 	for (size_t k = 0; k < ELEMENTSOF(ps); k++) {
-		double e = MEDIAN_OF(p, enq[k]), a = MEDIAN_OF(p, rest[k]);
-		double b = MEDIAN_OF(p, floor[k]);
+		double e = median_pct(p, ENQUEUE, k), a = median_pct(p, REST, k);
+		double b = median_pct(p, FLOOR, k);
 		char metric[64];
 
 		printf("  %-8s %12.2f %12.2f %12.2f %7.2fx\n", names[k], e, a, b, a / b);
@@ -326,8 +333,8 @@ static void print_figures(const char *system, const struct round_pcts *p)
 		snprintf(metric, sizeof(metric), "answer_to_start_%s", names[k]);
 		tu_tsv_row("latency", system, slots, metric, a, b);
 	}
-	printf("  daemon VmHWM after the samples: %.0f KiB\n", MEDIAN_OF(p, hwm_kib));
-	tu_tsv_row("latency", system, slots, "peak_rss_kib", MEDIAN_OF(p, hwm_kib), -1);
+	printf("  daemon VmHWM after the samples: %.0f KiB\n", median_hwm(p));
+	tu_tsv_row("latency", system, slots, "peak_rss_kib", median_hwm(p), -1);
 }
 
 /* The CDF: every round's samples together. */

@@ -139,8 +139,8 @@ char **tu_env_argv(const char *name)
 	return v;
 }
 
-/* In a child after fork: fd (just opened, or < 0 when that failed) becomes
- * target. */
+/* In a child after fork: fd becomes target, without close-on-exec, and is
+ * closed itself; false when fd < 0 (an open that failed) or that fails. */
 static bool fd_onto(int fd, int target)
 {
 	if (fd < 0)
@@ -161,8 +161,7 @@ static _Noreturn void spawned(char *const argv[], char *const envp[], const char
 
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
 		_exit(127);
-	if ((pass_fd >= 0 && pass_fd != pass_at && dup2(pass_fd, pass_at) < 0) ||
-	    (pass_fd >= 0 && pass_fd == pass_at && fcntl(pass_at, F_SETFD, 0) < 0) ||
+	if ((pass_fd >= 0 && !fd_onto(pass_fd, pass_at)) ||
 	    !fd_onto(open("/dev/null", O_RDONLY), STDIN_FILENO) ||
 	    !fd_onto(open(log, O_WRONLY | O_CREAT | O_APPEND, 0600), STDOUT_FILENO) ||
 	    dup2(STDOUT_FILENO, STDERR_FILENO) < 0)
