@@ -192,18 +192,12 @@ static void kill_children(pid_t pid)
 	struct dirent *de;
 
 	while (proc && (de = readdir(proc))) {
-		char path[300], *s = NULL, *p;
-		int ppid = 0;
+		int child = atoi(de->d_name);
+		pid_t ppid;
+		char state;
 
-		if (de->d_name[0] < '1' || de->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (read_file_capped(path, 4096, &s, NULL) < 0)
-			continue;
-		p = strrchr(s, ')');
-		if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == pid)
-			kill(atoi(de->d_name), SIGKILL);
-		free(s);
+		if (child > 0 && tu_proc_stat(child, &state, &ppid) && ppid == pid)
+			kill(child, SIGKILL);
 	}
 	if (proc)
 		closedir(proc);

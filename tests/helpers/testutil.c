@@ -229,6 +229,38 @@ void tu_sleep(usec_t u)
 		;
 }
 
+bool tu_proc_stat(pid_t pid, char *ret_state, pid_t *ret_ppid)
+{
+	char path[64], *stat = NULL, *p;
+	int ppid = 0;
+	bool ok;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (read_file_capped(path, 4096, &stat, NULL) < 0)
+		return false;
+	p = strrchr(stat, ')'); /* the comm field may hold blanks and parentheses */
+	ok = p && sscanf(p + 1, " %c %d", ret_state, &ppid) == 2;
+	free(stat);
+	*ret_ppid = ppid;
+	return ok;
+}
+
+bool tu_wait_pid_gone(pid_t pid, usec_t timeout)
+{
+	usec_t end = time_mono() + timeout;
+
+	for (;;) {
+		char state;
+		pid_t ppid;
+
+		if (!tu_proc_stat(pid, &state, &ppid) || state == 'Z' || state == 'X')
+			return true;
+		if (time_mono() >= end)
+			return false;
+		tu_sleep(10 * USEC_PER_MSEC);
+	}
+}
+
 /* Servers and daemons a failed test left behind were re-parented to us (a
  * subreaper): kill and reap them, so nothing outlives the test binary. */
 static void reap_leftovers(void)
@@ -237,18 +269,12 @@ static void reap_leftovers(void)
 	struct dirent *de;
 
 	while (d && (de = readdir(d))) {
-		char path[300], *stat = NULL, *p;
-		int pid = atoi(de->d_name), ppid = 0;
+		int pid = atoi(de->d_name);
+		pid_t ppid;
+		char state;
 
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-		if (read_file_capped(path, 4096, &stat, NULL) < 0)
-			continue;
-		p = strrchr(stat, ')');
-		if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == getpid())
+		if (pid > 0 && tu_proc_stat(pid, &state, &ppid) && ppid == getpid())
 			kill(pid, SIGKILL);
-		free(stat);
 	}
 	if (d)
 		closedir(d);

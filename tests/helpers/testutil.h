@@ -36,6 +36,12 @@ char **tu_env_argv(const char *name);
  * be executed. */
 int tu_spawn_logged(char *const argv[], char *const envp[], const char *log, int pass_fd,
                     int pass_at, pid_t *ret_pid);
+/* A process's state letter and parent from /proc/PID/stat; false when there
+ * is no such process. */
+bool tu_proc_stat(pid_t pid, char *ret_state, pid_t *ret_ppid);
+/* Has pid exited (gone, or a zombie nobody reaped yet)?  Waits up to
+ * timeout (not scaled by tu_timeout) for it. */
+bool tu_wait_pid_gone(pid_t pid, usec_t timeout);
 /* Sleep on the monotonic clock. */
 void tu_sleep(usec_t u);
 /* The deterministic byte stream of tests/aux/gen_output. */

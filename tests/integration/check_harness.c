@@ -19,11 +19,9 @@
 #include <unistd.h>
 
 #include "conductor_proc.h"
-#include "jsonutil.h"
 #include "lessor_proc.h"
 #include "testutil.h"
 #include "util/fileio.h"
-#include "util/macro.h"
 
 #define SEC USEC_PER_SEC
 
@@ -83,33 +81,6 @@ static pid_t start_harness(enum server which, pid_t *ret_server)
 	return h;
 }
 
-/* pid has exited: no such process, or a zombie (the server is not our child:
- * once its harness is gone it belongs to init, or to a subreaper that reaps
- * it only later).  By /proc, not a pidfd: valgrind does not know
- * pidfd_open. */
-static bool exited(pid_t pid)
-{
-	_cleanup_free_ char *path = tu_fmt("/proc/%d/stat", (int)pid), *stat = NULL;
-	const char *p;
-
-	if (read_file_capped(path, 4096, &stat, NULL) < 0)
-		return true;
-	p = strrchr(stat, ')');
-	return p && (p[2] == 'Z' || p[2] == 'X');
-}
-
-static bool wait_exited(pid_t pid, usec_t timeout)
-{
-	usec_t end = time_mono() + tu_timeout(timeout);
-
-	while (!exited(pid))
-		if (time_mono() >= end)
-			return false;
-		else
-			tu_sleep(10 * USEC_PER_MSEC);
-	return true;
-}
-
 /* Kill the harness as a timeout would; then the server must go within the
  * bound (it is given 10 s: it only has to stop, not to drain anything). */
 static void server_outlives_harness_not(enum server which)
@@ -120,7 +91,10 @@ static void server_outlives_harness_not(enum server which)
 
 	ck_assert_int_eq(kill(h, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(h, &status, 0), h);
-	gone = wait_exited(server, 10 * SEC);
+	/* gone or a zombie: the server is not our child (once its harness is
+	 * gone it belongs to init, or to a subreaper that reaps it only later);
+	 * by /proc, not a pidfd: valgrind does not know pidfd_open */
+	gone = tu_wait_pid_gone(server, tu_timeout(10 * SEC));
 	if (!gone)
 		(void)kill(server, SIGKILL); /* not ours to reap */
 	ck_assert_msg(gone, "server %d still running 10 s after its harness was killed",
@@ -135,16 +109,11 @@ static int zombie_children(void)
 	int n = 0;
 
 	while (d && (de = readdir(d))) {
-		_cleanup_free_ char *path = tu_fmt("/proc/%s/stat", de->d_name), *stat = NULL;
-		const char *p;
-		int ppid = 0;
-		char state = 0;
+		int pid = atoi(de->d_name);
+		pid_t ppid;
+		char state;
 
-		if (atoi(de->d_name) <= 0 || read_file_capped(path, 4096, &stat, NULL) < 0)
-			continue;
-		p = strrchr(stat, ')');
-		if (p && sscanf(p + 2, "%c %d", &state, &ppid) == 2 && ppid == getpid() &&
-		    state == 'Z')
+		if (pid > 0 && tu_proc_stat(pid, &state, &ppid) && ppid == getpid() && state == 'Z')
 			n++;
 	}
 	if (d)

@@ -188,22 +188,7 @@ static char *cgroup_of(pid_t pid)
 
 static bool pid_gone(pid_t pid)
 {
-	usec_t end = time_mono() + WAIT;
-	char path[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	while (time_mono() < end) {
-		_cleanup_free_ char *st = NULL;
-		const char *c;
-
-		if (read_file_capped(path, 4096, &st, NULL) < 0)
-			return true;
-		c = strrchr(st, ')');
-		if (c && c[1] == ' ' && c[2] == 'Z')
-			return true;
-		tu_sleep(20 * USEC_PER_MSEC);
-	}
-	return false;
+	return tu_wait_pid_gone(pid, WAIT);
 }
 
 /* ---------------------------------------------------------------- exec */

@@ -159,23 +159,7 @@ static void assert_probe(const struct run *r, const char *key, const char *want)
 /* Gone = no such process, or a zombie its new parent has yet to reap. */
 static bool pid_gone(pid_t pid)
 {
-	usec_t end = time_mono() + 10 * USEC_PER_SEC;
-
-	do {
-		char path[64], *stat = NULL, *paren;
-		bool zombie = false;
-
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		if (read_file_capped(path, 4096, &stat, NULL) == -ENOENT)
-			return true;
-		paren = stat ? strrchr(stat, ')') : NULL;
-		zombie = paren && (paren[2] == 'Z' || paren[2] == 'X');
-		free(stat);
-		if (zombie)
-			return true;
-		tu_sleep(10 * USEC_PER_MSEC);
-	} while (time_mono() < end);
-	return false;
+	return tu_wait_pid_gone(pid, 10 * USEC_PER_SEC);
 }
 
 /* No child of ours left, reaped or not. */
