@@ -48,6 +48,7 @@
 #define TASK_OVERHEAD (64 * 1024) /* a task's fields besides its variables */
 #define ENV_VALUE_MAX 1024
 #define LINE_MAX_HELD (64 * 1024) /* a longer line is logged in parts */
+#define TASK_ANSWER (64 * 1024)   /* GET /external-task/{id}: no variables */
 
 DEFINE_FREE_FUNC(cJSON, cJSON_Delete)
 #define _cleanup_json_ _cleanup_(cJSON_Deletep)
@@ -62,6 +63,8 @@ struct op {
 	char *body;
 	const char *label;
 	const char *endpoint; /* complete: which one, for run_status */
+	bool has_variables;   /* complete, bpmnError: a 400 may be about them */
+	char *refusal;        /* the engine's words when it refused them */
 	drv_run_t *run;
 	unsigned ttl_s;
 	unsigned max_runs;
@@ -219,6 +222,7 @@ static void op_free(void *p)
 		return;
 	free(o->url);
 	free(o->body);
+	free(o->refusal);
 	free(o);
 }
 
@@ -234,28 +238,37 @@ static drv_req_t *op_new(drv_t *d, void (*on_http)(drv_req_t *, const struct htt
 	return rq;
 }
 
-/* POST base + path with body (NULL: none); on failure rq is freed. */
-static int op_post(drv_req_t *rq, const char *path, const char *id, const char *endpoint,
-                   char *body, usec_t timeout, size_t max_response, drv_req_t **ret)
+/* method base + path with body (NULL: none), which rq then owns. */
+static int op_send(drv_req_t *rq, const char *method, const char *path, const char *id,
+                   const char *endpoint, char *body, usec_t timeout, size_t max_response)
 {
 	struct op *o = rq->state;
-	int q;
 
+	free(o->url);
+	free(o->body);
 	o->body = body;
 	if (asprintf(&o->url, "%s%s%s%s%s", o->d->base, path, id ? id : "", endpoint ? "/" : "",
 	             endpoint ? endpoint : "") < 0) {
 		o->url = NULL;
-		return drv_req_start(rq, -ENOMEM, ret);
+		return -ENOMEM;
 	}
-	q = drv_http_send(rq, &(struct http_request){.method = "POST",
-	                                             .url = o->url,
-	                                             .headers = body ? json_headers : bare_headers,
-	                                             .body = body,
-	                                             .body_len = body ? strlen(body) : 0,
-	                                             .timeout = timeout,
-	                                             .max_response = max_response,
-	                                             .label = o->label});
-	return drv_req_start(rq, q, ret);
+	return drv_http_send(rq,
+	                     &(struct http_request){.method = method,
+	                                            .url = o->url,
+	                                            .headers = body ? json_headers : bare_headers,
+	                                            .body = body,
+	                                            .body_len = body ? strlen(body) : 0,
+	                                            .timeout = timeout,
+	                                            .max_response = max_response,
+	                                            .label = o->label});
+}
+
+/* POST base + path with body (NULL: none); on failure rq is freed. */
+static int op_post(drv_req_t *rq, const char *path, const char *id, const char *endpoint,
+                   char *body, usec_t timeout, size_t max_response, drv_req_t **ret)
+{
+	return drv_req_start(
+	    rq, op_send(rq, "POST", path, id, endpoint, body, timeout, max_response), ret);
 }
 
 /* The engine's error {type, message}, else the body's start, after "HTTP n". */
@@ -661,9 +674,12 @@ static int c7_claim(drv_t *d, const struct drv_claim *c, drv_claim_cb cb, void *
 
 /* ---------------------------------------------------------------- renew */
 
+static int refusal_check(drv_req_t *rq, const struct http_response *resp);
+
 /* 400: locked by another workerId, not locked, or the lock expired
  * (ExtendLockOnExternalTaskCmd); 404: the task is gone (completed elsewhere,
- * its process instance cancelled): either way not ours. */
+ * its process instance cancelled): either way not ours.  But a 400 to a
+ * request with variables may be about them (refusal_check). */
 static void on_task_answer(drv_req_t *rq, const struct http_response *resp)
 {
 	struct op *o = rq->state;
@@ -671,6 +687,8 @@ static void on_task_answer(drv_req_t *rq, const struct http_response *resp)
 
 	if (drv_answer_common(resp, &a))
 		describe(resp, o->label, a.detail, sizeof(a.detail));
+	else if (resp->status == 400 && o->has_variables && refusal_check(rq, resp) >= 0)
+		return;
 	else if (resp->status == 204 || resp->status == 200) {
 		a.verdict = DRV_OK;
 		a.ttl_s = o->ttl_s;
@@ -1140,6 +1158,111 @@ int drv_camunda7_body_split(const char *body, char **ret_endpoint, char **ret_re
 	return 0;
 }
 
+/* ---------------------------------------------------------------- refused results */
+
+/* The engine converts a request's variables before it looks at the lock
+ * (ExternalTaskResourceImpl: VariableValueDto.toMap, then the command), and
+ * answers 400 for both a value it cannot take ("Unsupported value type 'Json'"
+ * without the Spin plugin, "Cannot convert value ...") and a lock that is not
+ * ours.  The task says which: still locked by our workerId, the result is what
+ * it refuses.  Dropped, the task would stay locked until lockDuration and then
+ * run again with the same result, for ever; it becomes an incident instead:
+ * a failure with no retries left, in the engine's words. */
+static void on_refusal_failure(drv_req_t *rq, const struct http_response *resp)
+{
+	struct op *o = rq->state;
+	struct drv_answer a;
+
+	if (drv_answer_common(resp, &a))
+		describe(resp, o->label, a.detail, sizeof(a.detail));
+	else if (resp->status == 204 || resp->status == 200) {
+		a.verdict = DRV_OK;
+		snprintf(a.run_status, sizeof(a.run_status), "incident");
+		log_emit(LOG_WARNING, &(struct log_fields){.run_id = o->run->task_id},
+		         "camunda7: the engine refused the result (%s): reported as a failure "
+		         "with no retries left (an incident)",
+		         o->refusal);
+	} else {
+		a.verdict = resp->status == 400 || resp->status == 404 ? DRV_LOST : DRV_REFUSED;
+		describe(resp, o->label, a.detail, sizeof(a.detail));
+	}
+	drv_req_answer(rq, &a);
+}
+
+static int refusal_failure(drv_req_t *rq)
+{
+	struct op *o = rq->state;
+	_cleanup_json_ cJSON *j = cJSON_CreateObject();
+	_cleanup_free_ char *msg = NULL, *text = NULL;
+	char *body;
+
+	/* objects and arrays go as Json, a type only the Spin plugin adds */
+	if (asprintf(&text, "the engine refused the result: %s%s", o->refusal,
+	             strstr(o->refusal, "type 'Json'") ? " (the engine needs the Spin plugin)"
+	                                               : "") < 0)
+		return -ENOMEM;
+	if (!j || !(msg = drv_text_dup(text, DRV_CAMUNDA7_ERROR_MESSAGE_MAX)) ||
+	    !cJSON_AddStringToObject(j, "workerId", o->run->worker_id) ||
+	    !cJSON_AddStringToObject(j, "errorMessage", msg) ||
+	    !cJSON_AddStringToObject(j, "errorDetails", text) ||
+	    !cJSON_AddNumberToObject(j, "retries", 0) ||
+	    !cJSON_AddNumberToObject(j, "retryTimeout", 0) || !(body = cJSON_PrintUnformatted(j)))
+		return -ENOMEM;
+	rq->on_http = on_refusal_failure;
+	o->label = "failure";
+	return op_send(rq, "POST", "/external-task/", o->run->task_id, "failure", body, 0,
+	               SMALL_ANSWER);
+}
+
+/* GET /external-task/{id}: whose lock is it now? */
+static void on_refusal_task(drv_req_t *rq, const struct http_response *resp)
+{
+	struct op *o = rq->state;
+	_cleanup_json_ cJSON *t = NULL;
+	const cJSON *w;
+	struct drv_answer a;
+	int q;
+
+	if (drv_answer_common(resp, &a)) {
+		describe(resp, "GET external-task", a.detail, sizeof(a.detail));
+		return drv_req_answer(rq, &a);
+	}
+	if (resp->status == 200)
+		t = cJSON_ParseWithLength(resp->body, resp->body_len);
+	w = cJSON_GetObjectItemCaseSensitive(t, "workerId");
+	if (!cJSON_IsString(w) || !streq(w->valuestring, o->run->worker_id)) {
+		a.verdict = resp->status == 200 || resp->status == 404 ? DRV_LOST : DRV_REFUSED;
+		snprintf(a.detail, sizeof(a.detail), "%s; task: %s", o->refusal,
+		         resp->status == 404   ? "gone"
+		         : resp->status != 200 ? "unreadable"
+		         : cJSON_IsString(w)   ? "locked by another worker"
+		                               : "not locked");
+		return drv_req_answer(rq, &a);
+	}
+	if ((q = refusal_failure(rq)) < 0) {
+		a = (struct drv_answer){.verdict = DRV_RETRY, .error = q};
+		snprintf(a.detail, sizeof(a.detail), "cannot send: %s", strerror(-q));
+		drv_req_answer(rq, &a);
+	}
+}
+
+/* A 400 to complete or bpmnError: ask whose lock the task is under. */
+static int refusal_check(drv_req_t *rq, const struct http_response *resp)
+{
+	struct op *o = rq->state;
+	char why[DRV_CAMUNDA7_ERROR_MESSAGE_MAX + 160];
+
+	drv_describe_message(resp, o->label, DRV_CAMUNDA7_ERROR_MESSAGE_MAX, why, sizeof(why));
+	if (!(o->refusal = strdup(why)))
+		return -ENOMEM;
+	o->has_variables = false; /* once */
+	rq->on_http = on_refusal_task;
+	o->label = "external_task";
+	return op_send(rq, "GET", "/external-task/", o->run->task_id, NULL, NULL, 0, TASK_ANSWER);
+}
+
+/* ---------------------------------------------------------------- complete */
+
 static int c7_complete(drv_t *d, drv_run_t *run, const char *body, drv_cb cb, void *ud,
                        drv_req_t **ret)
 {
@@ -1161,6 +1284,7 @@ static int c7_complete(drv_t *d, drv_run_t *run, const char *body, drv_cb cb, vo
 	o->endpoint = streq(endpoint, "complete")    ? "completed"
 	              : streq(endpoint, "bpmnError") ? "bpmn_error"
 	                                             : "failed";
+	o->has_variables = !streq(endpoint, "failure");
 	o->run = run;
 	return op_post(rq, "/external-task/", run->task_id, endpoint, request, 0, SMALL_ANSWER,
 	               ret);

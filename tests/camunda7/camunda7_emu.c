@@ -69,7 +69,13 @@
  *
  *   camunda7_emu [--listen 127.0.0.1:PORT] [--ready-fd N] [--port-file F]
  *                [--basic-user U --basic-password-file F] [--bearer-token-file F]
- *                [--sweep-ms N] [--quiet]
+ *                [--sweep-ms N] [--no-spin] [--quiet]
+ *
+ *   --no-spin: an engine without the Spin plugin (engine-plugins/spin-plugin
+ *   registers the Json and Xml value types; ValueTypeResolverImpl alone knows
+ *   boolean, bytes, date, double, integer, long, null, short, string, object,
+ *   number and file), so a Json or Xml variable is 400 "Unsupported value
+ *   type" (VariableValueDto.toTypedValue)
  *
  * Engine endpoints, under /engine-rest:
  *   POST /external-task/fetchAndLock   GET /external-task/{id}
@@ -170,7 +176,7 @@ static struct {
 	bool stopping;
 	/* options */
 	char *basic_user, *basic_password, *bearer;
-	bool quiet;
+	bool quiet, no_spin;
 } E = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ------------------------------------------------------------------ time */
@@ -355,25 +361,26 @@ static void err_mapping(struct err *e)
 	err_set(e, 400, "InvalidRequestException", CODE_NULL, "%s", "");
 }
 
-/* The value types a ValueTypeResolver knows in Camunda Run (engine + Spin). */
+/* The value types a ValueTypeResolver knows in Camunda Run (engine + Spin;
+ * spin marks the plugin's). */
 static const struct {
 	const char *name, *java;
-	bool serializable;
+	bool serializable, spin;
 } vtypes[] = {
-    {"boolean", "java.lang.Boolean", false},
-    {"bytes", "[B", false},
-    {"short", "java.lang.Short", false},
-    {"integer", "java.lang.Integer", false},
-    {"long", "java.lang.Long", false},
-    {"date", "java.util.Date", false},
-    {"double", "java.lang.Double", false},
-    {"string", "java.lang.String", false},
-    {"null", NULL, false},
-    {"number", "java.lang.Number", false},
-    {"file", NULL, false},
-    {"object", NULL, true},
-    {"json", NULL, true},
-    {"xml", NULL, true},
+    {"boolean", "java.lang.Boolean", false, false},
+    {"bytes", "[B", false, false},
+    {"short", "java.lang.Short", false, false},
+    {"integer", "java.lang.Integer", false, false},
+    {"long", "java.lang.Long", false, false},
+    {"date", "java.util.Date", false, false},
+    {"double", "java.lang.Double", false, false},
+    {"string", "java.lang.String", false, false},
+    {"null", NULL, false, false},
+    {"number", "java.lang.Number", false, false},
+    {"file", NULL, false, false},
+    {"object", NULL, true, false},
+    {"json", NULL, true, true},
+    {"xml", NULL, true, true},
 };
 
 static bool str_is_long(const char *s, long long lo, long long hi, long long *ret)
@@ -521,7 +528,7 @@ static cJSON *var_typed(const cJSON *dto, struct err *e)
 	snprintf(name, sizeof(name), "%s", type->valuestring);
 	name[0] = (char)tolower((unsigned char)name[0]);
 	for (k = 0; k < ELEMENTSOF(vtypes); k++)
-		if (strcmp(vtypes[k].name, name) == 0)
+		if (strcmp(vtypes[k].name, name) == 0 && !(vtypes[k].spin && E.no_spin))
 			break;
 	if (!*type->valuestring || k == ELEMENTSOF(vtypes)) {
 		err_set(e, 400, "RestException", CODE_NULL, "Unsupported value type '%s'",
@@ -2091,7 +2098,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: camunda7_emu [--listen 127.0.0.1:PORT] [--ready-fd N] "
 	           "[--port-file F] [--basic-user U --basic-password-file F] "
-	           "[--bearer-token-file F] [--quiet]\n");
+	           "[--bearer-token-file F] [--no-spin] [--quiet]\n");
 }
 
 static int announce(int port, int ready_fd, const char *port_file)
@@ -2129,6 +2136,7 @@ int main(int argc, char **argv)
 	    {"basic-password-file", required_argument, NULL, 'P'},
 	    {"bearer-token-file", required_argument, NULL, 'b'},
 	    {"sweep-ms", required_argument, NULL, 'w'}, /* accepted, unused: expiry is lazy */
+	    {"no-spin", no_argument, NULL, 'S'},
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
@@ -2164,6 +2172,9 @@ int main(int argc, char **argv)
 			bearer_file = optarg;
 			break;
 		case 'w':
+			break;
+		case 'S':
+			E.no_spin = true;
 			break;
 		case 'q':
 			E.quiet = true;

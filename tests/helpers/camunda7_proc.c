@@ -82,6 +82,8 @@ static int start_args(struct tu_camunda7 *c, const struct tu_camunda7_opts *o)
 	}
 	if (o && o->quiet)
 		args[n++] = "--quiet";
+	if (o && o->no_spin)
+		args[n++] = "--no-spin";
 	return tu_emu_launch(c->emu, REL, args);
 }
 

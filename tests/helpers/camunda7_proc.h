@@ -30,6 +30,7 @@ struct tu_camunda7_opts {
 	const char *bearer;          /* or: Authorization: Bearer <this> */
 	unsigned sweep_ms;           /* accepted for symmetry; lock expiry is on real time */
 	bool quiet;                  /* no line per request in the log (benchmarks) */
+	bool no_spin;                /* an engine without the Spin plugin: no Json, Xml types */
 };
 
 int tu_camunda7_start(const struct tu_camunda7_opts *o, struct tu_camunda7 **ret);

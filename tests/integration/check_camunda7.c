@@ -1,7 +1,8 @@
 /* lessee end to end against the Camunda 7 emulator (tests/camunda7/):
  * api.protocol = camunda7, a real daemon, real children.  What the engine
  * sees of each run: success with its variables, failures with retries down to
- * an incident, a BPMN error, timeout, crash, the lock extended across a run
+ * an incident, a BPMN error, timeout, crash, a result the engine refuses (an
+ * incident, not a lost lock), the lock extended across a run
  * longer than lockDuration, a task re-locked by another worker after its lock
  * expired (lessee kills and stays silent), a cancelled process, drain, hard
  * stop (unlock), a result spooled while the engine refuses it and delivered
@@ -300,6 +301,55 @@ START_TEST(test_refused_input_is_an_incident)
 	cJSON_Delete(t);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "output: hello from", 500 * USEC_PER_MSEC),
 	                 -ETIMEDOUT); /* never ran */
+}
+END_TEST
+
+/* The engine refuses a result it cannot store (a variable that does not
+ * convert: VariableValueDto, 400) while the task is still locked by us: not a
+ * lost lock.  Dropping it would leave the task locked until lockDuration and
+ * run it again and again; it becomes an incident saying why, run once. */
+START_TEST(test_result_the_engine_refuses_is_an_incident)
+{
+	_cleanup_free_ char *id = create("{\"topicName\":\"badvar\"}");
+	cJSON *t;
+
+	write_script("badvar.sh", "echo ran >> \"$MARK_DIR/badvar.runs\"\n"
+	                          "echo '{\"n\":{\"type\":\"Integer\",\"value\":\"twelve\"}}' "
+	                          "> \"$LESSEE_RESULT_FILE\"");
+	start_lessee("[workflow.badvar]\ncommand = %1$s/badvar.sh\nenv = MARK_DIR=%1$s\n", scripts);
+	t = wait_task(id, "INCIDENT");
+	ck_assert_msg(strstr(tu_jstr(t, "errorMessage"), "the engine refused the result") &&
+	                  strstr(tu_jstr(t, "errorMessage"), "Cannot convert value 'twelve'"),
+	              "%s", tu_jstr(t, "errorMessage"));
+	ck_assert_int_eq((int)tu_jnum(t, "retries"), 0);
+	ck_assert_int_eq(count_of(t, "fetched"), 1);
+	ck_assert_int_eq(count_of(t, "failure"), 1);
+	cJSON_Delete(t);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "the engine refused the result", 5 * SEC), 0);
+	ck_assert_int_eq(tu_lessee_stop(D), 0);
+	t = tu_camunda7_task(E, id);
+	ck_assert_int_eq(count_of(t, "fetched"), 1);
+	cJSON_Delete(t);
+}
+END_TEST
+
+/* An engine without the Spin plugin has no Json type, in which lessee sends a
+ * result's objects and arrays: the same incident, naming the type. */
+START_TEST(test_json_without_spin_is_an_incident)
+{
+	_cleanup_free_ char *id = NULL;
+	cJSON *t;
+
+	tu_camunda7_stop(E);
+	E = tu_camunda7_free(E);
+	emu_start(&(struct tu_camunda7_opts){.no_spin = true});
+	id = create("{\"topicName\":\"ok\"}");
+	start_lessee("[workflow.ok]\ncommand = %s/ok.sh\n", scripts);
+	t = wait_task(id, "INCIDENT");
+	ck_assert_msg(strstr(tu_jstr(t, "errorMessage"), "Unsupported value type 'Json'"), "%s",
+	              tu_jstr(t, "errorMessage"));
+	ck_assert_int_eq(count_of(t, "fetched"), 1);
+	cJSON_Delete(t);
 }
 END_TEST
 
@@ -610,6 +660,8 @@ int main(void)
 	ADD(s, bpmn_error);
 	ADD(s, timeout_and_crash);
 	ADD(s, refused_input_is_an_incident);
+	ADD(s, result_the_engine_refuses_is_an_incident);
+	ADD(s, json_without_spin_is_an_incident);
 	ADD(s, lock_extended_past_lock_duration);
 	ADD(s, relocked_by_another_worker);
 	ADD(s, cancelled_process_kills_the_run);
