@@ -22,6 +22,7 @@
 #include "obs/status.h"
 #include "obs/status_cli.h"
 #include "proto/driver.h"
+#include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 #include "worker/worker.h"
@@ -644,6 +645,38 @@ static void tighten_dirs(const struct conf *c)
 	}
 }
 
+/* spool_dir and run_dir, made at start (loading the configuration makes
+ * nothing): one the daemon cannot make or write stops it here, not as a
+ * spawn_error per run that opens the breaker, or a result with nowhere to
+ * spool.  0700: the run directories' parent is made 0711 by run.c. */
+static int make_dir(const char *key, const char *path)
+{
+	struct stat st;
+	int q = mkdir_p(path, 0700);
+
+	if (q >= 0 && stat(path, &st) < 0)
+		q = -errno;
+	if (q >= 0 && !S_ISDIR(st.st_mode))
+		q = -ENOTDIR;
+	if (q < 0) {
+		log_error("worker.%s %s: cannot create it: %s", key, path, strerror(-q));
+		return q;
+	}
+	if (access(path, W_OK | X_OK) < 0) {
+		q = -errno;
+		log_error("worker.%s %s: the daemon cannot write it: %s", key, path, strerror(-q));
+		return q;
+	}
+	return 0;
+}
+
+static int make_dirs(const struct conf *c)
+{
+	int q = make_dir("spool_dir", c->worker.spool_dir);
+
+	return q < 0 ? q : make_dir("run_dir", c->worker.run_dir);
+}
+
 /* libcurl copies our request headers, the Authorization one among them, into
  * buffers of its own (a header list per request, the request it sends) and
  * frees them without wiping: the token would stay in freed memory until
@@ -756,6 +789,10 @@ int main(int argc, char **argv)
 			        : "api.token_file, or the api-token credential");
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
+	if (make_dirs(conf) < 0) {
+		r = EXIT_CONFIG;
+		goto out;
+	}
 	tighten_dirs(conf);
 	log_info("lessee %s starting: api=%s protocol=%s concurrency=%u workflows=%zu",
 		 LESSEE_VERSION, conf->api.url, drv_find(conf->api.protocol)->name,

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "jsonutil.h" /* tu_fmt */
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "promparse.h"
@@ -91,6 +92,9 @@ static int run_lessee(char *const *args, const char *env1, char **ret_out, char 
 		unsetenv("NOTIFY_SOCKET");
 		if (env1)
 			putenv((char *)(uintptr_t)env1);
+		/* every call here expects an exit of its own: a daemon that runs
+		 * on instead ends by SIGALRM, not by the suite's timeout */
+		alarm((unsigned)(tu_timeout(20 * SEC) / SEC));
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -172,6 +176,56 @@ START_TEST(test_bad_io_backend)
 	ck_assert_int_eq(run_lessee(args, "LESSEE_IO_BACKEND=kqueue", &out, &err), 78);
 	ck_assert_msg(strstr(err, "LESSEE_IO_BACKEND"), "stderr: %s", err);
 	ck_assert_msg(strstr(err, "kqueue"), "stderr: %s", err);
+}
+END_TEST
+
+/* spool_dir and run_dir are made at start, and one the daemon cannot make
+ * stops the start (78): else every run would end in a spawn_error, opening
+ * the workflow's breaker, and a result to spool would find nowhere to go. */
+START_TEST(test_unusable_dirs_stop_the_start)
+{
+	static const char *const keys[] = {"run_dir", "spool_dir"};
+	_cleanup_free_ char *path = NULL, *file = NULL;
+
+	path = put("lessee.conf",
+	           "[api]\nurl = http://127.0.0.1:1\n[status]\nlisten =\n"
+	           "[workflow.a]\ncommand = /bin/true\n",
+	           0644);
+	file = put("a-file", "", 0644);
+	for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+		_cleanup_free_ char *set = tu_fmt("worker.%s=%s/under", keys[i], file);
+		_cleanup_free_ char *out = NULL, *err = NULL, *want = NULL;
+		char *args[] = {"-c", path, "--set", set, NULL};
+
+		ck_assert_int_eq(run_lessee(args, NULL, &out, &err), 78);
+		want =
+		    tu_fmt("worker.%s %s/under: cannot create it: Not a directory", keys[i], file);
+		ck_assert_msg(strstr(err, want), "stderr: %s", err);
+	}
+}
+END_TEST
+
+START_TEST(test_dirs_made_at_start)
+{
+	_cleanup_free_ char *run = tu_fmt("%s/fresh/run", tmp);
+	_cleanup_free_ char *spool = tu_fmt("%s/fresh/spool", tmp);
+	_cleanup_free_ char *set_run = tu_fmt("worker.run_dir=%s", run);
+	_cleanup_free_ char *set_spool = tu_fmt("worker.spool_dir=%s", spool);
+	char *args[] = {"--set", set_run, "--set", set_spool, NULL};
+	struct stat st;
+
+	ck_assert_int_eq(tu_lessor_start(NULL, &L), 0);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                             .conf = "[workflow.a]\ncommand = /bin/true\n",
+	                                             .args = args},
+	                    &D),
+	    0);
+	ck_assert_int_eq(stat(run, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_int_eq(stat(spool, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_int_eq(st.st_mode & 0077, 0);
 }
 END_TEST
 
@@ -404,6 +458,8 @@ int main(void)
 	tcase_add_test(tc, test_check_config_reports_everything);
 	tcase_add_test(tc, test_check_config_prints_warnings);
 	tcase_add_test(tc, test_bad_io_backend);
+	tcase_add_test(tc, test_unusable_dirs_stop_the_start);
+	tcase_add_test(tc, test_dirs_made_at_start);
 	tcase_add_test(tc, test_cli);
 	tcase_add_test(tc, test_reload_checks_commands);
 	tcase_add_test(tc, test_claim_failures_logged_counted_and_ready_says_why);
