@@ -486,7 +486,7 @@ static long long span_int(const struct json_span *v, long long max)
 
 struct task_fields {
 	struct json_span task_id, wf_id, type, def_name, input, retry, resp_timeout, wf_type,
-	    ref_name, poll_count;
+	    ref_name, poll_count, input_path;
 	bool input_bad_utf8;
 };
 
@@ -520,7 +520,9 @@ static int task_scan(struct json_iter *arr, struct task_fields *f)
 		                         : key_is(&k, "workflowType")           ? &f->wf_type
 		                         : key_is(&k, "referenceTaskName")      ? &f->ref_name
 		                         : key_is(&k, "pollCount")              ? &f->poll_count
-		                                                                : NULL;
+		                         : key_is(&k, "externalInputPayloadStoragePath")
+		                             ? &f->input_path
+		                             : NULL;
 
 		if ((q = json_iter_value(&it, &v, &b)) < 0)
 			return q;
@@ -620,6 +622,13 @@ static int grant_from(struct conductor *n, struct task_type *t, size_t max_input
 		q = set_invalid(g, "workflowInstanceId of task %s is missing or malformed", g->id);
 	if (q >= 0 && (!type || !streq(type, t->name)))
 		q = set_invalid(g, "a task of another type than the one polled (%s)", t->name);
+	/* TaskModel.toTask: an input over taskInputPayloadSizeThreshold (3 MB by
+	 * default) went to external payload storage and inputData is {} */
+	if (q >= 0 && f->input_path.p && f->input_path.p[0] == '"')
+		q = set_invalid(g,
+		                "the task's input is in external payload storage%s, which lessee "
+		                "does not read",
+		                " (externalInputPayloadStoragePath)");
 	if (q >= 0 && f->input.p && f->input.len > max_input)
 		q = set_invalid(g, "inputData is larger than worker.max_input_bytes%s", "");
 	if (q >= 0 && f->input_bad_utf8)

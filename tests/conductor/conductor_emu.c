@@ -7,7 +7,15 @@
  *
  *   conductor_emu [--listen 127.0.0.1:PORT] [--ready-fd N] [--port-file F]
  *                 [--auth-key-id ID --auth-secret-file F] [--token-ttl SECONDS]
- *                 [--sweep-ms N] [--quiet]
+ *                 [--sweep-ms N] [--task-input-threshold-kb N] [--quiet]
+ *
+ *   --task-input-threshold-kb: conductor.app.taskInputPayloadSizeThreshold
+ *   (ConductorProperties, 3072 KB by default).  A task whose input is larger
+ *   as JSON goes to external payload storage when it is scheduled
+ *   (ExternalPayloadStorageUtils.verifyAndUpload → TaskModel.externalizeInput;
+ *   a default server has DummyPayloadStorage, files named <uuid>.json), and a
+ *   worker gets inputData {} with externalInputPayloadStoragePath
+ *   (TaskModel.toTask)
  *
  * Conductor's endpoints (under /api, see the handlers below):
  *   GET  /api/tasks/poll/batch/{taskType}  GET /api/tasks/poll/{taskType}
@@ -107,6 +115,7 @@ struct task {
 	char id[UUID_STRING_MAX];
 	struct workflow *wf;
 	char *type, *domain, *worker, *reason, *retried_from;
+	char *input_path;      /* externalInputPayloadStoragePath, or NULL */
 	cJSON *input, *output; /* output NULL = JSON null (a result may send that) */
 	cJSON *logs;           /* [{log, taskId, createdTime}] */
 	enum st status;
@@ -148,8 +157,12 @@ static struct {
 	char *key_id, *key_secret;
 	long long token_ttl_ms;
 	unsigned sweep_ms;
+	long long input_threshold_kb;
 	bool quiet;
-} E = {.mu = PTHREAD_MUTEX_INITIALIZER, .token_ttl_ms = 45LL * 60 * 1000, .sweep_ms = 100};
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .token_ttl_ms = 45LL * 60 * 1000,
+       .sweep_ms = 100,
+       .input_threshold_kb = 3072};
 
 /* ------------------------------------------------------------------ time */
 
@@ -248,10 +261,26 @@ static void task_free(struct task *t)
 	free(t->worker);
 	free(t->reason);
 	free(t->retried_from);
+	free(t->input_path);
 	cJSON_Delete(t->input);
 	cJSON_Delete(t->output);
 	cJSON_Delete(t->logs);
 	free(t);
+}
+
+/* ExternalPayloadStorageUtils.verifyAndUpload(TASK_INPUT): over the threshold,
+ * the input goes to storage and the task keeps its path. */
+static int input_externalize(struct task *t)
+{
+	_cleanup_free_ char *text = cJSON_PrintUnformatted(t->input);
+	char name[UUID_STRING_MAX];
+
+	if (!text)
+		return -ENOMEM;
+	if ((long long)strlen(text) <= E.input_threshold_kb * 1024)
+		return 0;
+	uuid_v4(name);
+	return asprintf(&t->input_path, "%s.json", name) < 0 ? (t->input_path = NULL, -ENOMEM) : 0;
 }
 
 static struct task *task_add(struct workflow *wf, const char *type, const char *domain,
@@ -268,7 +297,8 @@ static struct task *task_add(struct workflow *wf, const char *type, const char *
 	t->input = input ? cJSON_Duplicate(input, true) : cJSON_CreateObject();
 	t->output = cJSON_CreateObject();
 	t->logs = cJSON_CreateArray();
-	if (!t->type || (domain && *domain && !t->domain) || !t->input || !t->output || !t->logs)
+	if (!t->type || (domain && *domain && !t->domain) || !t->input || !t->output || !t->logs ||
+	    input_externalize(t) < 0)
 		goto fail;
 	t->seq = ++E.seq;
 	E.tasks[E.n_tasks++] = t;
@@ -418,7 +448,10 @@ static cJSON *task_json(const struct task *t)
 		return NULL;
 	add_str(o, "taskType", t->type);
 	add_str(o, "status", status_info[t->status].name);
-	cJSON_AddItemToObject(o, "inputData", cJSON_Duplicate(t->input, true));
+	/* TaskModel.toTask: an externalized input is {} */
+	cJSON_AddItemToObject(
+	    o, "inputData", t->input_path ? cJSON_CreateObject() : cJSON_Duplicate(t->input, true));
+	add_str(o, "externalInputPayloadStoragePath", t->input_path);
 	add_str(o, "referenceTaskName", t->type);
 	cJSON_AddNumberToObject(o, "retryCount", t->retry_count);
 	cJSON_AddNumberToObject(o, "seq", 1);
@@ -1715,7 +1748,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: conductor_emu [--listen 127.0.0.1:PORT] [--ready-fd N] "
 	           "[--port-file F] [--auth-key-id ID --auth-secret-file F] "
-	           "[--token-ttl SECONDS] [--sweep-ms N] [--quiet]\n");
+	           "[--token-ttl SECONDS] [--sweep-ms N] [--task-input-threshold-kb N] "
+	           "[--quiet]\n");
 }
 
 static int announce(int port, int ready_fd, const char *port_file)
@@ -1753,6 +1787,7 @@ int main(int argc, char **argv)
 	    {"auth-secret-file", required_argument, NULL, 's'},
 	    {"token-ttl", required_argument, NULL, 't'},
 	    {"sweep-ms", required_argument, NULL, 'w'},
+	    {"task-input-threshold-kb", required_argument, NULL, 'i'},
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
@@ -1790,6 +1825,9 @@ int main(int argc, char **argv)
 			break;
 		case 'w':
 			E.sweep_ms = (unsigned)MAX(atoi(optarg), 1);
+			break;
+		case 'i':
+			E.input_threshold_kb = MAX(atoll(optarg), 0);
 			break;
 		case 'q':
 			E.quiet = true;

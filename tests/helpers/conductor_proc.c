@@ -23,8 +23,8 @@ char *tu_conductor_bin(void)
 static int start_args(struct tu_conductor *c, const struct tu_conductor_opts *o)
 {
 	_cleanup_free_ char *secret = NULL;
-	char ttl[24], sweep[24];
-	const char *args[12] = {0};
+	char ttl[24], sweep[24], threshold[24];
+	const char *args[14] = {0};
 	size_t n = 0;
 	int r;
 
@@ -48,6 +48,11 @@ static int start_args(struct tu_conductor *c, const struct tu_conductor_opts *o)
 		snprintf(sweep, sizeof(sweep), "%u", o->sweep_ms);
 		args[n++] = "--sweep-ms";
 		args[n++] = sweep;
+	}
+	if (o && o->input_threshold_kb) {
+		snprintf(threshold, sizeof(threshold), "%u", o->input_threshold_kb);
+		args[n++] = "--task-input-threshold-kb";
+		args[n++] = threshold;
 	}
 	if (o && o->quiet)
 		args[n++] = "--quiet";

@@ -30,9 +30,10 @@ struct tu_conductor;
 struct tu_conductor_opts {
 	const char *key_id; /* with key_secret: POST /api/token and X-Authorization on */
 	const char *key_secret;
-	unsigned token_ttl_s; /* a token's life (0: the emulator's default, 45 min) */
-	unsigned sweep_ms;    /* response-timeout sweep period (0: default, 100 ms) */
-	bool quiet;           /* no line per request in the log (benchmarks) */
+	unsigned token_ttl_s;        /* a token's life (0: the emulator's default, 45 min) */
+	unsigned sweep_ms;           /* response-timeout sweep period (0: default, 100 ms) */
+	unsigned input_threshold_kb; /* a larger input goes to external storage (0: 3072) */
+	bool quiet;                  /* no line per request in the log (benchmarks) */
 };
 
 int tu_conductor_start(const struct tu_conductor_opts *opts, struct tu_conductor **ret);

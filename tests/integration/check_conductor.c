@@ -284,6 +284,32 @@ START_TEST(test_refused_input_fails_the_task)
 }
 END_TEST
 
+/* A task whose input the server moved to external payload storage reaches a
+ * worker with inputData {}: lessee does not read that storage, so it refuses
+ * the task by name rather than run it on an empty input. */
+START_TEST(test_external_input_fails_the_task)
+{
+	char big[3000];
+	_cleanup_free_ char *body = NULL, *id = NULL, *logs = NULL;
+	cJSON *t;
+
+	tu_conductor_stop(E);
+	E = tu_conductor_free(E);
+	emu_start(&(struct tu_conductor_opts){.sweep_ms = 20, .input_threshold_kb = 1});
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	body = tu_fmt("{\"taskType\":\"ok\",\"retryCount\":0,\"inputData\":{\"big\":\"%s\"}}", big);
+	id = create(body);
+	start_lessee("[workflow.ok]\ncommand = %s/ok.sh\n", scripts);
+	t = wait_task(id, "FAILED");
+	ck_assert_msg(strstr(tu_jstr(t, "reasonForIncompletion"), "external payload storage"), "%s",
+	              tu_jstr(t, "reasonForIncompletion"));
+	logs = task_logs(t);
+	ck_assert_ptr_null(strstr(logs, "hello from")); /* never ran */
+	cJSON_Delete(t);
+}
+END_TEST
+
 /* ---- the lease ---- */
 
 START_TEST(test_keep_alive_past_response_timeout)
@@ -581,6 +607,7 @@ int main(void)
 	ADD(s, terminal_exit_code);
 	ADD(s, timeout_and_crash);
 	ADD(s, refused_input_fails_the_task);
+	ADD(s, external_input_fails_the_task);
 	ADD(s, keep_alive_past_response_timeout);
 	ADD(s, cancel_on_server_kills_at_once);
 	ADD(s, lone_task_not_held_by_long_poll);
