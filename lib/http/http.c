@@ -729,14 +729,32 @@ static void response_error(http_req_t *req, CURLcode rc, struct http_response *r
 	r->status = 0;
 }
 
+/* An error answer (3xx, 4xx, 5xx) over the cap is still that answer: a
+ * proxy's error page on a 503 is a 503 to retry, not a body to refuse.  Its
+ * status stands, with what of the body fit (nothing when Content-Length told
+ * curl first).  Only a success's body must be whole. */
+static bool error_answer_cut(http_req_t *req, CURLcode rc, struct http_response *r)
+{
+	long code = 0;
+
+	if (rc != CURLE_FILESIZE_EXCEEDED &&
+	    !(rc == CURLE_WRITE_ERROR && req->write_error == -EMSGSIZE))
+		return false;
+	if (curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK || code < 300)
+		return false;
+	r->status = code;
+	return true;
+}
+
 static void response_fill(http_req_t *req, CURLcode rc, struct http_response *r)
 {
 	long version = 0, connects = 0;
 	char *ct = NULL;
+	bool answered = rc == CURLE_OK || error_answer_cut(req, rc, r);
 
-	if (rc != CURLE_OK)
+	if (!answered)
 		response_error(req, rc, r);
-	else
+	else if (rc == CURLE_OK)
 		curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &r->status);
 	curl_easy_getinfo(req->easy, CURLINFO_HTTP_VERSION, &version);
 	curl_easy_getinfo(req->easy, CURLINFO_NUM_CONNECTS, &connects);
@@ -744,8 +762,8 @@ static void response_fill(http_req_t *req, CURLcode rc, struct http_response *r)
 	r->http_version = http_version_major(version);
 	r->reused_connection = rc == CURLE_OK && connects == 0;
 	r->content_type = ct;
-	r->body = req->resp.data && rc == CURLE_OK ? req->resp.data : "";
-	r->body_len = rc == CURLE_OK ? req->resp.len : 0;
+	r->body = req->resp.data && answered ? req->resp.data : "";
+	r->body_len = answered ? req->resp.len : 0;
 	r->retry_after =
 	    http_parse_retry_after(http_response_header(req, "Retry-After"), time_real());
 	r->elapsed = time_mono() - req->start;

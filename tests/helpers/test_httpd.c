@@ -145,7 +145,7 @@ static enum MHD_Result route_bytes(struct MHD_Connection *c)
 		return MHD_NO;
 	}
 	MHD_add_response_header(r, "Content-Type", "application/octet-stream");
-	return queue(c, MHD_HTTP_OK, r);
+	return queue(c, arg_ull(c, "status") ? (unsigned)arg_ull(c, "status") : MHD_HTTP_OK, r);
 }
 
 static ssize_t file_read(void *cls, uint64_t pos, char *out, size_t max)

@@ -574,6 +574,31 @@ START_TEST(test_body_cap)
 }
 END_TEST
 
+/* An error answer over the cap is still that answer: a proxy's error page on
+ * a 503 is a 503 to retry, not a body to refuse (which dropped a finished
+ * run's result).  Its status stands, with what of the body fit. */
+START_TEST(test_error_answer_over_cap)
+{
+	static const long st[] = {503, 503, 502, 429, 404, 307};
+	static const char *const how[] = {"", "&chunked=1", "", "&chunked=1", "", ""};
+	struct env t;
+	struct result r[ELEMENTSOF(st)] = {{0}};
+
+	env_up(&t);
+	for (size_t i = 0; i < ELEMENTSOF(st); i++)
+		get_capped(&t, &r[i], 1000, "/bytes?n=10000&status=%ld%s", st[i], how[i]);
+	run_until(&t, ELEMENTSOF(st));
+	for (size_t i = 0; i < ELEMENTSOF(st); i++) {
+		ck_assert_msg(r[i].resp.error == 0, "%ld: error %d", st[i], r[i].resp.error);
+		ck_assert_int_eq(r[i].resp.status, st[i]);
+		ck_assert_uint_le(r[i].resp.body_len, 1000);
+		ck_assert(http_should_retry(&r[i].resp) == (st[i] >= 429 && st[i] != 404));
+		result_clear(&r[i]);
+	}
+	env_down(&t);
+}
+END_TEST
+
 static long max_rss_kib(void)
 {
 	struct rusage ru;
@@ -1233,6 +1258,7 @@ static Suite *http_suite(void)
 	tcase_add_test(fail, test_connect_refused);
 	tcase_add_test(fail, test_connect_timeout);
 	tcase_add_test(fail, test_body_cap);
+	tcase_add_test(fail, test_error_answer_over_cap);
 	tcase_add_test(fail, test_cap_bounds_memory);
 	tcase_add_test(life, test_cancel_in_flight);
 	tcase_add_test(life, test_observer);
