@@ -831,7 +831,7 @@ static int completed_parse(const struct json_span *entry, const char *id, long *
 
 	if (r < 0 || !cJSON_IsString(i) || !streq(i->valuestring, id))
 		return -EBADMSG;
-	if (!e)
+	if (!e || cJSON_IsNull(e)) /* null is absent */
 		*ret_status = 200;
 	else if (cJSON_IsString(e) && streq(e->valuestring, "lease_lost"))
 		*ret_status = 409;

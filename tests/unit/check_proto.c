@@ -451,6 +451,12 @@ START_TEST(test_complete_batch)
 	ans = "{\"completions\":[{\"id\":\"r-1\",\"error\":\"lease_lost\"}],\"x\":1}";
 	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 1, got), 0);
 	ck_assert_int_eq(got[0].status, 409);
+	/* a JSON null is absent (docs/protocol.md): a success, not garbage
+	 * (which had the completion sent again and again) */
+	ans = "{\"completions\":[{\"id\":\"r-1\",\"run_status\":\"succeeded\",\"error\":null,"
+	      "\"message\":null}]}";
+	ck_assert_int_eq(proto_complete_batch_parse(ans, strlen(ans), ids, 1, got), 0);
+	ck_assert_int_eq(got[0].status, 200);
 	/* a body that is not one object with members cannot take an id */
 	bodies[0] = "{}";
 	ck_assert_int_eq(proto_complete_batch_body(ids, bodies, 1, &body), -EINVAL);
