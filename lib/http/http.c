@@ -566,6 +566,9 @@ static int req_set_transport(const http_t *h, http_req_t *req, const struct http
 	SETOPT(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	SETOPT(e, CURLOPT_TCP_KEEPIDLE, 60L);
 	SETOPT(e, CURLOPT_TCP_KEEPINTVL, 30L);
+	/* the path as built: a protocol id may be "." or "..", which curl would
+	 * otherwise fold into another resource (RFC 3986 dot segments) */
+	SETOPT(e, CURLOPT_PATH_AS_IS, 1L);
 	SETOPT(e, CURLOPT_WRITEFUNCTION, http_write_cb);
 	SETOPT(e, CURLOPT_WRITEDATA, req);
 	/* refuse early when Content-Length already says it is too big */

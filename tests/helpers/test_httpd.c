@@ -256,6 +256,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return route_sleep(s, c);
 	if (streq(url, "/status"))
 		return route_status(c);
+	if (strncmp(url, "/path/", 6) == 0) /* the path as it came */
+		return queue(c, MHD_HTTP_OK, text(url));
 	return route_file(s, c, url);
 }
 

@@ -574,6 +574,27 @@ START_TEST(test_body_cap)
 }
 END_TEST
 
+/* The path goes as it is: a run id of "." or ".." (valid in protocol v1) in
+ * /v1/runs/{id}/log must not be folded away into another resource. */
+START_TEST(test_path_as_is)
+{
+	static const char *const paths[] = {"/path/runs/../log", "/path/runs/./log"};
+	struct env t;
+	struct result r[ELEMENTSOF(paths)] = {{0}};
+
+	env_up(&t);
+	for (size_t i = 0; i < ELEMENTSOF(paths); i++)
+		get(&t, &r[i], "%s", paths[i]);
+	run_until(&t, ELEMENTSOF(paths));
+	for (size_t i = 0; i < ELEMENTSOF(paths); i++) {
+		ck_assert_int_eq(r[i].resp.status, 200);
+		ck_assert_str_eq(r[i].body, paths[i]);
+		result_clear(&r[i]);
+	}
+	env_down(&t);
+}
+END_TEST
+
 /* An error answer over the cap is still that answer: a proxy's error page on
  * a 503 is a 503 to retry, not a body to refuse (which dropped a finished
  * run's result).  Its status stands, with what of the body fit. */
@@ -1259,6 +1280,7 @@ static Suite *http_suite(void)
 	tcase_add_test(fail, test_connect_timeout);
 	tcase_add_test(fail, test_body_cap);
 	tcase_add_test(fail, test_error_answer_over_cap);
+	tcase_add_test(fail, test_path_as_is);
 	tcase_add_test(fail, test_cap_bounds_memory);
 	tcase_add_test(life, test_cancel_in_flight);
 	tcase_add_test(life, test_observer);
