@@ -152,7 +152,8 @@ static int read_token(const char *path, char **ret)
 	int r = read_file_capped(path, 4096, &raw, NULL);
 
 	if (r < 0) {
-		fprintf(stderr, "lessor: cannot read token file %s: %s\n", path, strerror(-r));
+		fprintf(stderr, "lessor: cannot read token file %s: %s\n", path,
+		        r == -EINVAL ? "not a regular file" : strerror(-r));
 		return r;
 	}
 	t = str_trim(raw);

@@ -170,7 +170,8 @@ static int read_text(const char *path, char **ret, size_t *ret_len, char *err, s
 	int r = read_file_capped(path, FILE_MAX, ret, ret_len);
 
 	if (r < 0) {
-		fail(err, errlen, "cannot read %s: %s", path, strerror(-r));
+		fail(err, errlen, "cannot read %s: %s", path,
+		     r == -EINVAL ? "not a regular file" : strerror(-r));
 		return r;
 	}
 	return 0;

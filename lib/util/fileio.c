@@ -55,12 +55,17 @@ int read_fd_capped(int fd, size_t max, char **ret, size_t *ret_len)
 	return 0;
 }
 
+/* Opened without waiting (a FIFO's open waits for a writer, for ever) and
+ * read only when it is a regular file: else -EINVAL. */
 int read_file_capped(const char *path, size_t max, char **ret, size_t *ret_len)
 {
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
 
-	if (fd < 0)
+	if (fd < 0 || fstat(fd, &st) < 0)
 		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
 	return read_fd_capped(fd, max, ret, ret_len);
 }
 

@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Read a whole file, at most max bytes; -EFBIG when larger.  *ret is NUL-terminated. */
+/* Read a whole regular file, at most max bytes; -EFBIG when larger, -EINVAL when
+ * it is not a regular file (a FIFO is never waited on).  *ret is NUL-terminated. */
 int read_file_capped(const char *path, size_t max, char **ret, size_t *ret_len);
 /* Same, from an open fd (read from the current offset). */
 int read_fd_capped(int fd, size_t max, char **ret, size_t *ret_len);

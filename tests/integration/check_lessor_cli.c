@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lessor/client.h"
@@ -197,6 +198,12 @@ START_TEST(test_token_and_unreachable)
 	unsetenv("LESSOR_URL");
 	unsetenv("LESSOR_TOKEN_FILE");
 	ck_assert_int_eq(lessor("stats", "--token-file", "/nonexistent/token", URL, NULL), 1);
+	/* a FIFO is refused at once, not waited on for a writer */
+	free(tf);
+	ck_assert_int_ge(asprintf(&tf, "%s/fifo", dir), 0);
+	ck_assert_int_eq(mkfifo(tf, 0600), 0);
+	ck_assert_int_eq(lessor("stats", "--token-file", tf, URL, NULL), 1);
+	ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
 	ck_assert_int_ge(asprintf(&dead, "http://127.0.0.1:%d", port), 0);
 	ck_assert_int_eq(lessor("stats", "--url", dead, NULL), 1);
 	ck_assert_ptr_nonnull(strstr(err, "cannot talk to"));

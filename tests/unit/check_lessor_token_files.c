@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lessor/tokens.h"
 #include "testutil.h"
@@ -110,6 +112,24 @@ START_TEST(test_refused_files)
 }
 END_TEST
 
+/* A token file that is a FIFO (or any file but a regular one) is refused at
+ * once: opening it for reading waited for a writer, forever, and at a reload
+ * that held lessor's signal thread, so SIGTERM was never handled. */
+START_TEST(test_fifo_refused_at_once)
+{
+	lessor_tokens *t = NULL;
+
+	ck_assert_int_eq(unlink(admin_path), 0);
+	ck_assert_int_eq(mkfifo(admin_path, 0600), 0);
+	ck_assert_int_eq(load("", &t), -EINVAL);
+	ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+	ck_assert_int_eq(unlink(admin_path), 0);
+	ck_assert_int_eq(symlink("/dev/zero", admin_path), 0);
+	ck_assert_int_eq(load("", &t), -EINVAL);
+	ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+}
+END_TEST
+
 START_TEST(test_combinations)
 {
 	lessor_tokens *t = NULL;
@@ -154,6 +174,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_roles_and_names);
 	tcase_add_test(tc, test_refused_files);
+	tcase_add_test(tc, test_fifo_refused_at_once);
 	tcase_add_test(tc, test_combinations);
 	suite_add_tcase(s, tc);
 	return s;
