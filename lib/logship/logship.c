@@ -273,6 +273,24 @@ static void acked_locally(logship_t *ls)
 		resume(ls);
 }
 
+/* What the server took of an append; false when it took nothing and bytes
+ * wait (a 202 or 416 at the offset we sent from): sent again at once, they
+ * would spin. */
+static bool took(logship_t *ls, const struct drv_answer *a)
+{
+	uint64_t before = ls->base;
+	size_t pending = ls->pending.len;
+
+	if (!ls->offsets)
+		acked_locally(ls);
+	else {
+		if (!ls->synced)
+			first_answer(ls, a->verdict == DRV_RESYNC, a->length);
+		resync(ls, a->length);
+	}
+	return ls->base != before || ls->pending.len != pending || ls->pending.len == 0;
+}
+
 static void on_answer(const struct drv_answer *a, void *userdata)
 {
 	logship_t *ls = userdata;
@@ -281,14 +299,12 @@ static void on_answer(const struct drv_answer *a, void *userdata)
 	switch (a->verdict) {
 	case DRV_OK:
 	case DRV_RESYNC:
-		ls->attempt = 0;
-		if (!ls->offsets)
-			acked_locally(ls);
-		else {
-			if (!ls->synced)
-				first_answer(ls, a->verdict == DRV_RESYNC, a->length);
-			resync(ls, a->length);
+		if (!took(ls, a)) {
+			ls->stats.no_progress++;
+			retry_later(ls, a);
+			break;
 		}
+		ls->attempt = 0;
 		schedule(ls);
 		break;
 	case DRV_LOST:

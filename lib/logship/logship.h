@@ -91,6 +91,7 @@ struct logship_stats {
 	bool server_limit;  /* the server takes no more (DRV_TOO_LARGE): shipping stopped */
 	unsigned requests;
 	unsigned retries;
+	unsigned no_progress; /* answers that took nothing: sent again after a backoff */
 	usec_t stalled;     /* how long the producer was paused, in total */
 };
 void logship_get_stats(const logship_t *ls, struct logship_stats *ret);

@@ -1695,6 +1695,11 @@ static void run_free(struct run *r)
 		struct logship_stats st;
 
 		logship_get_stats(r->log, &st);
+		if (st.no_progress)
+			run_log(r, LOG_WARNING,
+			        "the API answered %u log appends without taking their bytes: each "
+			        "was sent again after a backoff",
+			        st.no_progress);
 		metric_add(r->h->m.log_bytes, (double)st.acked);
 		metric_add(r->h->m.log_dropped, (double)st.dropped, "buffer_full");
 		metric_add(r->h->m.log_dropped, (double)st.truncated, "max_log_bytes");

@@ -12,6 +12,7 @@
 #include "lessor_proc.h"
 #include "logship/logship.h"
 #include "obs/metrics.h"
+#include "proto/driver-int.h" /* drv_req_defer: a scripted append */
 #include "testutil.h"
 #include "util/macro.h"
 
@@ -325,6 +326,62 @@ START_TEST(test_stall_budget_then_drop)
 }
 END_TEST
 
+/* ---- a server whose answers take nothing ---- */
+
+static unsigned stuck_appends;
+static enum drv_verdict stuck_verdict;
+
+/* Every append answered at once with the length it was sent at: a 202 with
+ * {"length": offset}, or a 416 that names the offset the append had. */
+static int stuck_log_append(drv_t *d, drv_run_t *run, uint64_t offset, const void *data, size_t len,
+                            usec_t timeout, drv_cb cb, void *ud, drv_req_t **ret)
+{
+	drv_req_t *rq = drv_req_new(d, NULL, cb, ud);
+
+	(void)run, (void)data, (void)len, (void)timeout;
+	if (!rq)
+		return -ENOMEM;
+	stuck_appends++;
+	return drv_req_defer(rq, &(struct drv_answer){.verdict = stuck_verdict, .length = offset},
+	                     ret);
+}
+
+/* An answer that takes nothing is not sent again at once: that spun at
+ * hundreds of requests a second (1 MiB each while the run wrote on). */
+START_TEST(test_no_progress_backs_off)
+{
+	static const enum drv_verdict verdicts[] = {DRV_OK, DRV_RESYNC};
+	struct drv_ops ops = drv_native_ops;
+
+	ops.log_append = stuck_log_append;
+	for (size_t i = 0; i < ELEMENTSOF(verdicts); i++) {
+		struct env t = {0};
+		usec_t end;
+
+		stuck_appends = 0;
+		stuck_verdict = verdicts[i];
+		ck_assert_int_eq(ev_new(&t.e, NULL), 0);
+		tu_driver(t.e, &ops, "http://127.0.0.1:1", "r-1", "t0123456789abcdef", &t.m, &t.d,
+		          &t.run);
+		t.token = strdup("t0123456789abcdef");
+		ship_start(&t, 0, 0, false);
+		logship_write(t.ls, "hello\n", 6);
+		logship_finish(t.ls);
+		end = time_mono() + USEC_PER_SEC;
+		while (time_mono() < end)
+			ck_assert_int_ge(ev_run_once(t.e, 50 * USEC_PER_MSEC), 0);
+		ck_assert_msg(stuck_appends >= 1 && stuck_appends <= 20, "%u appends in 1 s",
+		              stuck_appends);
+		logship_free(t.ls);
+		drv_ops(t.d)->run_free(t.run);
+		drv_free(t.d);
+		metrics_free(t.m);
+		ev_free(t.e);
+		free(t.token);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("logship");
@@ -338,6 +395,7 @@ int main(void)
 	tcase_add_test(tc, test_409_lease_lost);
 	tcase_add_test(tc, test_backpressure_no_loss);
 	tcase_add_test(tc, test_stall_budget_then_drop);
+	tcase_add_test(tc, test_no_progress_backs_off);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
