@@ -28,13 +28,14 @@ static char worker_ids[][129] = {
  * the warning about responseTimeoutSeconds is said once per type). */
 static struct task_type types[] = {{"build", "build", false, false},
                                    {"deploy", "deploy_t", false, false}};
+static struct task_type *type_list[] = {&types[0], &types[1]};
 
 static struct conductor conductor(unsigned fallback_ttl_s, char *worker_id)
 {
 	return (struct conductor){.worker_id = worker_id,
 	                          .fallback_ttl_s = fallback_ttl_s,
 	                          .lease_refresh = 2 * USEC_PER_SEC,
-	                          .types = types,
+	                          .types = type_list,
 	                          .n_types = 2};
 }
 

@@ -131,6 +131,11 @@ int drv_new_ops(ev_t *e, const struct conf *c, metrics_t *m, const struct drv_op
 	return 0;
 }
 
+int drv_reload(drv_t *d, const struct conf *c)
+{
+	return d->ops->reload ? d->ops->reload(d, c) : 0;
+}
+
 int drv_new(ev_t *e, const struct conf *c, metrics_t *m, drv_t **ret)
 {
 	const struct drv_ops *ops = drv_find(c->api.protocol);

@@ -207,6 +207,10 @@ struct drv_ops {
 
 	int (*init)(drv_t *d, const struct conf *c);
 	void (*done)(drv_t *d);
+	/* The workflows as a reload left them (optional): one added is claimed
+	 * from the next claim on, and what a workflow may change live applies
+	 * there too.  A request in flight keeps what it was sent with. */
+	int (*reload)(drv_t *d, const struct conf *c);
 
 	int (*claim)(drv_t *d, const struct drv_claim *rq, drv_claim_cb cb, void *ud,
 		     drv_req_t **ret);
@@ -262,6 +266,8 @@ int drv_new(ev_t *e, const struct conf *c, metrics_t *m, drv_t **ret);
 int drv_new_ops(ev_t *e, const struct conf *c, metrics_t *m, const struct drv_ops *ops,
 		drv_t **ret);
 drv_t *drv_free(drv_t *d);
+/* After a reload (ops->reload, if any): 0 or -errno, the old workflows kept. */
+int drv_reload(drv_t *d, const struct conf *c);
 const struct drv_ops *drv_ops(const drv_t *d);
 bool drv_has(const drv_t *d, unsigned cap);
 const struct drv_ops *drv_find(const char *name); /* NULL = unknown protocol */

@@ -136,18 +136,23 @@ static const char *c7_run_lease_key(const drv_run_t *run)
 
 /* ---------------------------------------------------------------- init */
 
+static void topics_free(struct c7_topic *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(t[i].workflow);
+		free(t[i].name);
+		strv_free(t[i].variables);
+	}
+	free(t);
+}
+
 static void c7_done(drv_t *d)
 {
 	struct camunda7 *n = d->priv;
 
 	if (!n)
 		return;
-	for (size_t i = 0; i < n->n_topics; i++) {
-		free(n->topics[i].workflow);
-		free(n->topics[i].name);
-		strv_free(n->topics[i].variables);
-	}
-	free(n->topics);
+	topics_free(n->topics, n->n_topics);
 	free(n->worker_id);
 	free(n);
 	d->priv = NULL;
@@ -194,6 +199,28 @@ static int c7_init(drv_t *d, const struct conf *c)
 	log_emit(LOG_NOTICE, NULL, "camunda7: workerId %s (worker.id and a nonce of this process)",
 	         n->worker_id);
 	return topics_init(n, c);
+}
+
+/* The topics again, from the reloaded workflows: a pointer to one lives only
+ * within a callback (a claim's body, a task's grant), so the table is made
+ * anew; on failure the old one stays. */
+static int c7_reload(drv_t *d, const struct conf *c)
+{
+	struct camunda7 *n = C(d);
+	struct c7_topic *old = n->topics;
+	size_t n_old = n->n_topics;
+	int q;
+
+	n->topics = NULL;
+	n->n_topics = 0;
+	if ((q = topics_init(n, c)) < 0) {
+		topics_free(n->topics, n->n_topics);
+		n->topics = old;
+		n->n_topics = n_old;
+		return q;
+	}
+	topics_free(old, n_old);
+	return 0;
 }
 
 static struct c7_topic *topic_named(struct camunda7 *n, const char *name)
@@ -1342,6 +1369,7 @@ const struct drv_ops drv_camunda7_ops = {
     .caps = DRV_CAP_MULTI_WORKFLOW | DRV_CAP_RELEASE,
     .init = c7_init,
     .done = c7_done,
+    .reload = c7_reload,
     .claim = c7_claim,
     .renew = c7_renew,
     .log_append = c7_log_append,

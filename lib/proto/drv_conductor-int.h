@@ -31,7 +31,7 @@ struct conductor {
 	unsigned fallback_ttl_s;   /* worker.lease_ttl: for responseTimeoutSeconds 0 */
 	usec_t lease_refresh;
 	size_t max_task; /* a GET of one task: its inputData and the rest */
-	struct task_type *types;
+	struct task_type **types; /* never moved or freed before done: a poll holds one */
 	size_t n_types;
 };
 

@@ -153,19 +153,40 @@ static const char *conductor_run_lease_key(const drv_run_t *run)
 
 /* ---------------------------------------------------------------- init */
 
-static int types_init(struct conductor *n, const struct conf *c)
+static struct task_type *type_of(struct conductor *n, const char *workflow);
+
+static void type_free(struct task_type *t)
 {
-	n->types = calloc(c->n_workflows + 1, sizeof(*n->types));
-	if (!n->types)
-		return -ENOMEM;
+	if (t) {
+		free(t->workflow);
+		free(t->name);
+		free(t);
+	}
+}
+
+/* The task types of the workflows not yet known: all at init, those a reload
+ * added after it (a workflow's task_type is not live; one removed keeps its
+ * entry, no longer asked for). */
+static int types_add(struct conductor *n, const struct conf *c)
+{
 	for (size_t i = 0; i < c->n_workflows; i++) {
 		const struct conf_workflow *w = &c->workflows[i];
-		struct task_type *t = &n->types[n->n_types++];
+		struct task_type **v, *t;
 
+		if (type_of(n, w->name))
+			continue;
+		if (!(v = reallocarray(n->types, n->n_types + 1, sizeof(*v))))
+			return -ENOMEM;
+		n->types = v;
+		if (!(t = calloc(1, sizeof(*t))))
+			return -ENOMEM;
 		t->workflow = strdup(w->name);
 		t->name = strdup(w->task_type ? w->task_type : w->name);
-		if (!t->workflow || !t->name)
+		if (!t->workflow || !t->name) {
+			type_free(t);
 			return -ENOMEM;
+		}
+		n->types[n->n_types++] = t;
 	}
 	return 0;
 }
@@ -176,10 +197,8 @@ static void conductor_done(drv_t *d)
 
 	if (!n)
 		return;
-	for (size_t i = 0; i < n->n_types; i++) {
-		free(n->types[i].workflow);
-		free(n->types[i].name);
-	}
+	for (size_t i = 0; i < n->n_types; i++)
+		type_free(n->types[i]);
 	free(n->types);
 	free(n->worker_id);
 	free(n->domain);
@@ -213,14 +232,19 @@ static int conductor_init(drv_t *d, const struct conf *c)
 	    (!(n->key_id = strdup(c->api.key_id)) || !(n->key_secret = strdup(c->api.key_secret))))
 		return -ENOMEM;
 	d->auth_renewable = n->key_id != NULL; /* an expired token is renewed, not a denial */
-	return types_init(n, c);
+	return types_add(n, c);
+}
+
+static int conductor_reload(drv_t *d, const struct conf *c)
+{
+	return types_add(C(d), c);
 }
 
 static struct task_type *type_of(struct conductor *n, const char *workflow)
 {
 	for (size_t i = 0; i < n->n_types; i++)
-		if (streq(n->types[i].workflow, workflow))
-			return &n->types[i];
+		if (streq(n->types[i]->workflow, workflow))
+			return n->types[i];
 	return NULL;
 }
 
@@ -1318,6 +1342,7 @@ const struct drv_ops drv_conductor_ops = {
     .caps = DRV_CAP_SERVER_TTL | DRV_CAP_RELEASE,
     .init = conductor_init,
     .done = conductor_done,
+    .reload = conductor_reload,
     .claim = conductor_claim,
     .renew = conductor_renew,
     .log_append = conductor_log_append,

@@ -730,6 +730,10 @@ int worker_reload(worker_t *w, struct conf *next)
 	}
 	for (size_t i = 0; i < next->n_workflows; i++)
 		worker_wfstate(w, next->workflows[i].name);
+	if ((q = drv_reload(w->drv, next)) < 0)
+		log_error("reload: the %s driver cannot take the new workflows (%s): it claims "
+		          "for the ones it had",
+		          drv_ops(w->drv)->name, strerror(-q));
 	claim_kick(w->claimer);
 	return 0;
 }

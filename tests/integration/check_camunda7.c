@@ -353,6 +353,38 @@ START_TEST(test_json_without_spin_is_an_incident)
 }
 END_TEST
 
+/* ---- reload ---- */
+
+/* A workflow added by SIGHUP is fetched from then on, and a changed
+ * `variables` list goes with the next fetch (both live, configuration.md). */
+START_TEST(test_reload_adds_a_topic_and_changes_variables)
+{
+	_cleanup_free_ char *conf = NULL, *id = NULL, *b = NULL;
+	cJSON *t, *got;
+
+	start_lessee("[workflow.ok]\ncommand = %s/ok.sh\nvariables = n\n", scripts);
+	conf = tu_fmt("[api]\nprotocol = camunda7\n[workflow.ok]\ncommand = %1$s/ok.sh\n"
+	              "variables = m\n[workflow.bpmn]\ncommand = %1$s/bpmn.sh\n",
+	              scripts);
+	ck_assert_int_eq(tu_lessee_set_conf(D, conf), 0);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "workflow.bpmn: added", 10 * SEC), 0);
+	b = create("{\"topicName\":\"bpmn\"}");
+	t = wait_task(b, "BPMN_ERROR");
+	cJSON_Delete(t);
+	id = create("{\"topicName\":\"ok\",\"variables\":{\"n\":{\"type\":\"Integer\","
+	            "\"value\":1},\"m\":{\"type\":\"Integer\",\"value\":2}}}");
+	t = wait_task(id, "COMPLETED");
+	got = cJSON_Parse(tu_jstr(var(t, "completeVariables", "got"), "value"));
+	ck_assert_ptr_nonnull(got);
+	ck_assert_int_eq((int)tu_jnum(got, "m"), 2);
+	ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(got, "n"));
+	cJSON_Delete(got);
+	cJSON_Delete(t);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "claim failed", 100 * USEC_PER_MSEC), -ETIMEDOUT);
+}
+END_TEST
+
 /* ---- the lock ---- */
 
 START_TEST(test_lock_extended_past_lock_duration)
@@ -662,6 +694,7 @@ int main(void)
 	ADD(s, refused_input_is_an_incident);
 	ADD(s, result_the_engine_refuses_is_an_incident);
 	ADD(s, json_without_spin_is_an_incident);
+	ADD(s, reload_adds_a_topic_and_changes_variables);
 	ADD(s, lock_extended_past_lock_duration);
 	ADD(s, relocked_by_another_worker);
 	ADD(s, cancelled_process_kills_the_run);

@@ -310,6 +310,26 @@ START_TEST(test_external_input_fails_the_task)
 }
 END_TEST
 
+/* A workflow added by SIGHUP has its task type polled from then on. */
+START_TEST(test_reload_adds_a_task_type)
+{
+	_cleanup_free_ char *conf = NULL, *id = NULL;
+	cJSON *t;
+
+	start_lessee("[workflow.ok]\ncommand = %s/ok.sh\n", scripts);
+	conf = tu_fmt("[api]\nprotocol = conductor\n[workflow.ok]\ncommand = %1$s/ok.sh\n"
+	              "[workflow.fail]\ncommand = %1$s/fail.sh\n",
+	              scripts);
+	ck_assert_int_eq(tu_lessee_set_conf(D, conf), 0);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGHUP), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "workflow.fail: added", 10 * SEC), 0);
+	id = create("{\"taskType\":\"fail\",\"retryCount\":0}");
+	t = wait_task(id, "FAILED");
+	cJSON_Delete(t);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "claim failed", 100 * USEC_PER_MSEC), -ETIMEDOUT);
+}
+END_TEST
+
 /* ---- the lease ---- */
 
 START_TEST(test_keep_alive_past_response_timeout)
@@ -608,6 +628,7 @@ int main(void)
 	ADD(s, timeout_and_crash);
 	ADD(s, refused_input_fails_the_task);
 	ADD(s, external_input_fails_the_task);
+	ADD(s, reload_adds_a_task_type);
 	ADD(s, keep_alive_past_response_timeout);
 	ADD(s, cancel_on_server_kills_at_once);
 	ADD(s, lone_task_not_held_by_long_poll);
