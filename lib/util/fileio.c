@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "util/macro.h"
+#include "util/strutil.h"
 
 int read_fd_capped(int fd, size_t max, char **ret, size_t *ret_len)
 {
@@ -181,67 +182,148 @@ int mkdir_p(const char *path, mode_t mode)
 	return mkdir_one(buf, mode);
 }
 
-static int rm_rf_children(int dfd, dev_t dev, int depth)
+/* rm_rf holds at most this many directory fds: a deeper directory is moved
+ * up into the top one and emptied there, in a later pass (a run may leave a
+ * tree of any depth, and four removals run at once from the fd reserve). */
+#define RM_DEPTH_MAX 16
+#define RM_PASSES_MAX 65536
+
+struct rm {
+	int top;      /* the directory being emptied */
+	dev_t dev;    /* its file system: never crossed */
+	unsigned seq; /* names of the directories moved up */
+	bool moved;   /* this pass moved one: another pass */
+};
+
+/* An entry its owner made unwritable, or a directory unreadable (a run may
+ * chmod 000): as the owner, a daemon that is not root gives itself u+rwx
+ * back and tries once more; root never needs to. */
+static int retry_owner(int dfd, const char *name)
 {
-	DIR *d;
+	if (errno != EACCES)
+		return -errno;
+	if (name ? fchmodat(dfd, name, 0700, AT_SYMLINK_NOFOLLOW) < 0 : fchmod(dfd, 0700) < 0)
+		return -EACCES;
+	return 0;
+}
+
+static int unlink_in(int dfd, const char *name, int flags)
+{
+	if (unlinkat(dfd, name, flags) >= 0 || errno == ENOENT)
+		return 0;
+	if (retry_owner(dfd, NULL) < 0)
+		return -EACCES;
+	return unlinkat(dfd, name, flags) >= 0 || errno == ENOENT ? 0 : -errno;
+}
+
+static int open_dir_in(int dfd, const char *name)
+{
+	int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	int fd = openat(dfd, name, flags);
+
+	if (fd < 0 && retry_owner(dfd, name) >= 0)
+		fd = openat(dfd, name, flags);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Into the top directory under a new name (its ".." changes: it must be
+ * writable), to be emptied in the next pass. */
+static int move_up(struct rm *m, int dfd, const char *name)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		char to[32];
+
+		snprintf(to, sizeof(to), ".rm-%u", m->seq++);
+		if (renameat2(dfd, name, m->top, to, RENAME_NOREPLACE) >= 0) {
+			m->moved = true;
+			return 0;
+		}
+		if (errno == EACCES && retry_owner(dfd, name) >= 0)
+			continue;
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+static int rm_children(struct rm *m, int dfd, int depth);
+
+static int rm_entry(struct rm *m, int dfd, const char *name, int depth)
+{
+	struct stat st;
+	int sub, q;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlink_in(dfd, name, 0);
+	if (st.st_dev != m->dev)
+		return 0; /* never cross into another mount */
+	if (depth >= RM_DEPTH_MAX)
+		return move_up(m, dfd, name);
+	if ((sub = open_dir_in(dfd, name)) < 0)
+		return sub;
+	q = rm_children(m, sub, depth + 1);
+	return q < 0 ? q : unlink_in(dfd, name, AT_REMOVEDIR);
+}
+
+/* Everything in dfd (which it closes); the first error, having tried all. */
+static int rm_children(struct rm *m, int dfd, int depth)
+{
+	DIR *d = fdopendir(dfd);
 	struct dirent *de;
 	int r = 0;
 
-	if (depth > 256) {
-		close(dfd);
-		return -ELOOP;
-	}
-	d = fdopendir(dfd);
 	if (!d) {
 		close(dfd);
 		return -errno;
 	}
 	while ((de = readdir(d))) {
-		struct stat st;
+		int q;
 
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+		if (streq(de->d_name, ".") || streq(de->d_name, ".."))
 			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno != ENOENT)
-				r = -errno;
-			continue;
-		}
-		if (S_ISDIR(st.st_mode)) {
-			int sub;
-
-			if (st.st_dev != dev)
-				continue; /* never cross into another mount */
-			sub = openat(dirfd(d), de->d_name,
-			             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub < 0) {
-				r = -errno;
-				continue;
-			}
-			int q = rm_rf_children(sub, dev, depth + 1);
-			if (q < 0)
-				r = q;
-			if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-				r = -errno;
-		} else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
-			r = -errno;
+		q = rm_entry(m, dirfd(d), de->d_name, depth);
+		if (q < 0 && r >= 0)
+			r = q;
 	}
 	closedir(d);
 	return r;
 }
 
+/* Passes over the top directory until one moved nothing up. */
+static int rm_top(struct rm *m)
+{
+	int r = 0;
+
+	for (int pass = 0; pass < RM_PASSES_MAX; pass++) {
+		int fd = openat(m->top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (fd < 0)
+			return -errno;
+		m->moved = false;
+		r = rm_children(m, fd, 1);
+		if (!m->moved)
+			return r;
+	}
+	return r < 0 ? r : -ELOOP;
+}
+
 int rm_rf(const char *path)
 {
 	struct stat st;
-	int fd, r;
+	struct rm m = {.top = -1};
+	int r;
 
 	if (lstat(path, &st) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISDIR(st.st_mode))
 		return unlink(path) < 0 ? -errno : 0;
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	r = rm_rf_children(fd, st.st_dev, 0);
+	if ((m.top = open_dir_in(AT_FDCWD, path)) < 0)
+		return m.top;
+	m.dev = st.st_dev;
+	r = rm_top(&m);
+	close(m.top);
 	if (rmdir(path) < 0 && errno != ENOENT && r >= 0)
 		r = -errno;
 	return r;

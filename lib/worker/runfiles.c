@@ -135,14 +135,32 @@ struct result_job *result_job_free(struct result_job *j)
 
 /* ---------------------------------------------------------------- removal */
 
+struct removal {
+	int r;
+	char dir[];
+};
+
 static void remove_work(void *arg)
 {
-	(void)rm_rf(arg);
+	struct removal *m = arg;
+
+	m->r = rm_rf(m->dir);
+}
+
+/* What a run left that cannot go (another mount inside it, a file system
+ * error) is said; the next start tries again (clean_stale_run_dirs). */
+static void removal_failed(const char *dir, int r)
+{
+	log_warning("cannot remove the run directory %s: %s", dir, strerror(-r));
 }
 
 static void remove_done(void *arg, int r)
 {
-	free(arg);
+	struct removal *m = arg;
+
+	if (r >= 0 && m->r < 0)
+		removal_failed(m->dir, m->r);
+	free(m);
 }
 
 /* What a run that wrote nothing leaves: its input file, then the empty
@@ -153,7 +171,8 @@ static void remove_done(void *arg, int r)
 void runfiles_remove(offload_t *o, const char *dir)
 {
 	char input[PATH_MAX];
-	char *copy;
+	struct removal *m;
+	int q;
 
 	snprintf(input, sizeof(input), "%s/" INPUT_NAME, dir);
 	if (unlink(input) < 0 && errno != ENOENT)
@@ -161,9 +180,12 @@ void runfiles_remove(offload_t *o, const char *dir)
 	if (rmdir(dir) >= 0 || errno == ENOENT)
 		return;
 offload:
-	copy = strdup(dir);
-	if (!copy || offload_submit(o, NULL, remove_work, remove_done, copy, NULL) < 0) {
-		(void)rm_rf(dir);
-		free(copy);
+	m = malloc(sizeof(*m) + strlen(dir) + 1);
+	if (m)
+		strcpy(m->dir, dir);
+	if (!m || offload_submit(o, NULL, remove_work, remove_done, m, NULL) < 0) {
+		free(m);
+		if ((q = rm_rf(dir)) < 0)
+			removal_failed(dir, q);
 	}
 }

@@ -411,7 +411,9 @@ void worker_hard_stop(worker_t *w, bool now)
 	worker_maybe_exit(w);
 }
 
-/* Remove what a killed predecessor left under run_dir (lessee-<pid> of a dead pid). */
+/* Remove what a killed predecessor left under run_dir: lessee-<pid> of a dead
+ * pid, and of our own pid, which at start holds nothing of ours yet (PID 1
+ * of a container that restarts has its predecessor's pid). */
 static void clean_stale_run_dirs(const char *run_dir)
 {
 	DIR *d = opendir(run_dir);
@@ -424,15 +426,20 @@ static void clean_stale_run_dirs(const char *run_dir)
 		const char *p = startswith(de->d_name, "lessee-");
 		char *end;
 		long pid;
+		int q;
 
 		if (!p)
 			continue;
 		pid = strtol(p, &end, 10);
-		if (*end || pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		if (*end || pid <= 0 ||
+		    (pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", run_dir, de->d_name);
-		if (rm_rf(path) >= 0)
+		if ((q = rm_rf(path)) >= 0)
 			log_info("removed %s, left by a previous lessee (pid %ld)", path, pid);
+		else
+			log_warning("cannot remove %s, left by a previous lessee (pid %ld): %s",
+			            path, pid, strerror(-q));
 	}
 	closedir(d);
 }

@@ -285,6 +285,61 @@ START_TEST(test_run_dir_removed_is_made_again)
 }
 END_TEST
 
+/* A daemon with the pid of a dead predecessor (PID 1 of a container that
+ * restarts) removes that predecessor's run directories at start too: its
+ * own lessee-<pid> holds nothing of its own yet. */
+START_TEST(test_same_pid_predecessor_cleaned)
+{
+	_cleanup_free_ char *runs = NULL, *left = NULL, *file = NULL, *set = NULL;
+	char *args[] = {"--set", NULL, NULL};
+
+	ck_assert_int_ge(asprintf(&runs, "%s/runs", tmp), 0);
+	ck_assert_int_ge(asprintf(&left, "%s/lessee-1/r-9.1.1", runs), 0);
+	ck_assert_int_ge(asprintf(&file, "%s/big", left), 0);
+	ck_assert_int_ge(asprintf(&set, "worker.run_dir=%s", runs), 0);
+	args[1] = set;
+	ck_assert_int_eq(mkdir_p(left, 0700), 0);
+	ck_assert_int_eq(write_file_atomic(file, "x", 1, 0600), 0);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                                          .conf = "[workflow.ok]\n"
+	                                                                  "command = /bin/true\n",
+	                                                          .args = args,
+	                                                          .pid_namespace = true},
+	                                 &D),
+	                 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "left by a previous lessee (pid 1)", 10 * SEC), 0);
+	ck_assert_int_eq(access(left, F_OK), -1);
+	run_n(2, "ok");
+	ck_assert_int_eq(tu_lessee_stop(D), 0);
+}
+END_TEST
+
+/* What a run leaves that rm_rf cannot walk past by default (a tree deeper
+ * than 256, a directory it made mode 000) goes at the run's end. */
+START_TEST(test_hostile_trees_removed)
+{
+	static const char deep[] = "#!/bin/sh\ni=0\nwhile [ $i -lt 300 ]; do\n"
+	                           "mkdir d && cd d || exit 1\ni=$((i+1))\ndone\necho x > f\n";
+	static const char shut[] = "#!/bin/sh\nmkdir s && echo x > s/f && chmod 000 s . \n";
+	_cleanup_free_ char *run_dir = NULL, *conf = NULL, *d = NULL, *s = NULL;
+
+	ck_assert_int_ge(asprintf(&d, "%s/deep.sh", tmp), 0);
+	ck_assert_int_ge(asprintf(&s, "%s/shut.sh", tmp), 0);
+	ck_assert_int_eq(write_file_atomic(d, deep, strlen(deep), 0755), 0);
+	ck_assert_int_eq(write_file_atomic(s, shut, strlen(shut), 0755), 0);
+	ck_assert_int_ge(
+	    asprintf(&conf, "[workflow.deep]\ncommand = %s\n[workflow.shut]\ncommand = %s\n", d, s),
+	    0);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
+	                 0);
+	ck_assert_int_ge(asprintf(&run_dir, "%s/run", tu_lessee_dir(D)), 0);
+	run_n(1, "deep");
+	run_n(1, "shut");
+	wait_run_dirs_gone(run_dir);
+	ck_assert_int_eq(tu_lessee_stop(D), 0);
+}
+END_TEST
+
 static Suite *runfiles_suite(void)
 {
 	Suite *s = suite_create("runfiles");
@@ -294,6 +349,8 @@ static Suite *runfiles_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_one_mkdir_and_one_removal_per_run);
 	tcase_add_test(tc, test_run_dir_removed_is_made_again);
+	tcase_add_test(tc, test_same_pid_predecessor_cleaned);
+	tcase_add_test(tc, test_hostile_trees_removed);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -227,6 +229,94 @@ START_TEST(test_files)
 }
 END_TEST
 
+/* A child's verdict: 0 when it exited 0. */
+static int child_status(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A run may leave a tree deeper than anything sane: removed whole, with a
+ * few directory fds at most (four removals run at once on the helper
+ * threads, from the daemon's fd reserve). */
+START_TEST(test_rm_rf_deep_with_few_fds)
+{
+	char *dir = tu_tmpdir("util");
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(dir, O_RDONLY | O_DIRECTORY);
+		struct rlimit rl;
+
+		for (int i = 0; fd >= 0 && i < 600; i++) {
+			int sub = mkdirat(fd, "d", 0700) < 0 ? -1 : openat(fd, "d", O_RDONLY);
+
+			close(fd);
+			fd = sub;
+		}
+		if (fd < 0 || mkdirat(fd, "leaf", 0700) < 0)
+			_exit(2);
+		close(fd);
+		rl.rlim_cur = rl.rlim_max = (rlim_t)fd_count() + 3 + 24;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(3);
+		_exit(rm_rf(dir) == 0 && access(dir, F_OK) < 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(child_status(pid), 0);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* What a run made unreadable or unwritable (chmod 000, of a subdirectory or
+ * of its own directory) is removed by its owner: a daemon that is not root
+ * has no DAC override to walk past it. */
+START_TEST(test_rm_rf_modes_taken_away)
+{
+	char *dir = tu_tmpdir("util"), *top = NULL;
+	pid_t pid;
+
+	ck_assert_int_ge(asprintf(&top, "%s/top", dir), 0);
+	ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char p[1024];
+
+		if (setgid(65534) < 0 || setuid(65534) < 0 || mkdir(top, 0700) < 0)
+			_exit(2);
+		snprintf(p, sizeof(p), "%s/sub", top);
+		if (mkdir(p, 0700) < 0)
+			_exit(2);
+		snprintf(p, sizeof(p), "%s/sub/f", top);
+		if (write_file_atomic(p, "x", 1, 0600) < 0)
+			_exit(2);
+		snprintf(p, sizeof(p), "%s/ro", top);
+		if (mkdir(p, 0700) < 0)
+			_exit(2);
+		snprintf(p, sizeof(p), "%s/ro/g", top);
+		if (write_file_atomic(p, "x", 1, 0600) < 0)
+			_exit(2);
+		if (chmod(p, 0) < 0)
+			_exit(2);
+		snprintf(p, sizeof(p), "%s/ro", top);
+		if (chmod(p, 0500) < 0)
+			_exit(2);
+		snprintf(p, sizeof(p), "%s/sub", top);
+		if (chmod(p, 0) < 0 || chmod(top, 0) < 0)
+			_exit(2);
+		_exit(rm_rf(top) == 0 && access(top, F_OK) < 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(child_status(pid), 0);
+	rm_rf(dir);
+	free(top);
+	free(dir);
+}
+END_TEST
+
 /* The last output of a run: bounded, whole lines once cut, valid UTF-8. */
 START_TEST(test_tail)
 {
@@ -285,6 +375,8 @@ static Suite *util_suite(void)
 	tcase_add_test(tc, test_buf_cap_size_max);
 	tcase_add_test(tc, test_strv);
 	tcase_add_test(tc, test_files);
+	tcase_add_test(tc, test_rm_rf_deep_with_few_fds);
+	tcase_add_test(tc, test_rm_rf_modes_taken_away);
 	tcase_add_test(tc, test_mkdir_p_mode);
 	suite_add_tcase(s, tc);
 	return s;
