@@ -53,7 +53,7 @@ static const char usage_text[] =
     "  -h, --help                this text\n"
     "  -V, --version             print the version\n"
     "\n"
-    "Exit status: 0 ok, 1 failure, 2 usage error.\n";
+    "Exit status: 0 ok, 1 failure, 2 usage error, 78 configuration error (serve).\n";
 
 static const char serve_usage[] =
     "usage: lessor serve [OPTIONS]\n"
