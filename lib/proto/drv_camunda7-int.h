@@ -15,6 +15,8 @@
 #define DRV_CAMUNDA7_ID_MAX 128            /* a task id: [A-Za-z0-9._:-] (UUIDs, numbers) */
 #define DRV_CAMUNDA7_ERROR_MESSAGE_MAX 666 /* ExternalTaskEntity.MAX_EXCEPTION_MESSAGE_LENGTH */
 #define DRV_CAMUNDA7_ERROR_DETAILS_MAX (64 * 1024)
+#define DRV_CAMUNDA7_NAME_MAX 255         /* ACT_RU_VARIABLE.NAME_ */
+#define DRV_CAMUNDA7_STRING_MAX 4000      /* ACT_RU_VARIABLE.TEXT_, a String's value */
 #define DRV_CAMUNDA7_ASYNC_MAX_MS 1800000 /* FetchAndLockHandlerImpl.MAX_REQUEST_TIMEOUT */
 
 struct c7_topic {

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "conf/conf.h"
 #include "log/log.h"
@@ -1104,6 +1105,62 @@ static int result_text(const char *raw, cJSON **out, char **canon)
 	return *out ? 0 : -EBADMSG;
 }
 
+/* UTF-16 code units of valid UTF-8 text (what an nvarchar counts; a
+ * varchar in characters counts no more). */
+static size_t utf16_units(const char *s)
+{
+	size_t n = 0;
+
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		n += (*p & 0xc0) != 0x80 ? 1 + (*p >= 0xf0) : 0;
+	return n;
+}
+
+/* What the engine's table cannot store, which it would refuse with a 500
+ * from the database at every attempt (ACT_RU_VARIABLE: NAME_ varchar(255),
+ * a String's TEXT_ varchar(4000), 2000 on Oracle, which lessee cannot
+ * know): why into buf, or false. */
+static bool beyond_the_table(const cJSON *req, char *buf, size_t len)
+{
+	static const char *const sets[] = {"variables", "localVariables"};
+
+	for (size_t i = 0; i < ELEMENTSOF(sets); i++) {
+		const cJSON *v;
+
+		cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(req, sets[i]))
+		{
+			/* each typed value went in as the raw text add_variables made */
+			_cleanup_json_ cJSON *typed =
+			    cJSON_IsRaw(v) ? cJSON_Parse(v->valuestring) : NULL;
+			const cJSON *t = cJSON_GetObjectItemCaseSensitive(typed, "type");
+			const cJSON *x = cJSON_GetObjectItemCaseSensitive(typed, "value");
+			size_t n = utf16_units(v->string);
+
+			if (n > DRV_CAMUNDA7_NAME_MAX) {
+				snprintf(
+				    buf, len,
+				    "a result variable's name is %zu characters long: the engine "
+				    "stores at most %d",
+				    n, DRV_CAMUNDA7_NAME_MAX);
+				return true;
+			}
+			if (cJSON_IsString(t) && strcasecmp(t->valuestring, "String") == 0 &&
+			    cJSON_IsString(x) &&
+			    (n = utf16_units(x->valuestring)) > DRV_CAMUNDA7_STRING_MAX) {
+				snprintf(
+				    buf, len,
+				    "the result's String variable '%.64s' is %zu characters long: "
+				    "the engine stores at most %d (give it as {\"type\": \"Json\" "
+				    "or "
+				    "\"Object\", ...} instead)",
+				    v->string, n, DRV_CAMUNDA7_STRING_MAX);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
 int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **ret)
 {
 	_cleanup_json_ cJSON *j = cJSON_CreateObject();
@@ -1114,6 +1171,7 @@ int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **
 	const cJSON *e = cJSON_GetObjectItemCaseSensitive(out, "bpmn_error");
 	cJSON *req = cJSON_CreateObject();
 	const char *endpoint = "failure";
+	char why[DRV_CAMUNDA7_ERROR_MESSAGE_MAX];
 
 	if (q < 0 || !j || !req || !cJSON_AddItemToObject(j, "request", req)) {
 		cJSON_Delete(req);
@@ -1133,6 +1191,14 @@ int drv_camunda7_body(const drv_run_t *run, const struct drv_outcome *o, char **
 		q = result_variables(req, run, out, raw);
 	} else
 		q = failure_request(req, run, o, NULL);
+	if (q >= 0 && !streq(endpoint, "failure") && beyond_the_table(req, why, sizeof(why))) {
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "request");
+		if (!(req = cJSON_AddObjectToObject(j, "request")) ||
+		    !cJSON_AddStringToObject(req, "workerId", run->worker_id))
+			return -ENOMEM;
+		endpoint = "failure";
+		q = failure_request(req, run, o, why);
+	}
 	if (q < 0 || !cJSON_AddStringToObject(j, "taskId", run->task_id) ||
 	    !cJSON_AddStringToObject(j, "leaseKey", run->lease_key) ||
 	    !cJSON_AddStringToObject(j, "endpoint", endpoint) ||

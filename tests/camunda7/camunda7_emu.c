@@ -1263,10 +1263,51 @@ static bool handle_validate(enum op op, const struct handle *h, struct err *e)
 	return true;
 }
 
+/* UTF-16 code units of UTF-8 text (what an nvarchar counts). */
+static size_t utf16_units(const char *s)
+{
+	size_t n = 0;
+
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		n += (*p & 0xc0) != 0x80 ? 1 + (*p >= 0xf0) : 0;
+	return n;
+}
+
+/* The database under the engine (engine/src/main/resources/.../create/
+ * activiti.postgres.create.engine.sql, ACT_RU_VARIABLE: NAME_ varchar(255),
+ * TEXT_ varchar(4000), where StringValueSerializer puts a String): a longer
+ * value fails the flush, and the engine answers 500 with nothing changed
+ * (the message of PostgreSQL's, shortened). */
+static bool vars_fit(const cJSON *vars, struct err *e)
+{
+	const cJSON *v;
+
+	cJSON_ArrayForEach(v, vars)
+	{
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+		const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "value");
+
+		if (utf16_units(v->string) > 255 ||
+		    (cJSON_IsString(t) && strcmp(t->valuestring, "String") == 0 &&
+		     cJSON_IsString(x) && utf16_units(x->valuestring) > 4000)) {
+			err_set(
+			    e, 500, "ProcessEngineException", CODE_FALLBACK,
+			    "ENGINE-03083 Exception while executing Batch Database Operations "
+			    "with message 'ERROR: value too long for type character varying(%d)'",
+			    utf16_units(v->string) > 255 ? 255 : 4000);
+			return false;
+		}
+	}
+	return true;
+}
+
 /* The command on a live task whose lock h->worker owns (E.mu held). */
 static bool handle_apply(enum op op, struct task *t, struct handle *h, struct err *e)
 {
 	long long now = now_ms();
+
+	if (!vars_fit(h->vars, e) || !vars_fit(h->local_vars, e))
+		return false;
 
 	switch (op) {
 	case OP_COMPLETE: /* ExternalTaskEntity.complete: variables set, task deleted */

@@ -333,6 +333,29 @@ START_TEST(test_result_the_engine_refuses_is_an_incident)
 }
 END_TEST
 
+/* A String over what the engine's table stores (ACT_RU_VARIABLE.TEXT_,
+ * varchar(4000)) fails the engine's insert with a 500 that no retry gets
+ * past, and the task would run again after each lock: lessee says so at
+ * once, an incident naming the variable, run once. */
+START_TEST(test_string_over_the_column_is_an_incident)
+{
+	_cleanup_free_ char *id = create("{\"topicName\":\"long\"}");
+	cJSON *t;
+
+	write_script("long.sh", "printf '{\"short\":\"ok\",\"big\":\"' > \"$LESSEE_RESULT_FILE\"\n"
+	                        "head -c 4001 /dev/zero | tr '\\0' x >> \"$LESSEE_RESULT_FILE\"\n"
+	                        "printf '\"}' >> \"$LESSEE_RESULT_FILE\"");
+	start_lessee("[workflow.long]\ncommand = %s/long.sh\n", scripts);
+	t = wait_task(id, "INCIDENT");
+	ck_assert_msg(strstr(tu_jstr(t, "errorMessage"), "'big'") &&
+	                  strstr(tu_jstr(t, "errorMessage"), "4000"),
+	              "%s", tu_jstr(t, "errorMessage"));
+	ck_assert_int_eq(count_of(t, "fetched"), 1);
+	ck_assert_int_eq(count_of(t, "complete"), 0);
+	cJSON_Delete(t);
+}
+END_TEST
+
 /* An engine without the Spin plugin has no Json type, in which lessee sends a
  * result's objects and arrays: the same incident, naming the type. */
 START_TEST(test_json_without_spin_is_an_incident)
@@ -694,6 +717,7 @@ int main(void)
 	ADD(s, refused_input_is_an_incident);
 	ADD(s, result_the_engine_refuses_is_an_incident);
 	ADD(s, json_without_spin_is_an_incident);
+	ADD(s, string_over_the_column_is_an_incident);
 	ADD(s, reload_adds_a_topic_and_changes_variables);
 	ADD(s, lock_extended_past_lock_duration);
 	ADD(s, relocked_by_another_worker);

@@ -646,6 +646,20 @@ START_TEST(test_request_validation)
 	                    &e),
 	                 400);
 	check_err(e, "InvalidRequestException", "Must provide 'null' or String value", -1);
+	/* the database: ACT_RU_VARIABLE.TEXT_ varchar(4000) fails the flush */
+	{
+		char big[4002];
+		_cleanup_free_ char *body = NULL;
+
+		memset(big, 'x', 4001);
+		big[4001] = '\0';
+		body = tu_fmt("{\"workerId\":\"w1\",\"variables\":{\"v\":{\"type\":\"String\","
+		              "\"value\":\"%s\"}}}",
+		              big);
+		ck_assert_int_eq(op(id, "complete", body, &e), 500);
+		check_err(e, "ProcessEngineException",
+		          "ENGINE-03083 Exception while executing Batch", 0);
+	}
 	ck_assert_int_eq(count_of(id, "complete"), 0);
 	/* GET /external-task/{id} */
 	{
