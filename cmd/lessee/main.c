@@ -790,6 +790,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
 	if (make_dirs(conf) < 0) {
+		conf_free(conf);
 		r = EXIT_CONFIG;
 		goto out;
 	}

@@ -1147,13 +1147,11 @@ static bool beyond_the_table(const cJSON *req, char *buf, size_t len)
 			if (cJSON_IsString(t) && strcasecmp(t->valuestring, "String") == 0 &&
 			    cJSON_IsString(x) &&
 			    (n = utf16_units(x->valuestring)) > DRV_CAMUNDA7_STRING_MAX) {
-				snprintf(
-				    buf, len,
-				    "the result's String variable '%.64s' is %zu characters long: "
-				    "the engine stores at most %d (give it as {\"type\": \"Json\" "
-				    "or "
-				    "\"Object\", ...} instead)",
-				    v->string, n, DRV_CAMUNDA7_STRING_MAX);
+				snprintf(buf, len,
+				         "the result's String variable '%.64s' is %zu characters "
+				         "long: the engine stores at most %d (give it as "
+				         "{\"type\": \"Json\" or \"Object\", ...} instead)",
+				         v->string, n, DRV_CAMUNDA7_STRING_MAX);
 				return true;
 			}
 		}
