@@ -248,7 +248,7 @@ START_TEST(test_rm_rf_deep_with_few_fds)
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		int fd = open(dir, O_RDONLY | O_DIRECTORY);
+		int fd = open(dir, O_RDONLY | O_DIRECTORY), code = 0;
 		struct rlimit rl;
 
 		for (int i = 0; fd >= 0 && i < 600; i++) {
@@ -258,12 +258,16 @@ START_TEST(test_rm_rf_deep_with_few_fds)
 			fd = sub;
 		}
 		if (fd < 0 || mkdirat(fd, "leaf", 0700) < 0)
-			_exit(2);
+			code = 2;
 		close(fd);
 		rl.rlim_cur = rl.rlim_max = (rlim_t)fd_count() + 3 + 24;
-		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-			_exit(3);
-		_exit(rm_rf(dir) == 0 && access(dir, F_OK) < 0 ? 0 : 1);
+		/* valgrind keeps RLIMIT_NOFILE to itself (EPERM): there only the depth */
+		if (!code && setrlimit(RLIMIT_NOFILE, &rl) < 0 && !tu_wrapped())
+			code = 3;
+		if (!code && (rm_rf(dir) < 0 || access(dir, F_OK) == 0))
+			code = 1;
+		free(dir); /* valgrind checks the child's leaks too */
+		_exit(code);
 	}
 	ck_assert_int_eq(child_status(pid), 0);
 	rm_rf(dir);
@@ -308,7 +312,10 @@ START_TEST(test_rm_rf_modes_taken_away)
 		snprintf(p, sizeof(p), "%s/sub", top);
 		if (chmod(p, 0) < 0 || chmod(top, 0) < 0)
 			_exit(2);
-		_exit(rm_rf(top) == 0 && access(top, F_OK) < 0 ? 0 : 1);
+		snprintf(p, sizeof(p), "%d", rm_rf(top) == 0 && access(top, F_OK) < 0 ? 0 : 1);
+		free(top); /* valgrind checks the child's leaks too */
+		free(dir);
+		_exit(atoi(p));
 	}
 	ck_assert_int_eq(child_status(pid), 0);
 	rm_rf(dir);
