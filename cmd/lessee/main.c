@@ -648,11 +648,13 @@ static void tighten_dirs(const struct conf *c)
 /* spool_dir and run_dir, made at start (loading the configuration makes
  * nothing): one the daemon cannot make or write stops it here, not as a
  * spawn_error per run that opens the breaker, or a result with nowhere to
- * spool.  0700: the run directories' parent is made 0711 by run.c. */
-static int make_dir(const char *key, const char *path)
+ * spool.  The spool is the daemon's alone (0700); run_dir must be
+ * traversable by a run dropped to another user, as run.c makes its
+ * lessee-<pid> level (0711). */
+static int make_dir(const char *key, const char *path, mode_t mode)
 {
 	struct stat st;
-	int q = mkdir_p(path, 0700);
+	int q = mkdir_p(path, mode);
 
 	if (q >= 0 && stat(path, &st) < 0)
 		q = -errno;
@@ -672,9 +674,9 @@ static int make_dir(const char *key, const char *path)
 
 static int make_dirs(const struct conf *c)
 {
-	int q = make_dir("spool_dir", c->worker.spool_dir);
+	int q = make_dir("spool_dir", c->worker.spool_dir, 0700);
 
-	return q < 0 ? q : make_dir("run_dir", c->worker.run_dir);
+	return q < 0 ? q : make_dir("run_dir", c->worker.run_dir, 0711);
 }
 
 /* libcurl copies our request headers, the Authorization one among them, into

@@ -223,6 +223,8 @@ START_TEST(test_dirs_made_at_start)
 	    0);
 	ck_assert_int_eq(stat(run, &st), 0);
 	ck_assert(S_ISDIR(st.st_mode));
+	/* a run dropped to run_user must get through it to its own directory */
+	ck_assert_int_eq(st.st_mode & 0777, 0711);
 	ck_assert_int_eq(stat(spool, &st), 0);
 	ck_assert(S_ISDIR(st.st_mode));
 	ck_assert_int_eq(st.st_mode & 0077, 0);
