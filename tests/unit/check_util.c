@@ -275,6 +275,31 @@ START_TEST(test_rm_rf_deep_with_few_fds)
 }
 END_TEST
 
+static bool touch_at(int dfd, const char *name)
+{
+	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+	return fd >= 0 && close(fd) == 0;
+}
+
+/* As nobody: top holding sub/f and ro/g, then g made 000, ro 0500, sub and
+ * top 000.  0, or -1. */
+static int shut_tree(const char *top)
+{
+	bool ok;
+	int fd;
+
+	if (setgid(65534) < 0 || setuid(65534) < 0 || mkdir(top, 0700) < 0 ||
+	    (fd = open(top, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -1;
+	ok = mkdirat(fd, "sub", 0700) == 0 && touch_at(fd, "sub/f") &&
+	     mkdirat(fd, "ro", 0700) == 0 && touch_at(fd, "ro/g") &&
+	     fchmodat(fd, "ro/g", 0, 0) == 0 && fchmodat(fd, "ro", 0500, 0) == 0 &&
+	     fchmodat(fd, "sub", 0, 0) == 0 && fchmod(fd, 0) == 0;
+	close(fd);
+	return ok ? 0 : -1;
+}
+
 /* What a run made unreadable or unwritable (chmod 000, of a subdirectory or
  * of its own directory) is removed by its owner: a daemon that is not root
  * has no DAC override to walk past it. */
@@ -288,34 +313,13 @@ START_TEST(test_rm_rf_modes_taken_away)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		char p[1024];
+		int code = shut_tree(top) < 0                         ? 2
+		           : rm_rf(top) == 0 && access(top, F_OK) < 0 ? 0
+		                                                      : 1;
 
-		if (setgid(65534) < 0 || setuid(65534) < 0 || mkdir(top, 0700) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%s/sub", top);
-		if (mkdir(p, 0700) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%s/sub/f", top);
-		if (write_file_atomic(p, "x", 1, 0600) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%s/ro", top);
-		if (mkdir(p, 0700) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%s/ro/g", top);
-		if (write_file_atomic(p, "x", 1, 0600) < 0)
-			_exit(2);
-		if (chmod(p, 0) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%s/ro", top);
-		if (chmod(p, 0500) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%s/sub", top);
-		if (chmod(p, 0) < 0 || chmod(top, 0) < 0)
-			_exit(2);
-		snprintf(p, sizeof(p), "%d", rm_rf(top) == 0 && access(top, F_OK) < 0 ? 0 : 1);
 		free(top); /* valgrind checks the child's leaks too */
 		free(dir);
-		_exit(atoi(p));
+		_exit(code);
 	}
 	ck_assert_int_eq(child_status(pid), 0);
 	rm_rf(dir);
