@@ -168,6 +168,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		o->status_cmd = true;
 		optind++;
 	}
+	if (o->check_config && o->status_cmd) {
+		fprintf(stderr, "lessee: --check-config does not go with the status command\n");
+		return -EINVAL;
+	}
 	if (o->help) {
 		if (o->status_cmd)
 			status_cli_usage(stdout);

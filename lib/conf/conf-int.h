@@ -65,6 +65,10 @@ extern const size_t conf_n_wf_keys;
 
 #define CONF_PROBLEM_MAX 512
 
+/* A key of another protocol than this one: an error in [api], ignored in a
+ * workflow, and not printed by conf_print(). */
+bool conf_key_foreign(const char *protocol, const char *section, const char *name);
+
 /* Parse value into the field of base described by k (replacing it, or appending
  * for CONF_ENV).  -EINVAL with a human reason in problem, or -ENOMEM. */
 int conf_value_parse(const struct conf_key *k, void *base, const char *value,

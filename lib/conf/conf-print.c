@@ -53,6 +53,8 @@ int conf_print(const struct conf *c, FILE *f)
 		if (!section || !streq(section, k->section))
 			fprintf(f, "\n[%s]\n", k->section);
 		section = k->section;
+		if (conf_key_foreign(c->api.protocol, k->section, k->name))
+			continue;
 		print_key(f, k, c);
 		if (k->offset == offsetof(struct conf, api.token_file))
 			print_token(f, c);
@@ -64,7 +66,8 @@ int conf_print(const struct conf *c, FILE *f)
 	for (size_t w = 0; w < c->n_workflows; w++) {
 		fprintf(f, "\n[workflow.%s]\n", c->workflows[w].name);
 		for (size_t i = 0; i < conf_n_wf_keys; i++)
-			print_key(f, &conf_wf_keys[i], &c->workflows[w]);
+			if (!conf_key_foreign(c->api.protocol, "workflow", conf_wf_keys[i].name))
+				print_key(f, &conf_wf_keys[i], &c->workflows[w]);
 	}
 	return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }

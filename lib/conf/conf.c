@@ -1287,6 +1287,24 @@ static const struct driver_keys driver_keys[] = {
      "Camunda 7's external tasks"},
 };
 
+/* [workflow.X] keys Camunda 7 takes but has no use for */
+static const char *const camunda7_ignored[] = {"terminal_exit_codes", NULL};
+
+bool conf_key_foreign(const char *protocol, const char *section, const char *name)
+{
+	bool api = streq(section, "api");
+
+	if (!api && streq(protocol, "camunda7") &&
+	    strv_contains((char *const *)camunda7_ignored, name))
+		return true;
+	for (size_t d = 0; d < ELEMENTSOF(driver_keys); d++)
+		if (!streq(protocol, driver_keys[d].protocol) &&
+		    strv_contains((char *const *)(api ? driver_keys[d].api : driver_keys[d].wf),
+		                  name))
+			return true;
+	return false;
+}
+
 static int check_foreign_keys(struct loader *L)
 {
 	const struct conf *c = L->c;
@@ -1395,7 +1413,6 @@ static int check_camunda7_keys(struct loader *L)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->n_workflows && r != -ENOMEM; i++) {
 		const struct conf_workflow *w = &c->workflows[i];
-		static const char *const ignored[] = {"terminal_exit_codes"};
 
 		if (w->retry_backoff_max < w->retry_backoff)
 			r = fail(
@@ -1404,13 +1421,13 @@ static int check_camunda7_keys(struct loader *L)
 			    "(%s)",
 			    w->name, time_format_duration(x, sizeof(x), w->retry_backoff_max),
 			    w->name, time_format_duration(y, sizeof(y), w->retry_backoff));
-		for (size_t k = 0; k < ELEMENTSOF(ignored) && r != -ENOMEM; k++)
-			if (wf_key_set(L, w->name, wf_key_index(ignored[k])) &&
+		for (size_t k = 0; camunda7_ignored[k] && r != -ENOMEM; k++)
+			if (wf_key_set(L, w->name, wf_key_index(camunda7_ignored[k])) &&
 			    warn(L,
 			         "workflow.%s.%s is ignored with api.protocol = camunda7 (every "
 			         "failure but exit 75, a timeout and a crash is an incident "
 			         "already)",
-			         w->name, ignored[k]) < 0)
+			         w->name, camunda7_ignored[k]) < 0)
 				return -ENOMEM;
 	}
 	return r;

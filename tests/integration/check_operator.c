@@ -163,6 +163,41 @@ START_TEST(test_check_config_prints_warnings)
 }
 END_TEST
 
+/* What --check-config prints loads back as it is: the same configuration,
+ * with the same warnings as the file it was printed from, and none of its own
+ * (keys of another protocol, printed empty, were "ignored with" warnings). */
+START_TEST(test_check_config_output_loads_back)
+{
+	static const char *const protocols[] = {"native", "conductor", "camunda7"};
+
+	for (size_t i = 0; i < ELEMENTSOF(protocols); i++) {
+		_cleanup_free_ char *conf = NULL, *path = NULL, *printed = NULL;
+		_cleanup_free_ char *out = NULL, *err = NULL, *out2 = NULL, *err2 = NULL;
+		char *args[] = {"--check-config", "-c", NULL, NULL};
+
+		ck_assert_int_ge(asprintf(&conf,
+		                          "[api]\nurl = http://127.0.0.1:1\nprotocol = %s\n"
+		                          "[workflow.a]\ncommand = /bin/true\n",
+		                          protocols[i]),
+		                 0);
+		args[2] = path = put("lessee.conf", conf, 0644);
+		ck_assert_int_eq(run_lessee(args, NULL, &out, &err), 0);
+		args[2] = printed = put("printed.conf", out, 0644);
+		ck_assert_int_eq(run_lessee(args, NULL, &out2, &err2), 0);
+		ck_assert_msg(streq(err2, err),
+		              "%s: printed, then loaded:\n%s\nwhere the file had:\n%s",
+		              protocols[i], err2, err);
+		/* a protocol's own keys are printed under it only */
+		ck_assert_msg(!!strstr(out, "\ntopic =") == streq(protocols[i], "camunda7"), "%s",
+		              out);
+		ck_assert_msg(!!strstr(out, "\nkey_id =") == streq(protocols[i], "conductor"), "%s",
+		              out);
+		ck_assert_msg(!!strstr(out, "\ntask_type =") == streq(protocols[i], "conductor"),
+		              "%s", out);
+	}
+}
+END_TEST
+
 START_TEST(test_bad_io_backend)
 {
 	_cleanup_free_ char *path = NULL, *out = NULL, *err = NULL;
@@ -272,6 +307,12 @@ START_TEST(test_cli)
 	/* getopt's own messages carry the program's name, not the path it was run by */
 	ck_assert_int_eq(run_lessee((char *[]){"--bogus", NULL}, NULL, &out, &err), 2);
 	ck_assert_msg(startswith(err, "lessee: unrecognized option '--bogus'"), "%s", err);
+	free(out), free(err);
+	/* the status command asks a running daemon; --check-config would be ignored */
+	ck_assert_int_eq(run_lessee((char *[]){"--check-config", "status", NULL}, NULL, &out, &err),
+	                 2);
+	ck_assert_msg(startswith(err, "lessee: --check-config does not go with the status command"),
+	              "%s", err);
 }
 END_TEST
 
@@ -459,6 +500,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_check_config_reports_everything);
 	tcase_add_test(tc, test_check_config_prints_warnings);
+	tcase_add_test(tc, test_check_config_output_loads_back);
 	tcase_add_test(tc, test_bad_io_backend);
 	tcase_add_test(tc, test_unusable_dirs_stop_the_start);
 	tcase_add_test(tc, test_dirs_made_at_start);
