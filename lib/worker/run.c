@@ -932,6 +932,8 @@ static void on_complete(const struct drv_answer *a, void *userdata)
 	default:
 		run_log(r, LOG_ERR, "the API refused the result for good (%s): giving up on it",
 			a->detail);
+		r->result_refused = true;
+		snprintf(r->note, sizeof(r->note), "result refused: %s", a->detail);
 		run_dispatch(r, RE_REPORTED);
 		break;
 	}
@@ -1678,6 +1680,8 @@ static void run_record_outcome(struct run *r)
 		label = run_outcome_label(r);
 	}
 	metric_add(r->h->m.finished, 1, r->workflow, label);
+	if (r->result_refused)
+		metric_add(r->h->m.results_refused, 1, r->workflow);
 	if (breaker_verdict(r, b))
 		r->h->ops->breaker_changed(r->h->host, r->workflow);
 }

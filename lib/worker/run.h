@@ -95,6 +95,7 @@ struct run_host_ops {
 
 struct run_metrics {
 	metric_t *started, *finished, *leases_lost, *renewals, *duration, *log_bytes, *log_dropped;
+	metric_t *results_refused;
 };
 
 struct run_host {
@@ -134,6 +135,7 @@ struct run {
 	bool verdict_pending; /* counted by breaker_pending: the child is gone */
 	bool verdict_given;   /* its verdict is recorded (the breaker is done with it) */
 	bool lost;            /* the lease is gone: nothing more is written */
+	bool result_refused;  /* the API refused the completion for good: dropped */
 	bool spool_log;       /* the spooled result carries the unshipped log */
 	bool log_failed;      /* its log shipper could not be made: output not shipped */
 

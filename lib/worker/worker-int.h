@@ -67,7 +67,8 @@ struct worker {
 	metric_t *m_started, *m_finished, *m_in_flight, *m_slots, *m_claims, *m_leases_lost,
 	    *m_renewals, *m_duration, *m_blocked, *m_log_bytes, *m_spool, *m_queue_depth,
 	    *m_draining, *m_backend, *m_spool_delivered, *m_spool_dropped, *m_log_dropped,
-	    *m_build_info, *m_slots_busy, *m_reporting, *m_reporting_max, *m_ready;
+	    *m_build_info, *m_slots_busy, *m_reporting, *m_reporting_max, *m_ready,
+	    *m_results_refused;
 };
 
 const struct conf *worker_cur_conf(const worker_t *w);

@@ -55,6 +55,7 @@ static void worker_metrics_zero_workflow(worker_t *w, const char *name)
 	for (size_t i = 0; i < ELEMENTSOF(outcome_labels); i++)
 		metric_touch(w->m_finished, name, outcome_labels[i]);
 	metric_touch(w->m_duration, name);
+	metric_touch(w->m_results_refused, name);
 }
 
 struct wfstate *worker_wfstate(worker_t *w, const char *name)
@@ -471,6 +472,10 @@ static int worker_metrics_init(worker_t *w)
 	w->m_started = metrics_counter(m, "lessee_runs_started_total", "Runs started", "workflow");
 	w->m_finished = metrics_counter(m, "lessee_runs_finished_total",
 					"Runs finished by workflow and outcome", "workflow,outcome");
+	w->m_results_refused = metrics_counter(
+	    m, "lessee_results_refused_total",
+	    "Finished runs whose result the API refused for good: dropped, never delivered",
+	    "workflow");
 	w->m_in_flight = metrics_gauge(m, "lessee_runs_in_flight", "Runs held now", NULL);
 	w->m_slots = metrics_gauge(
 	    m, "lessee_slots",
@@ -524,7 +529,7 @@ static int worker_metrics_init(worker_t *w)
 				       "1 for the way runs are stopped: cgroup or process_group",
 				       "mode");
 	if (!w->m_kill_mode || !w->m_log_dropped || !w->m_build_info || !w->m_slots_busy ||
-	    !w->m_reporting || !w->m_reporting_max || !w->m_ready)
+	    !w->m_reporting || !w->m_reporting_max || !w->m_ready || !w->m_results_refused)
 		return -ENOMEM;
 	if (!w->m_started || !w->m_finished || !w->m_in_flight || !w->m_slots || !w->m_claims ||
 	    !w->m_leases_lost || !w->m_renewals || !w->m_duration || !w->m_blocked ||
@@ -552,18 +557,19 @@ static int worker_parts_new(worker_t *w)
 	int q;
 
 	w->host = (struct run_host){
-		.ops = &run_host_ops,
-		.host = w,
-		.ev = w->ev,
-		.drv = w->drv,
-		.offload = w->offload,
-		.m = {.started = w->m_started,
-		      .finished = w->m_finished,
-		      .leases_lost = w->m_leases_lost,
-		      .renewals = w->m_renewals,
-		      .duration = w->m_duration,
-		      .log_bytes = w->m_log_bytes,
-		      .log_dropped = w->m_log_dropped},
+	    .ops = &run_host_ops,
+	    .host = w,
+	    .ev = w->ev,
+	    .drv = w->drv,
+	    .offload = w->offload,
+	    .m = {.started = w->m_started,
+	          .finished = w->m_finished,
+	          .leases_lost = w->m_leases_lost,
+	          .renewals = w->m_renewals,
+	          .duration = w->m_duration,
+	          .log_bytes = w->m_log_bytes,
+	          .log_dropped = w->m_log_dropped,
+	          .results_refused = w->m_results_refused},
 	};
 	q = spooler_new(&(struct spooler_params){.ev = w->ev,
 						 .drv = w->drv,

@@ -137,6 +137,40 @@ START_TEST(test_busy_healthy_workflow_not_held)
 }
 END_TEST
 
+/* A completion the API refuses for good (a 422: resending cannot help) is
+ * dropped; the run's own outcome is still counted, and so is the loss of its
+ * result, apart, for an alert: nothing else says the orchestrator never got it. */
+START_TEST(test_refused_result_counted)
+{
+	_cleanup_free_ char *a = NULL;
+	long status = 0;
+
+	ck_assert_int_eq(tu_lessor_json(L, "POST", "/v1/admin/faults",
+	                                "{\"endpoint\":\"complete\",\"count\":1,\"status\":422}",
+	                                &status, NULL),
+	                 0);
+	ck_assert_int_eq(status, 200);
+	a = tu_lessor_enqueue(L, "{\"workflow\":\"ok\",\"max_attempts\":1}");
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                             .conf =
+	                                                 "[worker]\nconcurrency = 1\n"
+	                                                 "[status]\nlisten = 127.0.0.1:0\n"
+	                                                 "[workflow.ok]\ncommand = /bin/true\n"},
+	                    &D),
+	    0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "finished: succeeded", tu_timeout(10 * SEC)), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "the API refused the result for good", 0), 0);
+	ck_assert_double_eq(
+	    tu_lessee_metric(D, "lessee_runs_finished_total", "outcome", "succeeded"), 1);
+	ck_assert_double_eq(tu_lessee_metric(D, "lessee_results_refused_total", "workflow", "ok"),
+	                    1);
+	/* the end line says what became of the result */
+	ck_assert_int_eq(tu_lessee_wait_log(D, "result refused", 0), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reporting");
@@ -146,6 +180,7 @@ int main(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_next_run_while_reporting);
 	tcase_add_test(tc, test_busy_healthy_workflow_not_held);
+	tcase_add_test(tc, test_refused_result_counted);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

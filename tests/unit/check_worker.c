@@ -413,7 +413,8 @@ static void setup(void)
 	          .duration =
 	              metrics_histogram(m, "duration", "", "workflow", (const double[]){1}, 1),
 	          .log_bytes = metrics_counter(m, "log_bytes", "", NULL),
-	          .log_dropped = metrics_counter(m, "log_dropped", "", "reason")},
+	          .log_dropped = metrics_counter(m, "log_dropped", "", "reason"),
+	          .results_refused = metrics_counter(m, "results_refused", "", "workflow")},
 	};
 }
 
