@@ -665,9 +665,15 @@ static int complete_fn(lessor_pg *s, struct pg_conn *c, void *userdata)
 	             "nis", PG_CLOCK(s, x->now), x->seq, x->in->token);
 	if (r < 0)
 		return r;
-	if (PQntuples(held) != 1)
-		return answer_of(refuse(s, c, x->seq), &x->answer);
-	return complete_apply(s, c, x, held);
+	if (PQntuples(held) == 1)
+		return complete_apply(s, c, x, held);
+	/* The row lock waited for a transaction that has since committed: the
+	 * same completion, resent while the first was in flight, is a replay,
+	 * seen now (READ COMMITTED: each statement sees what committed before it). */
+	r = complete_replay(s, c, x);
+	if (r != 0)
+		return r < 0 ? r : 0;
+	return answer_of(refuse(s, c, x->seq), &x->answer);
 }
 
 int lessor_pg_complete(void *be, const char *id, const struct lessor_completion *in, int64_t now,

@@ -693,6 +693,93 @@ START_TEST(test_complete_is_idempotent)
 }
 END_TEST
 
+/* A completion resent while the first send is still on its way (a worker's
+ * timeout, then its retry) races it: both must answer as one, 200 with the
+ * same run_status, whether the first one is committed yet or not.  On
+ * PostgreSQL the second waited on the row lock and then found the run gone:
+ * 409, as if the lease were lost, and a write counted as rejected. */
+struct twin {
+	pthread_barrier_t *go;
+	const char *path, *body;
+	bool batch;
+	long status;
+	char run_status[32];
+};
+
+static void *twin_main(void *p)
+{
+	struct twin *t = p;
+	cJSON *j = NULL;
+	const cJSON *e;
+
+	pthread_barrier_wait(t->go);
+	if (tu_lessor_json(L, "POST", t->path, t->body, &t->status, &j) < 0)
+		t->status = -1;
+	e = t->batch ? cJSON_GetArrayItem(tu_jget(j, "completions"), 0) : j;
+	snprintf(t->run_status, sizeof(t->run_status), "%s",
+	         tu_jstr_or(e, "run_status", tu_jstr_or(e, "error", "?")));
+	cJSON_Delete(j);
+	return NULL;
+}
+
+static void complete_twice_at_once(const char *id, const char *token, bool batch)
+{
+	static const char fields[] = "\"status\":\"succeeded\",\"reason\":\"exit\",\"exit_code\":0,"
+	                             "\"duration_ms\":5,\"log_length\":0,\"output\":{\"ok\":1}";
+	_cleanup_free_ char *path =
+	    batch ? strdup("/v1/completions") : tu_fmt("/v1/runs/%s/complete", id);
+	_cleanup_free_ char *body =
+	    batch ? tu_fmt("{\"completions\":[{\"id\":\"%s\",\"token\":\"%s\",%s}]}", id, token,
+	                   fields)
+	          : tu_fmt("{\"token\":\"%s\",%s}", token, fields);
+	pthread_barrier_t go;
+	struct twin t[2];
+	pthread_t th[2];
+
+	ck_assert_int_eq(pthread_barrier_init(&go, NULL, 2), 0);
+	for (int i = 0; i < 2; i++) {
+		t[i] = (struct twin){.go = &go, .path = path, .body = body, .batch = batch};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, twin_main, &t[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+	pthread_barrier_destroy(&go);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_msg(t[i].status == 200, "%s %s: %ld", batch ? "batch" : "single", id,
+		              t[i].status);
+		ck_assert_msg(streq(t[i].run_status, "succeeded"), "%s %s: %s",
+		              batch ? "batch" : "single", id, t[i].run_status);
+	}
+}
+
+START_TEST(test_complete_resent_while_in_flight)
+{
+	enum { N = 60 };
+	char *ids[N], *toks[N];
+	cJSON *j;
+	int got = 0;
+
+	start();
+	for (int i = 0; i < N; i++)
+		ids[i] = enqueue("{\"workflow\":\"w\"}");
+	j = claim("c", "w", N, 60, 0, NULL);
+	for (const cJSON *r = runs_of(j)->child; r; r = r->next) {
+		for (int i = 0; i < N; i++)
+			if (streq(ids[i], jstr(r, "id")))
+				toks[i] = token_of(r), got++;
+	}
+	cJSON_Delete(j);
+	ck_assert_int_eq(got, N);
+	for (int i = 0; i < N; i++)
+		complete_twice_at_once(ids[i], toks[i], i % 2);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(run_num(ids[i], "rejected_writes"), 0);
+		free(ids[i]);
+		free(toks[i]);
+	}
+}
+END_TEST
+
 /* ---- logs ---- */
 
 START_TEST(test_log_content_range_resync)
@@ -1372,6 +1459,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_expired_lease_requeued_with_new_token);
 	tcase_add_test(tc, test_claim_id_retry_returns_same_runs);
 	tcase_add_test(tc, test_complete_is_idempotent);
+	tcase_add_test(tc, test_complete_resent_while_in_flight);
 	tcase_add_test(tc, test_log_content_range_resync);
 	tcase_add_test(tc, test_retry_backoff_and_attempt_budget);
 	tcase_add_test(tc, test_release_keeps_attempt);
