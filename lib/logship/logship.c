@@ -46,7 +46,6 @@ struct logship {
 	unsigned n_maybe;      /* unanswered first appends that may have landed */
 	uint64_t maybe[LOGSHIP_MAYBE_MAX];
 
-	uint64_t output_seen;  /* child bytes offered, for max_log_bytes */
 	uint64_t unmarked_drops;
 	char last_byte;
 	bool finishing, done, abandoned, stopped, truncated_marked;
@@ -137,17 +136,39 @@ static void schedule(logship_t *ls)
 		ev_timer_arm(ls->timer, ls->flush_interval);
 }
 
+/* Room kept under max_log_bytes for the truncation marker (55 bytes at
+ * most) and a drop marker put in just before it (71). */
+#define MARKER_ROOM 128
+
+/* The log's length at the server once what is pending lands. */
+static uint64_t stream_end(const logship_t *ls)
+{
+	return ls->base + ls->pending.len;
+}
+
+/* How much of len bytes of output still fits max_log_bytes: the log as the
+ * server keeps it, every execution and marker included, so that a server with
+ * the same cap takes the truncation marker too. */
+static size_t fits(const logship_t *ls, size_t len)
+{
+	uint64_t limit, end = stream_end(ls);
+
+	if (!ls->max_log_bytes)
+		return len;
+	if (ls->truncated_marked)
+		return 0;
+	limit = ls->max_log_bytes > MARKER_ROOM ? ls->max_log_bytes - MARKER_ROOM : 0;
+	return end >= limit ? 0 : (size_t)MIN((uint64_t)len, limit - end);
+}
+
 void logship_write(logship_t *ls, const void *data, size_t len)
 {
-	size_t take = len;
+	size_t take;
 
 	if (ls->finishing || ls->abandoned || ls->stopped || len == 0)
 		return;
-	if (ls->max_log_bytes && ls->output_seen + len > ls->max_log_bytes) {
-		take = (size_t)(ls->max_log_bytes - MIN(ls->output_seen, ls->max_log_bytes));
-		ls->stats.truncated += len - take;
-	}
-	ls->output_seen += take;
+	take = fits(ls, len);
+	ls->stats.truncated += len - take;
 	if (take > 0 && ls->pending.len + take > ls->buffer_cap) {
 		ls->stats.dropped += take;
 		ls->unmarked_drops += take;
@@ -158,7 +179,7 @@ void logship_write(logship_t *ls, const void *data, size_t len)
 	}
 	if (take < len && !ls->truncated_marked) {
 		flush_pending_drops(ls);
-		stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->max_log_bytes);
+		stream_marker(ls, "log truncated at %" PRIu64 " bytes", stream_end(ls));
 		ls->truncated_marked = true;
 	}
 	schedule(ls);

@@ -29,7 +29,7 @@ struct logship_params {
 	drv_t *drv;                /* whose log_append ships the bytes */
 	drv_run_t *run;            /* the driver's run (owned by the caller, outlives ls) */
 	const char *lease_key;     /* the lease's name, hashed into the restart marker */
-	uint64_t max_log_bytes;    /* run output kept at most; 0 = unlimited */
+	uint64_t max_log_bytes;    /* log kept at most, markers included; 0 = unlimited */
 	size_t buffer_cap;         /* bytes held in memory; 0 = 4 MiB */
 	size_t chunk_max;          /* bytes per append; 0 = 1 MiB */
 	usec_t flush_interval;     /* 0 = 1 s */

@@ -1704,6 +1704,12 @@ static void run_free(struct run *r)
 			        "the API answered %u log appends without taking their bytes: each "
 			        "was sent again after a backoff",
 			        st.no_progress);
+		if (st.server_limit)
+			run_log(r, LOG_WARNING,
+			        "the API keeps no more of this run's log (its own cap, at %" PRIu64
+			        " bytes): the rest of the output was not shipped; the API's cap is "
+			        "below the workflow's max_log_bytes",
+			        st.acked);
 		metric_add(r->h->m.log_bytes, (double)st.acked);
 		metric_add(r->h->m.log_dropped, (double)st.dropped, "buffer_full");
 		metric_add(r->h->m.log_dropped, (double)st.truncated, "max_log_bytes");

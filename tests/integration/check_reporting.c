@@ -171,6 +171,33 @@ START_TEST(test_refused_result_counted)
 }
 END_TEST
 
+/* The API's log cap is below the workflow's max_log_bytes: the API answers
+ * 413 and keeps what fit; shipping stops, the run goes on and succeeds, and
+ * the daemon says why the rest of the output is not in the log. */
+START_TEST(test_api_log_cap_said)
+{
+	static char *const args[] = {"--max-log-bytes", "1K", NULL};
+	_cleanup_free_ char *a = NULL;
+
+	tu_lessor_stop(L);
+	L = tu_lessor_free(L);
+	ck_assert_int_eq(tu_lessor_start(&(struct tu_lessor_opts){.args = args}, &L), 0);
+	a = tu_lessor_enqueue(L, "{\"workflow\":\"chatty\",\"max_attempts\":1}");
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                             .conf = "[worker]\nconcurrency = 1\n"
+	                                                     "[workflow.chatty]\n"
+	                                                     "command = /bin/sh -c 'seq 1 5000'\n"
+	                                                     "max_log_bytes = 8K\n"},
+	                    &D),
+	    0);
+	ck_assert_int_eq(tu_lessor_wait_status(L, a, "succeeded", tu_timeout(10 * SEC)), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "finished: succeeded", tu_timeout(10 * SEC)), 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "the API keeps no more of this run's log", 0), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reporting");
@@ -181,6 +208,7 @@ int main(void)
 	tcase_add_test(tc, test_next_run_while_reporting);
 	tcase_add_test(tc, test_busy_healthy_workflow_not_held);
 	tcase_add_test(tc, test_refused_result_counted);
+	tcase_add_test(tc, test_api_log_cap_said);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

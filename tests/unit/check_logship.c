@@ -195,13 +195,17 @@ START_TEST(test_max_log_bytes_marker)
 
 	memset(data, 'x', sizeof(data));
 	env_up(&t, NULL);
-	ship_start(&t, 10, 0, false);
+	/* 200 bytes of log: the output is cut where the marker still fits */
+	ship_start(&t, 200, 0, false);
 	logship_write(t.ls, data, sizeof(data));
 	logship_write(t.ls, data, sizeof(data));
 	logship_finish(t.ls);
 	run_until_finished(&t);
 	log = server_log(&t, &len);
-	ck_assert_str_eq(log, "xxxxxxxxxx\n[lessee: log truncated at 10 bytes]\n");
+	ck_assert_uint_le(len, 200);
+	ck_assert_str_eq(log,
+	                 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+	                 "\n[lessee: log truncated at 72 bytes]\n");
 	env_down(&t);
 }
 END_TEST
@@ -224,6 +228,36 @@ START_TEST(test_413_stops)
 	logship_get_stats(t.ls, &st);
 	ck_assert(st.server_limit);
 	ck_assert_uint_le(st.acked, 1000);
+	env_down(&t);
+}
+END_TEST
+
+/* The same cap on both sides (64M each by default): the log as the server
+ * keeps it, marker included, fits max_log_bytes, so the marker is never the
+ * append the server refuses. */
+START_TEST(test_marker_fits_a_server_cap_as_large)
+{
+	struct env t;
+	struct logship_stats st;
+	char *const args[] = {"--max-log-bytes", "1000", NULL};
+	_cleanup_free_ char *log = NULL;
+	char data[5000];
+	size_t len;
+
+	memset(data, 'z', sizeof(data));
+	env_up(&t, args);
+	ship_start(&t, 1000, 0, false);
+	logship_write(t.ls, data, sizeof(data));
+	logship_finish(t.ls);
+	run_until_finished(&t);
+	logship_get_stats(t.ls, &st);
+	ck_assert(!st.server_limit);
+	log = server_log(&t, &len);
+	ck_assert_uint_le(len, 1000);
+	ck_assert_msg(strstr(log, "\n[lessee: log truncated at ") && len > 8 &&
+	                  strcmp(log + len - 8, " bytes]\n") == 0,
+	              "%zu bytes, ending %s", len, len > 60 ? log + len - 60 : log);
+	ck_assert_uint_eq(st.acked, len);
 	env_down(&t);
 }
 END_TEST
@@ -392,6 +426,7 @@ int main(void)
 	tcase_add_test(tc, test_416_resync);
 	tcase_add_test(tc, test_max_log_bytes_marker);
 	tcase_add_test(tc, test_413_stops);
+	tcase_add_test(tc, test_marker_fits_a_server_cap_as_large);
 	tcase_add_test(tc, test_409_lease_lost);
 	tcase_add_test(tc, test_backpressure_no_loss);
 	tcase_add_test(tc, test_stall_budget_then_drop);
