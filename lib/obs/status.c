@@ -22,7 +22,7 @@
 #include "util/macro.h"
 #include "util/strutil.h"
 
-#define DEFAULT_CONNECTION_LIMIT 64
+#define DEFAULT_CONNECTION_LIMIT STATUS_CONNECTION_LIMIT
 #define DEFAULT_PER_IP_LIMIT 16
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define DEFAULT_MEMORY_PER_CONN (32 * 1024)

@@ -30,8 +30,10 @@ struct status_handlers {
 	void *userdata;
 };
 
+#define STATUS_CONNECTION_LIMIT 64 /* the default */
+
 struct status_limits {
-	unsigned connection_limit; /* 0 = 64 */
+	unsigned connection_limit; /* 0 = STATUS_CONNECTION_LIMIT */
 	unsigned per_ip_limit;     /* 0 = 16 */
 	unsigned idle_timeout_s;   /* 0 = 10: a connection silent this long is closed */
 	size_t memory_per_conn;    /* 0 = 32 KiB: request line + headers must fit */

@@ -185,7 +185,7 @@ int mkdir_p(const char *path, mode_t mode)
 /* rm_rf holds at most this many directory fds: a deeper directory is moved
  * up into the top one and emptied there, in a later pass (a run may leave a
  * tree of any depth, and four removals run at once from the fd reserve). */
-#define RM_DEPTH_MAX 16
+#define RM_DEPTH_MAX (RM_RF_FDS_MAX - 1)
 #define RM_PASSES_MAX 65536
 
 struct rm {

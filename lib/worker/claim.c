@@ -31,6 +31,8 @@
 #define CLAIM_SUMMARY_EVERY (60 * USEC_PER_SEC)
 #define CLAIM_MAX_RUNS 256 /* struct drv_claim's bound */
 #define HELD_MAX 4096
+#define HOLD_BASE (1 * USEC_PER_SEC) /* claims held for the host's trouble */
+#define HOLD_CAP (60 * USEC_PER_SEC)
 /* How long a claim carried by a completion keeps the slot it asks for: a
  * completion answered later than that (a slow API) does not hold the next run
  * back; a claim ahead goes for the slot, and what the carried claim brings
@@ -80,6 +82,9 @@ struct claimer {
 	unsigned claim_fail_unlogged; /* of those, not yet in a log line */
 	usec_t claim_fail_logged_at;
 	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
+	ev_timer_t *hold_timer; /* claims held for the host's trouble: until it fires */
+	unsigned hold_streak;   /* runs in a row that this host could not start */
+	char hold_why[320];     /* "" when not held (/readyz) */
 	bool cancels_known;    /* the API's claim answers carry cancel events */
 	bool ahead_idle;       /* a claim ahead came back empty: none until one brings runs */
 	bool carry_off;        /* the API does not take claims in completions */
@@ -115,7 +120,7 @@ static unsigned slots_free(const struct claimer *w, unsigned running, unsigned r
 	unsigned slots = w->p.ops->slots(w->p.host);
 	unsigned rep_max = conf_max_reporting(c), held_max = slots + rep_max;
 
-	if (running >= slots || reporting >= rep_max || n >= held_max)
+	if (w->hold_why[0] || running >= slots || reporting >= rep_max || n >= held_max)
 		return 0;
 	return MIN(MIN(slots - running, held_max - n), CLAIM_MAX_RUNS);
 }
@@ -1176,6 +1181,43 @@ static void on_carry_timer(ev_timer_t *t, void *userdata)
 	claim_kick(w);
 }
 
+/* ---- the host's trouble ---- */
+
+static void on_hold_timer(ev_timer_t *t, void *userdata)
+{
+	struct claimer *w = userdata;
+
+	(void)t;
+	w->hold_why[0] = '\0';
+	claim_kick(w);
+}
+
+void claim_host_trouble(struct claimer *w, const char *why)
+{
+	usec_t hold;
+	char d[TIME_DURATION_MAX];
+
+	if (!why) {
+		if (w->hold_streak > 0)
+			log_notice("runs start again, after %u that this host could not start",
+			           w->hold_streak);
+		w->hold_streak = 0;
+		return;
+	}
+	hold = MIN(HOLD_BASE << MIN(w->hold_streak, 6u), HOLD_CAP);
+	w->hold_streak++;
+	time_format_duration(d, sizeof(d), hold);
+	snprintf(w->hold_why, sizeof(w->hold_why),
+	         "this host cannot start runs (%s): no claims for %s", why, d);
+	log_warning("%s", w->hold_why);
+	ev_timer_arm(w->hold_timer, hold);
+}
+
+const char *claimer_hold(const struct claimer *cl)
+{
+	return cl->hold_why[0] ? cl->hold_why : NULL;
+}
+
 int claimer_new(const struct claimer_params *p, struct claimer **ret)
 {
 	struct claimer *cl = calloc(1, sizeof(*cl));
@@ -1188,8 +1230,11 @@ int claimer_new(const struct claimer_params *p, struct claimer **ret)
 	q = ev_timer_add(p->runs->ev, USEC_INFINITY, on_timer, cl, &cl->timer);
 	if (q >= 0)
 		q = ev_timer_add(p->runs->ev, USEC_INFINITY, on_carry_timer, cl, &cl->carry_timer);
+	if (q >= 0)
+		q = ev_timer_add(p->runs->ev, USEC_INFINITY, on_hold_timer, cl, &cl->hold_timer);
 	if (q < 0) {
 		ev_timer_del(cl->timer);
+		ev_timer_del(cl->carry_timer);
 		free(cl);
 		return q;
 	}
@@ -1209,6 +1254,7 @@ struct claimer *claimer_free(struct claimer *cl)
 	free(cl->lanes);
 	ev_timer_del(cl->timer);
 	ev_timer_del(cl->carry_timer);
+	ev_timer_del(cl->hold_timer);
 	strv_free(cl->carry_wfs);
 	free(cl);
 	return NULL;

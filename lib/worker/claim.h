@@ -56,6 +56,12 @@ typedef int (*claim_carry_send_fn)(const struct drv_claim *claim, drv_claim_cb c
                                    void *ctx);
 int claim_carry(claimer_t *cl, const struct run *r, claim_carry_send_fn send, void *ctx);
 void claim_carry_dropped(claimer_t *cl, void *lane);
+/* why: a run could not start (or its result be read) for want of a host
+ * resource: no claims for runs for a while, longer at each one in a row
+ * (1 s doubling to 1 min); NULL: a run started, the streak is over. */
+void claim_host_trouble(claimer_t *cl, const char *why);
+/* While claims are held for the host's trouble: why, for /readyz; else NULL. */
+const char *claimer_hold(const claimer_t *cl);
 /* Drain or stop: abort the open claims, cancel them on the server
  * (DRV_CAP_CLAIM_CANCEL); without that but with DRV_CAP_RELEASE, let them end
  * and release what they bring. */

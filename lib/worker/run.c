@@ -685,6 +685,33 @@ static void set_error(struct run *r, const char *fmt, ...)
 	r->error = s;
 }
 
+/* What this host ran short of, not the run: a full disk or quota, no fd, no
+ * process, no memory.  Soon over, or an operator's to fix. */
+static bool host_short_of(int err)
+{
+	switch (-err) {
+	case ENOSPC:
+	case EDQUOT:
+	case EMFILE:
+	case ENFILE:
+	case EAGAIN:
+	case ENOMEM:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The run failed for this host's want (host_short_of): reported retryable,
+ * no verdict for its workflow's breaker, and the host holds claims back. */
+static void host_trouble(struct run *r)
+{
+	r->host_trouble = true;
+	r->outcome.retryable = true;
+	if (r->h->ops->host_trouble)
+		r->h->ops->host_trouble(r->h->host, r->error ? r->error : "?");
+}
+
 /* A result file the run cannot stand behind (not a regular file, a symlink,
  * unreadable by the run's user, over the cap): the run fails, with the reason. */
 static void result_bad(struct run *r, const char *why)
@@ -695,6 +722,17 @@ static void result_bad(struct run *r, const char *why)
 		r->outcome.retryable = false;
 	}
 	set_error(r, "result file %s", why);
+}
+
+/* The result file was not read (err): the run's fault (result_bad), or this
+ * host's want, which loses the result of a run that succeeded: a retry. */
+static void result_unread(struct run *r, const char *why, int err)
+{
+	bool succeeded = r->outcome.status == DRV_SUCCEEDED;
+
+	result_bad(r, why);
+	if (succeeded && host_short_of(err))
+		host_trouble(r);
 }
 
 static void collect_finish(struct run *r)
@@ -722,9 +760,9 @@ static void on_result_read(void *arg, int q)
 	if (q < 0) {
 		snprintf(why, sizeof(why), "not read: cannot act as the run's user (%s)",
 			 strerror(-q));
-		result_bad(r, why);
+		result_unread(r, why, q);
 	} else if (j->err < 0)
-		result_bad(r, j->why);
+		result_unread(r, j->why, j->err);
 	else if (j->data && !j->valid_json)
 		set_error(r, "result file is not valid JSON, ignored");
 	else
@@ -746,7 +784,7 @@ static void collect_start(struct run *r)
 	j = calloc(1, sizeof(*j));
 	if (!j || !(j->dir = strdup(r->dir))) {
 		result_job_free(j);
-		result_bad(r, "not read: out of memory");
+		result_unread(r, "not read: out of memory", -ENOMEM);
 		return;
 	}
 	j->run = r;
@@ -755,7 +793,7 @@ static void collect_start(struct run *r)
 	if (offload_submit(r->h->offload, r->wf->user ? &cr : NULL, result_job_work,
 			   on_result_read, j, &r->collect_job) < 0) {
 		result_job_free(j);
-		result_bad(r, "not read: no helper thread");
+		result_unread(r, "not read: no helper thread", -EAGAIN);
 		return;
 	}
 	r->collecting = true;
@@ -843,6 +881,8 @@ static void classify(struct run *r)
 /* Exit 75 (EX_TEMPFAIL): the run asks to be tried again later. */
 static bool outcome_is_retry(const struct run *r)
 {
+	if (r->outcome.status == DRV_FAILED && r->host_trouble)
+		return true;
 	return r->outcome.status == DRV_FAILED && r->outcome.reason == DRV_REASON_EXIT &&
 	       r->outcome.has_exit_code && r->outcome.exit_code == 75;
 }
@@ -1096,12 +1136,17 @@ static enum run_state act_start(struct run *r)
 	q = spawn(r, &step);
 	if (q >= 0) {
 		snprintf(r->note, sizeof(r->note), "pid %d", (int)exec_pid(r->proc));
+		if (r->h->ops->host_trouble)
+			r->h->ops->host_trouble(r->h->host, NULL);
 		return RUN_RUNNING;
 	}
 	r->outcome = (struct drv_outcome){.status = DRV_FAILED,
 					    .reason = DRV_REASON_SPAWN_ERROR};
 	set_error(r, "%s: %s", step ? step : "spawn", strerror(-q));
-	run_log(r, LOG_ERR, "could not start %s: %s", r->wf->argv[0], r->error);
+	run_log(r, LOG_ERR, "could not start %s: %s%s", r->wf->argv[0], r->error,
+	        host_short_of(q) ? " (this host's want, not the run's: reported for a retry)" : "");
+	if (host_short_of(q))
+		host_trouble(r);
 	return enter_reporting(r);
 }
 

@@ -91,6 +91,10 @@ struct run_host_ops {
 	void (*renewing)(void *host, struct run *r);
 	/* The completion that carried the claim lane was cancelled. */
 	void (*carry_dropped)(void *host, void *lane);
+	/* Optional.  why: a run could not start, or its result could not be read,
+	 * for want of something of this host's (disk, fds, processes, memory);
+	 * NULL: a run started. */
+	void (*host_trouble)(void *host, const char *why);
 };
 
 struct run_metrics {
@@ -136,6 +140,7 @@ struct run {
 	bool verdict_given;   /* its verdict is recorded (the breaker is done with it) */
 	bool lost;            /* the lease is gone: nothing more is written */
 	bool result_refused;  /* the API refused the completion for good: dropped */
+	bool host_trouble;    /* failed for want of a host resource: a retry, no verdict */
 	bool spool_log;       /* the spooled result carries the unshipped log */
 	bool log_failed;      /* its log shipper could not be made: output not shipped */
 

@@ -13,8 +13,10 @@
 #include "conf/conf.h"
 #include "exec/cgroup.h"
 #include "obs/metrics.h"
+#include "obs/status.h"
 #include "offload/offload.h"
 #include "proto/driver.h"
+#include "util/fileio.h"
 #include "util/random.h"
 #include "worker/breaker.h"
 #include "worker/claim.h"
@@ -29,9 +31,15 @@ struct wfstate {
 	struct breaker breaker;
 };
 
+/* Helper threads (result files, spool writes, run directory removals). */
+#define OFFLOAD_THREADS 4
+
 /* fds the daemon keeps besides its runs': the API connections, the status
- * endpoint's, the spool, journal and log files, the loop's own. */
-#define WORKER_FD_RESERVE (DRV_MAX_CONNECTIONS + 64)
+ * endpoint's, what each helper thread holds at most (a removal's directory
+ * fds; a result file takes 2), and 32 for the loop's own, the spool, journal
+ * and log files.  Short of one, a run's result goes unread. */
+#define WORKER_FD_RESERVE                                                                          \
+	(DRV_MAX_CONNECTIONS + STATUS_CONNECTION_LIMIT + OFFLOAD_THREADS * RM_RF_FDS_MAX + 32)
 
 struct worker {
 	ev_t *ev;

@@ -21,7 +21,6 @@
  * removed and children still being reaped off the loop (a D-state child or a
  * hung file system may never come back). */
 #define OFFLOAD_EXIT_BOUND (10 * USEC_PER_SEC)
-#define OFFLOAD_THREADS 4
 
 static void worker_maybe_exit(worker_t *w);
 
@@ -249,6 +248,13 @@ static void host_carry_dropped(void *host, void *lane)
 	claim_carry_dropped(w->claimer, lane);
 }
 
+static void host_trouble(void *host, const char *why)
+{
+	worker_t *w = host;
+
+	claim_host_trouble(w->claimer, why);
+}
+
 static const struct run_host_ops run_host_ops = {
     .breaker = host_breaker,
     .breaker_changed = host_breaker_changed,
@@ -259,6 +265,7 @@ static const struct run_host_ops run_host_ops = {
     .carry = host_carry,
     .carry_dropped = host_carry_dropped,
     .renewing = host_renewing,
+    .host_trouble = host_trouble,
 };
 
 static struct conf_ref *host_conf(void *host)
@@ -833,6 +840,8 @@ const char *worker_not_ready_reason(const worker_t *w)
 	default:
 		break;
 	}
+	if (claimer_hold(w->claimer)) /* the API may be fine: this host is not */
+		return claimer_hold(w->claimer);
 	if (drv_ready(w->drv, ev_now(w->ev)))
 		return NULL;
 	if (drv_denied(w->drv))
