@@ -8,6 +8,7 @@
 #include "lessor/api.h"
 #include "lessor/faults.h"
 #include "lessor/fields.h"
+#include "lessor/json_raw.h"
 #include "lessor/tokens.h"
 #include "util/macro.h"
 
@@ -54,6 +55,12 @@ struct lessor_call {
 };
 
 int64_t lessor_now_ms(void);
+
+/* The request body's text, as json_raw.h reads it. */
+static inline struct json_span lessor_call_body(const lessor_call *c)
+{
+	return (struct json_span){c->body, c->len};
+}
 
 /* A log append's Content-Range, "bytes <start>-<end>/<*|total>", covering
  * exactly len bytes: 0 and *ret_start, or -EINVAL.  h may be NULL. */

@@ -407,19 +407,28 @@ int lessor_call_check_holder(lessor_call *c, const char *lease_token)
 	                          "the lease token is not the run's current lease");
 }
 
+/* Strict JSON (RFC 8259, lib/proto's scanner) in UTF-8, then parsed: cJSON
+ * takes bytes that are not UTF-8, which SQLite would keep and serve as JSON
+ * no client reads, and PostgreSQL refuse with a 500 at every retry. */
 static int parse_json_body(lessor_call *c)
 {
-	const char *end = NULL;
+	const char *p = c->body, *end = c->body + c->len;
+	bool bad_utf8 = false;
 
-	if (c->len > 0)
-		c->json = cJSON_ParseWithLengthOpts(c->body, c->len, &end, false);
+	if (c->len == 0 || json_scan_value(&p, end, JSON_SCAN_DEPTH_MAX, &bad_utf8) < 0)
+		return lessor_reply_error(c, 400, "invalid_request",
+		                          "the body must be a JSON object");
+	if (json_scan_ws(p, end) != end)
+		return lessor_reply_error(c, 400, "invalid_request",
+		                          "trailing bytes after the JSON body");
+	if (bad_utf8)
+		return lessor_reply_error(c, 400, "invalid_request",
+		                          "the body's strings must be UTF-8, without lone UTF-16 "
+		                          "surrogates (\\ud800-\\udfff unpaired)");
+	c->json = cJSON_ParseWithLength(c->body, (size_t)(p - c->body));
 	if (!cJSON_IsObject(c->json))
 		return lessor_reply_error(c, 400, "invalid_request",
 		                          "the body must be a JSON object");
-	for (; end < c->body + c->len; end++)
-		if (!strchr(" \t\r\n", *end))
-			return lessor_reply_error(c, 400, "invalid_request",
-			                          "trailing bytes after the JSON body");
 	return 0;
 }
 

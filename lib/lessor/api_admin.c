@@ -27,12 +27,14 @@ static int reply_run(lessor_call *c, unsigned status, const char *id)
 
 /* ---- enqueue ---- */
 
-/* input: any JSON value; absent = {} */
-static char *input_text(const cJSON *j)
+/* input: any JSON value, as sent; absent = {} */
+static char *input_text(const lessor_call *c)
 {
-	const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
+	const cJSON *in = cJSON_GetObjectItemCaseSensitive(c->json, "input");
 
-	return in ? cJSON_PrintUnformatted(in) : strdup("{}");
+	if (!in)
+		return strdup("{}");
+	return lessor_raw_text(lessor_raw_member(lessor_call_body(c), "input"), in);
 }
 
 static int enqueue_fields(lessor_call *c, struct lessor_enqueue *e, char ***tags)
@@ -65,7 +67,7 @@ int lessor_h_enqueue(lessor_call *c)
 		strv_free(tags);
 		return lessor_reply_invalid(c);
 	}
-	input = input_text(c->json);
+	input = input_text(c);
 	if (!input) {
 		strv_free(tags);
 		return lessor_reply_store_error(c, -ENOMEM);

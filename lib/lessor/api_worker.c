@@ -208,7 +208,7 @@ static cJSON *grant_json(const struct lessor_grant *g)
 		cJSON_AddStringToObject(lease, "token", g->token);
 		cJSON_AddNumberToObject(lease, "ttl_s", g->ttl_s);
 	}
-	cJSON_AddItemToObject(o, "input", cJSON_Parse(g->input_json));
+	cJSON_AddItemToObject(o, "input", lessor_raw_item(g->input_json));
 	cJSON_AddItemToObject(o, "tags", cJSON_Parse(g->tags_json));
 	if (g->timeout_s)
 		cJSON_AddNumberToObject(o, "timeout_s", g->timeout_s);
@@ -718,11 +718,12 @@ static int completion_members(lessor_call *c, const cJSON *j, struct lessor_comp
 	return 0;
 }
 
-/* The completion body j: the request's own (within NULL), or an entry of a
- * batch (within "completions[3]", which the error messages name).  Its
- * "output" is printed into *ret_output (the caller's), in->output_json. */
-static int completion_fields(lessor_call *c, const cJSON *j, const char *within,
-                             struct lessor_completion *in, char **ret_output)
+/* The completion body j, written as raw: the request's own (within NULL),
+ * or an entry of a batch (within "completions[3]", which the error messages
+ * name).  Its "output", as sent, goes into *ret_output (the caller's),
+ * in->output_json. */
+static int completion_fields(lessor_call *c, const cJSON *j, struct json_span raw,
+                             const char *within, struct lessor_completion *in, char **ret_output)
 {
 	const cJSON *output = cJSON_GetObjectItemCaseSensitive(j, "output");
 
@@ -733,7 +734,7 @@ static int completion_fields(lessor_call *c, const cJSON *j, const char *within,
 	}
 	if (!output || cJSON_IsNull(output))
 		return 0;
-	if (!(*ret_output = cJSON_PrintUnformatted(output)))
+	if (!(*ret_output = lessor_raw_text(lessor_raw_member(raw, "output"), output)))
 		return -ENOMEM;
 	in->output_json = *ret_output;
 	return 0;
@@ -806,7 +807,7 @@ int lessor_h_complete(lessor_call *c)
 	cJSON *o;
 	int r;
 
-	if ((r = completion_fields(c, c->json, NULL, &in, &output_json)) < 0)
+	if ((r = completion_fields(c, c->json, lessor_call_body(c), NULL, &in, &output_json)) < 0)
 		return r == -ENOMEM ? lessor_reply_store_error(c, r) : lessor_reply_invalid(c);
 	/* an invalid "next" refuses the completion too: nothing is written */
 	if ((r = next_parse(c, c->json, NULL, &next)) < 0)
@@ -864,6 +865,7 @@ static int completion_entry(lessor_call *c, const cJSON *e, size_t i, struct com
 {
 	struct lessor_complete_item *it = &b->v[i];
 	struct complete_entry *x = &b->x[i];
+	struct json_span raw;
 	char within[48];
 	int r;
 
@@ -877,7 +879,8 @@ static int completion_entry(lessor_call *c, const cJSON *e, size_t i, struct com
 		msg_within(c, within);
 		return -EINVAL;
 	}
-	if ((r = completion_fields(c, e, within, &it->in, &x->output_json)) < 0 ||
+	raw = lessor_raw_element(lessor_raw_member(lessor_call_body(c), "completions"), i);
+	if ((r = completion_fields(c, e, raw, within, &it->in, &x->output_json)) < 0 ||
 	    (r = next_parse(c, e, within, &x->next)) < 0)
 		return r;
 	it->next = x->next ? &x->next->req : NULL;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lessor/client.h"
+#include "lessor/json_raw.h"
 #include "proto/v1.h"
 #include "util/macro.h"
 #include "util/strutil.h"
@@ -56,6 +57,23 @@ static int call(const struct lessor_cli *o, const char *method, const char *path
 }
 
 /* A 2xx JSON response, or NULL (after saying why). */
+/* A run's input and output, printed as the server sent them (json_raw.h). */
+static void keep_as_sent(cJSON *j, struct json_span text)
+{
+	static const char *const keys[] = {"input", "output"};
+
+	for (size_t i = 0; cJSON_IsObject(j) && i < ELEMENTSOF(keys); i++) {
+		struct json_span v = lessor_raw_member(text, keys[i]);
+		_cleanup_free_ char *s = NULL;
+		cJSON *raw;
+
+		if (!v.p || !cJSON_GetObjectItemCaseSensitive(j, keys[i]) ||
+		    !(s = lessor_raw_text(v, NULL)) || !(raw = lessor_raw_item(s)))
+			continue;
+		cJSON_ReplaceItemInObjectCaseSensitive(j, keys[i], raw);
+	}
+}
+
 static cJSON *call_json(const struct lessor_cli *o, const char *method, const char *path,
                         const char *body)
 {
@@ -65,6 +83,7 @@ static cJSON *call_json(const struct lessor_cli *o, const char *method, const ch
 	if (call(o, method, path, body, &resp) < 0)
 		return NULL;
 	j = resp.body ? cJSON_ParseWithLength(resp.body, resp.len) : NULL;
+	keep_as_sent(j, (struct json_span){resp.body, resp.len});
 	lessor_response_done(&resp);
 	if (!j)
 		fprintf(o->err, "lessor: the server's answer is not JSON\n");
@@ -212,10 +231,12 @@ static cJSON *enqueue_body(const struct lessor_cli_enqueue *e, char *err, size_t
 
 	cJSON_AddStringToObject(o, "workflow", e->workflow);
 	if (e->input_json) {
-		cJSON *in = cJSON_Parse(e->input_json);
+		/* sent as written: every digit of its numbers (json_raw.h) */
+		cJSON *in = lessor_raw_item(e->input_json);
 
-		if (!in) {
-			snprintf(err, errlen, "--input is not valid JSON");
+		if (!in || cJSON_IsNull(in)) { /* raw when valid, even "null" */
+			snprintf(err, errlen, "--input is not valid JSON (in UTF-8)");
+			cJSON_Delete(in);
 			cJSON_Delete(o);
 			return NULL;
 		}

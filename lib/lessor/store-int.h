@@ -106,6 +106,7 @@ enum lessor_col_kind {
 	LESSOR_COL_INT,
 	LESSOR_COL_BOOL,
 	LESSOR_COL_JSON, /* stored JSON text, embedded as a value */
+	LESSOR_COL_RAW,  /* a run's input or output: the text as the client sent it */
 	LESSOR_COL_TIME, /* ms since the epoch, rendered RFC 3339 */
 	LESSOR_COL_RUNID,
 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lessor/json_raw.h"
 #include "proto/v1.h"
 #include "util/macro.h"
 #include "util/random.h"
@@ -378,7 +379,7 @@ const struct lessor_col lessor_run_cols[29] = {
     {"id", LESSOR_COL_RUNID},
     {"workflow", LESSOR_COL_STR},
     {"status", LESSOR_COL_STR},
-    {"input", LESSOR_COL_JSON},
+    {"input", LESSOR_COL_RAW},
     {"tags", LESSOR_COL_JSON},
     {"max_attempts", LESSOR_COL_INT},
     {"timeout_s", LESSOR_COL_INT},
@@ -399,7 +400,7 @@ const struct lessor_col lessor_run_cols[29] = {
     {"retryable", LESSOR_COL_BOOL},
     {"duration_ms", LESSOR_COL_INT},
     {"reported_log_length", LESSOR_COL_INT},
-    {"output", LESSOR_COL_JSON},
+    {"output", LESSOR_COL_RAW},
     {"created_at", LESSOR_COL_TIME},
     {"updated_at", LESSOR_COL_TIME},
     {"started_at", LESSOR_COL_TIME},
@@ -451,6 +452,8 @@ cJSON *lessor_col_value_text(const char *text, enum lessor_col_kind kind)
 
 		return j ? j : cJSON_CreateNull();
 	}
+	case LESSOR_COL_RAW:
+		return lessor_raw_item(text);
 	case LESSOR_COL_TIME:
 		return cJSON_CreateString(
 		    time_format_rfc3339(b, sizeof(b), (usec_t)v * USEC_PER_MSEC));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lessor/json_raw.h"
 #include "util/buf.h"
 #include "util/macro.h"
 #include "util/strutil.h"
@@ -33,6 +34,8 @@ static cJSON *col_value(sqlite3_stmt *st, int i, enum lessor_col_kind kind)
 
 		return j ? j : cJSON_CreateNull();
 	}
+	case LESSOR_COL_RAW:
+		return lessor_raw_item((const char *)sqlite3_column_text(st, i));
 	case LESSOR_COL_TIME:
 		return cJSON_CreateString(
 		    time_format_rfc3339(b, sizeof(b), (usec_t)v * USEC_PER_MSEC));

@@ -85,8 +85,7 @@ START_TEST(test_full_run_dir_is_a_retry)
 	ck_assert_ptr_nonnull(id);
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "No space left on device", tu_timeout(10 * SEC)),
-	                 0);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "No space left on device", tu_timeout(10 * SEC)), 0);
 	ck_assert_int_eq(tu_lessee_wait_log(D, "finished: retry", tu_timeout(10 * SEC)), 0);
 	/* held back, and saying why */
 	ready = tu_lessee_status_get(D, "/readyz", &status);

@@ -780,6 +780,122 @@ START_TEST(test_complete_resent_while_in_flight)
 }
 END_TEST
 
+/* ---- JSON as sent ---- */
+
+/* One request: the answer's raw body (free it), status in *ret_status. */
+static char *raw_req(const char *method, const char *path, const char *body, long *ret_status)
+{
+	lessor_client *cl = tu_lessor_client(L);
+	struct lessor_response resp = {0};
+	char *text;
+
+	ck_assert_ptr_nonnull(cl);
+	ck_assert_int_eq(
+	    lessor_client_request(cl, method, path,
+	                          (char *const[]){"Content-Type: application/json", NULL}, body,
+	                          body ? strlen(body) : 0, &resp),
+	    0);
+	*ret_status = resp.status;
+	text = strdup(resp.body ? resp.body : "");
+	lessor_response_done(&resp);
+	lessor_client_free(cl);
+	return text;
+}
+
+/* A run's input and output are the bytes the client sent: numbers keep every
+ * digit (cJSON holds them as doubles: 2^53 + 1 came back as 2^53, a big one
+ * in exponent form, 1e400 as null), escapes stay (a \u0000 cut the string). */
+START_TEST(test_input_and_output_kept_as_sent)
+{
+	static const char value[] =
+	    "{\"big\":9007199254740993,\"huge\":12345678901234567890,\"far\":1e400,"
+	    "\"nul\":\"a\\u0000b\",\"frac\":0.1000000000000000055511151231257827}";
+	_cleanup_free_ char *body = NULL, *ans = NULL, *tok = NULL, *path = NULL, *want = NULL;
+	_cleanup_free_ char *id = NULL, *id2 = NULL, *tok2 = NULL;
+	long status = 0;
+	cJSON *j;
+
+	start();
+	body = tu_fmt("{\"workflow\":\"w\",\"input\":%s}", value);
+	id = enqueue(body);
+	id2 = enqueue(body);
+	want = tu_fmt("\"input\":%s", value);
+	ans = raw_req("POST", "/v1/claims",
+	              "{\"claim_id\":\"c\",\"worker_id\":\"w\",\"max_runs\":2,\"lease_ttl_s\":60}",
+	              &status);
+	ck_assert_int_eq(status, 200);
+	ck_assert_msg(strstr(ans, want), "claim answer: %s", ans);
+	j = cJSON_Parse(ans);
+	ck_assert_ptr_nonnull(j);
+	for (const cJSON *r = runs_of(j)->child; r; r = r->next)
+		*(streq(jstr(r, "id"), id) ? &tok : &tok2) = token_of(r);
+	cJSON_Delete(j);
+	ck_assert_ptr_nonnull(tok);
+	ck_assert_ptr_nonnull(tok2);
+	/* the output, one completion alone and one in a batch */
+	free(body);
+	body = tu_fmt("{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\","
+	              "\"exit_code\":0,\"duration_ms\":1,\"log_length\":0,\"output\":%s}",
+	              tok, value);
+	path = tu_fmt("/v1/runs/%s/complete", id);
+	free(ans);
+	ans = raw_req("POST", path, body, &status);
+	ck_assert_int_eq(status, 200);
+	free(body);
+	body = tu_fmt("{\"completions\":[{\"id\":\"%s\",\"token\":\"%s\",\"status\":\"succeeded\","
+	              "\"reason\":\"exit\",\"exit_code\":0,\"duration_ms\":1,\"log_length\":0,"
+	              "\"output\":%s}]}",
+	              id2, tok2, value);
+	free(ans);
+	ans = raw_req("POST", "/v1/completions", body, &status);
+	ck_assert_int_eq(status, 200);
+	for (int k = 0; k < 2; k++) {
+		_cleanup_free_ char *p = tu_fmt("/v1/runs/%s", k ? id2 : id);
+		_cleanup_free_ char *out = tu_fmt("\"output\":%s", value);
+
+		free(ans);
+		ans = raw_req("GET", p, NULL, &status);
+		ck_assert_int_eq(status, 200);
+		ck_assert_msg(strstr(ans, want), "run: %s", ans);
+		ck_assert_msg(strstr(ans, out), "run: %s", ans);
+	}
+}
+END_TEST
+
+/* Text that is not UTF-8, or a lone UTF-16 surrogate, is refused with a 400
+ * naming it, and changes nothing: SQLite kept it and served JSON no client
+ * could read; PostgreSQL answered 500 at every retry of the completion. */
+START_TEST(test_bad_utf8_refused)
+{
+	static const char *const inputs[] = {"\"caf\xc3\x28\"", "\"\xc0\xaf\"", "\"\\ud800\"",
+	                                     "\"\xed\xa0\x80\""};
+	_cleanup_free_ char *id = NULL, *tok = NULL, *path = NULL, *body = NULL;
+	long status = 0;
+	cJSON *j;
+
+	start();
+	for (size_t i = 0; i < ELEMENTSOF(inputs); i++) {
+		_cleanup_free_ char *b = tu_fmt("{\"workflow\":\"w\",\"input\":%s}", inputs[i]);
+		_cleanup_free_ char *ans = raw_req("POST", "/v1/runs", b, &status);
+
+		ck_assert_msg(status == 400, "input %zu: %ld %s", i, status, ans);
+		ck_assert_msg(strstr(ans, "UTF-8"), "input %zu: %s", i, ans);
+	}
+	id = enqueue("{\"workflow\":\"w\"}");
+	j = claim("c", "w", 1, 60, 0, NULL);
+	tok = token_of(cJSON_GetArrayItem(runs_of(j), 0));
+	cJSON_Delete(j);
+	path = tu_fmt("/v1/runs/%s/complete", id);
+	body = tu_fmt("{\"token\":\"%s\",\"status\":\"failed\",\"reason\":\"exit\",\"exit_code\":1,"
+	              "\"duration_ms\":1,\"log_length\":0,\"error\":\"bad \xff byte\"}",
+	              tok);
+	free(raw_req("POST", path, body, &status));
+	ck_assert_int_eq(status, 400);
+	assert_run_str(id, "status", "running");
+	complete(id, tok, "succeeded", false, 200, "succeeded");
+}
+END_TEST
+
 /* ---- logs ---- */
 
 START_TEST(test_log_content_range_resync)
@@ -1460,6 +1576,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_claim_id_retry_returns_same_runs);
 	tcase_add_test(tc, test_complete_is_idempotent);
 	tcase_add_test(tc, test_complete_resent_while_in_flight);
+	tcase_add_test(tc, test_input_and_output_kept_as_sent);
+	tcase_add_test(tc, test_bad_utf8_refused);
 	tcase_add_test(tc, test_log_content_range_resync);
 	tcase_add_test(tc, test_retry_backoff_and_attempt_budget);
 	tcase_add_test(tc, test_release_keeps_attempt);

@@ -122,12 +122,19 @@ static cJSON *run_view(const char *id)
 	return j;
 }
 
+/* A string field's text; anything else as compact JSON.  A run's input and
+ * output come as raw items, the text as sent: a string among them too. */
 static char *run_str(const char *id, const char *field)
 {
 	cJSON *j = run_view(id);
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
-	char *s = cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
+	cJSON *parsed = cJSON_IsRaw(v) ? cJSON_Parse(v->valuestring) : NULL;
+	char *s;
 
+	if (parsed)
+		v = parsed;
+	s = cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
+	cJSON_Delete(parsed);
 	cJSON_Delete(j);
 	return s;
 }

@@ -1,0 +1,25 @@
+/* A value of a request body as the client wrote it.  cJSON holds numbers as
+ * doubles and strings as C strings: printed again, 2^53 + 1 becomes 2^53, a
+ * long integer an exponent, 1e400 null, and "a\u0000b" "a".  A run's input
+ * and output are any JSON, kept and served byte for byte (protocol.md), so
+ * they are taken from the body's text, found with lib/proto's scanner, and
+ * answered as raw cJSON items. */
+#pragma once
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "proto/json_scan.h"
+
+/* The first member named key of the object at obj (cJSON's choice among
+ * duplicates), as written; {NULL, 0} when absent or written with escapes in
+ * its name.  obj must have passed json_scan_value. */
+struct json_span lessor_raw_member(struct json_span obj, const char *key);
+/* The i-th element of the array at arr; {NULL, 0} past its end. */
+struct json_span lessor_raw_element(struct json_span arr, size_t i);
+/* The value as compact text that parses to the same: the span copied, or, when
+ * it is absent (NULL), j printed by cJSON; NULL when out of memory. */
+char *lessor_raw_text(struct json_span v, const cJSON *j);
+/* An item that prints text as it is; JSON null when text is not one JSON
+ * value (a database edited by hand). */
+cJSON *lessor_raw_item(const char *text);
