@@ -502,16 +502,33 @@ static int run_status_cli(const struct conf *c, const struct opts *o)
 	return status_cli_run(base, o->json, stdout, stderr) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+/* Signals whose default action ends a process and that lessee has no use
+ * for: a stray one (a log rotation script's SIGUSR1) must not kill the daemon
+ * silently, its runs left without an owner until their leases expire. */
+static const int stray_signals[] = {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPWR, SIGSTKFLT};
+
+static void on_stray(ev_signal_t *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	(void)s;
+	(void)userdata;
+	log_notice("received SIG%s: ignored (lessee drains on SIGTERM or SIGINT, stops on "
+	           "SIGQUIT, reloads on SIGHUP)",
+	           sigabbrev_np((int)si->ssi_signo));
+}
+
 static int add_signals(struct daemon *d)
 {
+	bool hooks = streq_ptr(getenv("LESSEE_TEST_HOOKS"), "1");
 	int r = 0;
 
 	r = r < 0 ? r : ev_signal_add(d->ev, SIGTERM, on_term, d, NULL);
 	r = r < 0 ? r : ev_signal_add(d->ev, SIGINT, on_term, d, NULL);
 	r = r < 0 ? r : ev_signal_add(d->ev, SIGQUIT, on_quit, d, NULL);
 	r = r < 0 ? r : ev_signal_add(d->ev, SIGHUP, on_hup, d, NULL);
-	if (r >= 0 && streq_ptr(getenv("LESSEE_TEST_HOOKS"), "1"))
-		r = ev_signal_add(d->ev, SIGUSR2, on_stall, d, NULL);
+	for (size_t i = 0; i < ELEMENTSOF(stray_signals) && r >= 0; i++)
+		r = ev_signal_add(d->ev, stray_signals[i],
+		                  hooks && stray_signals[i] == SIGUSR2 ? on_stall : on_stray, d,
+		                  NULL);
 	return r;
 }
 
@@ -610,9 +627,15 @@ static void block_signals(void)
 	sigemptyset(&ss);
 	for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
 		sigaddset(&ss, sigs[i]);
+	for (size_t i = 0; i < ELEMENTSOF(stray_signals); i++)
+		sigaddset(&ss, stray_signals[i]);
 	sigprocmask(SIG_BLOCK, &ss, NULL);
 	for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
 		signal(sigs[i], SIG_DFL);
+	for (size_t i = 0; i < ELEMENTSOF(stray_signals); i++)
+		signal(stray_signals[i], SIG_DFL);
+	/* a write past RLIMIT_FSIZE (the spool, a run's files) fails with EFBIG */
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 /* A directory of ours that others may write, without the sticky bit (a

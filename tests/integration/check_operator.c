@@ -372,6 +372,40 @@ START_TEST(test_claim_failures_logged_counted_and_ready_says_why)
 }
 END_TEST
 
+/* ---- signals ---- */
+
+/* A signal lessee has no use for (a log rotation script's SIGUSR1, a stray
+ * SIGALRM) is logged and ignored: its default action killed the daemon
+ * silently, its runs left without an owner until their leases expired. */
+START_TEST(test_stray_signals_ignored)
+{
+	static const int sigs[] = {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXFSZ, SIGPWR};
+	_cleanup_free_ char *body = NULL;
+	long status = 0;
+
+	ck_assert_int_ge(tu_lessor_start(&(struct tu_lessor_opts){0}, &L), 0);
+	ck_assert_int_eq(
+	    tu_lessee_start(&(struct tu_lessee_opts){.lessor = L,
+	                                             .conf = "[status]\nlisten = 127.0.0.1:0\n"
+	                                                     "[workflow.a]\ncommand = /bin/true\n"},
+	                    &D),
+	    0);
+	for (size_t i = 0; i < ELEMENTSOF(sigs); i++) {
+		_cleanup_free_ char *want =
+		    tu_fmt("received SIG%s: ignored", sigabbrev_np(sigs[i]));
+
+		ck_assert_int_eq(tu_lessee_signal(D, sigs[i]), 0);
+		if (sigs[i] != SIGXFSZ) /* ignored outright: a write past RLIMIT_FSIZE fails */
+			ck_assert_msg(tu_lessee_wait_log(D, want, tu_timeout(10 * SEC)) == 0,
+			              "no '%s'", want);
+	}
+	body = tu_lessee_status_get(D, "/healthz", &status);
+	ck_assert_int_eq(status, 200);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGTERM), 0);
+	ck_assert_int_eq(tu_lessee_wait(D, tu_timeout(20 * SEC)), 0);
+}
+END_TEST
+
 /* ---- logging ---- */
 
 START_TEST(test_journal_without_journald_falls_back)
@@ -507,6 +541,7 @@ int main(void)
 	tcase_add_test(tc, test_cli);
 	tcase_add_test(tc, test_reload_checks_commands);
 	tcase_add_test(tc, test_claim_failures_logged_counted_and_ready_says_why);
+	tcase_add_test(tc, test_stray_signals_ignored);
 	tcase_add_test(tc, test_journal_without_journald_falls_back);
 	tcase_add_test(tc, test_metrics_complete_from_the_start);
 	suite_add_tcase(s, tc);
