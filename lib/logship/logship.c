@@ -1,6 +1,7 @@
 #include "logship/logship.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,16 +99,20 @@ static void stream_append(logship_t *ls, const void *data, size_t len)
 	ls->last_byte = ((const char *)data)[len - 1];
 }
 
-static void stream_marker(logship_t *ls, const char *fmt, uint64_t n)
+_printf_(2, 3) static void stream_marker(logship_t *ls, const char *fmt, ...)
 {
-	char line[128];
-	int len = snprintf(line, sizeof(line), "%s[lessee: ", ls->last_byte && ls->last_byte != '\n'
-								    ? "\n"
-								    : "");
+	va_list ap;
+	char line[160];
+	size_t len = (size_t)snprintf(
+	    line, sizeof(line), "%s[lessee: ", ls->last_byte && ls->last_byte != '\n' ? "\n" : "");
+	int n;
 
-	len += snprintf(line + len, sizeof(line) - (size_t)len, fmt, n);
-	len += snprintf(line + len, sizeof(line) - (size_t)len, "]\n");
-	stream_append(ls, line, (size_t)len);
+	va_start(ap, fmt);
+	n = vsnprintf(line + len, sizeof(line) - len - 2, fmt, ap);
+	va_end(ap);
+	len += n < 0 ? 0 : MIN((size_t)n, sizeof(line) - len - 3);
+	memcpy(line + len, "]\n", 2);
+	stream_append(ls, line, len + 2);
 }
 
 static void flush_pending_drops(logship_t *ls)
@@ -137,8 +142,9 @@ static void schedule(logship_t *ls)
 }
 
 /* Room kept under max_log_bytes for the truncation marker (55 bytes at
- * most) and a drop marker put in just before it (71). */
-#define MARKER_ROOM 128
+ * most), a drop marker put in just before it (71) and a note (logship_note,
+ * under 100). */
+#define MARKER_ROOM 256
 
 /* The log's length at the server once what is pending lands. */
 static uint64_t stream_end(const logship_t *ls)
@@ -424,6 +430,15 @@ static void deferred_finish(void *userdata)
 		emit_finished(ls);
 	else
 		schedule(ls);
+}
+
+void logship_note(logship_t *ls, const char *text)
+{
+	if (ls->finishing || ls->abandoned || ls->stopped)
+		return;
+	flush_pending_drops(ls);
+	stream_marker(ls, "%s", text);
+	schedule(ls);
 }
 
 void logship_finish(logship_t *ls)

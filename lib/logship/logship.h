@@ -74,6 +74,9 @@ int logship_new(const struct logship_params *p, logship_event_cb cb, void *userd
 void logship_write(logship_t *ls, const void *data, size_t len);
 /* No more writes: ship the rest now, then LOGSHIP_FINISHED (possibly deferred). */
 void logship_finish(logship_t *ls);
+/* A line "[lessee: text]" into the stream, as the markers lessee writes
+ * itself (text under 100 bytes: it fits the room max_log_bytes keeps). */
+void logship_note(logship_t *ls, const char *text);
 /* Stop sending for good (lease lost, hard stop); pending bytes are discarded. */
 void logship_abandon(logship_t *ls);
 logship_t *logship_free(logship_t *ls);

@@ -50,6 +50,9 @@
 #define RETRY_BASE (500 * USEC_PER_MSEC)
 #define REPORT_RETRY_CAP (30 * USEC_PER_SEC)
 #define LOG_FLUSH_TIMEOUT (60 * USEC_PER_SEC)
+/* A run stopped for a shutdown ships its log, marked, before its release,
+ * for at most this long: the hard stop is bounded by kill_grace + 15 s. */
+#define RELEASE_LOG_BOUND (2 * USEC_PER_SEC)
 
 typedef enum run_state (*run_action)(struct run *r);
 
@@ -1045,6 +1048,14 @@ static bool can_release(const struct run *r)
 /* RE_TIMER while RELEASING: the release goes out (again). */
 static enum run_state act_release_send(struct run *r)
 {
+	if (r->log_before_release) { /* RELEASE_LOG_BOUND passed */
+		run_log(r, LOG_WARNING,
+		        "log not shipped within %llus of the stop: releasing the "
+		        "run without the rest",
+		        (unsigned long long)(RELEASE_LOG_BOUND / USEC_PER_SEC));
+		r->log_before_release = false;
+		logship_abandon(r->log);
+	}
 	if (!can_release(r)) {
 		run_log(r, LOG_NOTICE,
 			"the API cannot take the run back: dropped here, it returns to the queue "
@@ -1112,11 +1123,31 @@ static enum run_state enter_flushing(struct run *r)
 }
 
 /* The release goes out on the timer's event, once the run is RELEASING
- * (act_release_send). */
+ * (act_release_send).  An execution stopped for a shutdown first ships what
+ * it wrote, then a line saying it was stopped (RE_LOG_FLUSHED, or the bound):
+ * released with it in the buffer, its log ended cut, with no word why. */
 static enum run_state enter_releasing(struct run *r)
 {
 	r->req_attempts = 0;
+	if (r->log && r->proc && !r->lost) {
+		logship_note(r->log, "execution stopped: the worker is shutting down; the run "
+		                     "goes back to the queue");
+		logship_finish(r->log);
+		r->log_before_release = true;
+		ev_timer_arm(r->timer, RELEASE_LOG_BOUND);
+		return RUN_RELEASING;
+	}
 	ev_timer_arm(r->timer, 0);
+	return RUN_RELEASING;
+}
+
+/* RE_LOG_FLUSHED while RELEASING: the log went first, now the release. */
+static enum run_state act_release_after_log(struct run *r)
+{
+	if (r->log_before_release) {
+		r->log_before_release = false;
+		ev_timer_arm(r->timer, 0);
+	}
 	return RUN_RELEASING;
 }
 
@@ -1463,6 +1494,7 @@ static const run_action table[_RUN_STATE_MAX][_RE_MAX] = {
 		[RE_LEASE_LOST] = act_lost,
 		[RE_HARD_STOP] = act_ignore,
 		[RE_TIMER] = act_release_send,
+		[RE_LOG_FLUSHED] = act_release_after_log,
 		[RE_RENEW] = act_renew,
 		[RE_DEADLINE] = act_deadline_lost,
 		[RE_ABANDON] = act_abandon,

@@ -14,6 +14,7 @@
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "testutil.h"
+#include "util/fileio.h"
 #include "util/macro.h"
 #include "util/strutil.h"
 
@@ -198,6 +199,56 @@ START_TEST(test_api_log_cap_said)
 }
 END_TEST
 
+/* A hard stop kills a running run and gives it back: what it wrote up to
+ * then is shipped before the release, and a marker line ends it, so the log
+ * of an execution that was stopped is never cut silently (the bytes still in
+ * the daemon's buffer were dropped with the release). */
+START_TEST(test_hard_stop_ships_the_log_and_marks_it)
+{
+	_cleanup_free_ char *dir = tu_tmpdir("hardstop"), *written = NULL, *conf = NULL;
+	_cleanup_free_ char *a = NULL, *log = NULL, *text = NULL;
+	size_t len = 0, text_len = 0, lines = 0;
+	usec_t until;
+
+	ck_assert_ptr_nonnull(dir);
+	written = tu_fmt("%s/written", dir);
+	/* each line to stdout first, then to the file: a line in the file was
+	 * written to the run's output before it */
+	conf = tu_fmt("[worker]\nconcurrency = 1\nkill_grace = 1s\n"
+	              "[workflow.chatty]\ncommand = /bin/sh -c 'i=0; while :; do i=$((i+1)); "
+	              "echo \"line $i\"; echo \"line $i\" >> %s; sleep 0.02; done'\n",
+	              written);
+	a = tu_lessor_enqueue(L, "{\"workflow\":\"chatty\",\"max_attempts\":1}");
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
+	                 0);
+	until = time_mono() + tu_timeout(20 * SEC);
+	while (lines < 30 && time_mono() < until) { /* the file is the event */
+		free(text);
+		text = NULL;
+		lines = 0;
+		if (read_file_capped(written, 1 << 20, &text, &text_len) == 0)
+			for (const char *p = text; (p = strchr(p, '\n')); p++)
+				lines++;
+		tu_sleep(20 * USEC_PER_MSEC);
+	}
+	ck_assert_uint_ge(lines, 30);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGQUIT), 0);
+	ck_assert_int_eq(tu_lessee_wait(D, tu_timeout(30 * SEC)), 0);
+	free(text);
+	text = NULL;
+	ck_assert_int_eq(read_file_capped(written, 1 << 20, &text, &text_len), 0);
+	log = tu_lessor_run_log(L, a, &len);
+	ck_assert_ptr_nonnull(log);
+	/* every line the run wrote is in the log, in order, then the marker */
+	ck_assert_msg(len >= text_len && memcmp(log, text, text_len) == 0,
+	              "the log (%zu bytes) lacks what the run wrote (%zu bytes)", len, text_len);
+	ck_assert_msg(strstr(log + text_len, "[lessee: "), "no marker after the output: %s",
+	              log + text_len);
+	rm_rf(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reporting");
@@ -209,6 +260,7 @@ int main(void)
 	tcase_add_test(tc, test_busy_healthy_workflow_not_held);
 	tcase_add_test(tc, test_refused_result_counted);
 	tcase_add_test(tc, test_api_log_cap_said);
+	tcase_add_test(tc, test_hard_stop_ships_the_log_and_marks_it);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

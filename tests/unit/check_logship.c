@@ -195,17 +195,19 @@ START_TEST(test_max_log_bytes_marker)
 
 	memset(data, 'x', sizeof(data));
 	env_up(&t, NULL);
-	/* 200 bytes of log: the output is cut where the marker still fits */
-	ship_start(&t, 200, 0, false);
+	/* 400 bytes of log: the output is cut where the markers still fit
+	 * (256 bytes are kept for them) */
+	ship_start(&t, 400, 0, false);
 	logship_write(t.ls, data, sizeof(data));
 	logship_write(t.ls, data, sizeof(data));
 	logship_finish(t.ls);
 	run_until_finished(&t);
 	log = server_log(&t, &len);
-	ck_assert_uint_le(len, 200);
-	ck_assert_str_eq(log,
-	                 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-	                 "\n[lessee: log truncated at 72 bytes]\n");
+	ck_assert_uint_le(len, 400);
+	ck_assert_uint_eq(len, 144 + strlen("\n[lessee: log truncated at 144 bytes]\n"));
+	ck_assert_int_eq(memcmp(log, data, 100), 0);
+	ck_assert_int_eq(memcmp(log + 100, data, 44), 0);
+	ck_assert_str_eq(log + 144, "\n[lessee: log truncated at 144 bytes]\n");
 	env_down(&t);
 }
 END_TEST
