@@ -31,6 +31,10 @@ struct wfstate {
 	struct breaker breaker;
 };
 
+/* leftovers.c: SIGKILL to the processes still running for runs of the
+ * lessee that had pid, under run_dir; how many. */
+unsigned leftovers_kill(const char *run_dir, long pid);
+
 /* Helper threads (result files, spool writes, run directory removals). */
 #define OFFLOAD_THREADS 4
 

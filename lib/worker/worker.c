@@ -434,6 +434,7 @@ static void clean_stale_run_dirs(const char *run_dir)
 		const char *p = startswith(de->d_name, "lessee-");
 		char *end;
 		long pid;
+		unsigned k;
 		int q;
 
 		if (!p)
@@ -443,6 +444,10 @@ static void clean_stale_run_dirs(const char *run_dir)
 		    (pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", run_dir, de->d_name);
+		if ((k = leftovers_kill(run_dir, pid)) > 0)
+			log_warning("killed %u processes left running by runs of a previous lessee "
+			            "(pid %ld), which died without stopping them",
+			            k, pid);
 		if ((q = rm_rf(path)) >= 0)
 			log_info("removed %s, left by a previous lessee (pid %ld)", path, pid);
 		else

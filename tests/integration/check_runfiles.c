@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "jsonutil.h"
 #include "lessee_proc.h"
 #include "lessor_proc.h"
 #include "testutil.h"
@@ -314,6 +315,56 @@ START_TEST(test_same_pid_predecessor_cleaned)
 }
 END_TEST
 
+/* lessee killed with SIGKILL: its runs' processes run on, out of its reach
+ * (only the run's first process gets a parent-death signal).  The next
+ * lessee on the same run_dir finds them by the run directory in their
+ * environment, kills them before it removes their directories and claims
+ * anything, so the run it may be given again never runs twice at once.  A
+ * grandchild that made itself a session of its own is found the same way. */
+START_TEST(test_killed_predecessor_runs_stopped)
+{
+	_cleanup_free_ char *runs = NULL, *conf = NULL, *pids = NULL, *text = NULL, *id = NULL;
+	pid_t left[2] = {0, 0};
+	size_t len = 0;
+	usec_t until;
+
+	runs = tu_fmt("%s/runs", tmp);
+	pids = tu_fmt("%s/pids", tmp);
+	conf = tu_fmt("[worker]\nrun_dir = %s\nlease_ttl = 60s\n"
+	              "[workflow.stay]\ncommand = /bin/sh -c 'sleep 1000 & a=$!; "
+	              "setsid sleep 1001 & b=$!; echo \"$a $b\" > %s.tmp && mv %s.tmp %s; wait'\n",
+	              runs, pids, pids, pids);
+	id = tu_lessor_enqueue(L, "{\"workflow\":\"stay\",\"max_attempts\":1}");
+	ck_assert_ptr_nonnull(id);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
+	                 0);
+	until = time_mono() + tu_timeout(20 * SEC);
+	while (read_file_capped(pids, 256, &text, &len) < 0 && time_mono() < until)
+		tu_sleep(20 * USEC_PER_MSEC); /* the file is the event */
+	ck_assert_ptr_nonnull(text);
+	ck_assert_int_eq(sscanf(text, "%d %d", &left[0], &left[1]), 2);
+	ck_assert_int_eq(tu_lessee_signal(D, SIGKILL), 0);
+	tu_lessee_wait(D, tu_timeout(10 * SEC));
+	D = tu_lessee_free(D);
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(tu_pid_alive(left[i]), "pid %d gone with the daemon", left[i]);
+	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
+	                 0);
+	until = time_mono() + tu_timeout(10 * SEC);
+	while ((tu_pid_alive(left[0]) || tu_pid_alive(left[1])) && time_mono() < until)
+		tu_sleep(20 * USEC_PER_MSEC);
+	bool alive[2] = {tu_pid_alive(left[0]), tu_pid_alive(left[1])};
+
+	for (int i = 0; i < 2; i++)
+		if (alive[i])
+			kill(left[i], SIGKILL); /* nothing left behind by the test */
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(!alive[i], "pid %d of the killed lessee's run runs on", left[i]);
+	ck_assert_int_eq(tu_lessee_wait_log(D, "left running by runs of a previous lessee", 0), 0);
+	ck_assert_int_eq(tu_lessee_quit(D), 0);
+}
+END_TEST
+
 /* What a run leaves that rm_rf cannot walk past by default (a tree deeper
  * than 256, a directory it made mode 000) goes at the run's end. */
 START_TEST(test_hostile_trees_removed)
@@ -350,6 +401,7 @@ static Suite *runfiles_suite(void)
 	tcase_add_test(tc, test_one_mkdir_and_one_removal_per_run);
 	tcase_add_test(tc, test_run_dir_removed_is_made_again);
 	tcase_add_test(tc, test_same_pid_predecessor_cleaned);
+	tcase_add_test(tc, test_killed_predecessor_runs_stopped);
 	tcase_add_test(tc, test_hostile_trees_removed);
 	suite_add_tcase(s, tc);
 	return s;
