@@ -475,6 +475,7 @@ enum from {
 	F_RELEASING,         /* released unstarted, the release held */
 	F_RELEASING_BACKOFF, /* released, the release answered "retry" (10 s) */
 	F_RELEASING_BARE,    /* released unstarted; the driver cannot release */
+	F_RELEASING_STOPPED, /* say_sleep.sh killed by a hard stop: its log's append held */
 };
 
 static const char *from_workflow(enum from f)
@@ -484,6 +485,7 @@ static const char *from_workflow(enum from f)
 	case F_FLUSHING:
 		return "say";
 	case F_KILLING:
+	case F_RELEASING_STOPPED:
 		return "say_sleep";
 	default:
 		return "sleep";
@@ -566,6 +568,14 @@ static void reach(enum from f)
 		dispatch(RE_RELEASE);
 		if (f != F_RELEASING_BARE)
 			step(50 * MSEC);
+		break;
+	case F_RELEASING_STOPPED:
+		dispatch(RE_START);
+		step(100 * MSEC); /* its output is read */
+		H.stopping = true;
+		dispatch(RE_HARD_STOP);
+		step_until_not(RUN_KILLING);
+		H.stopping = false;
 		break;
 	}
 	for (int i = 0; i < _OP_MAX; i++)
@@ -733,6 +743,20 @@ static const struct cell_case cases[] = {
     C(F_RELEASING, RUN_RELEASING, RE_RENEW, RUN_RELEASING, "renew"),
     C(F_RELEASING, RUN_RELEASING, RE_DEADLINE, RUN_DONE, "done"),
     C(F_RELEASING, RUN_RELEASING, RE_ABANDON, RUN_DONE, "done"),
+    /* killed by a hard stop: its log (and a line saying so) goes first, then
+     * the release */
+    {.from = F_RELEASING_STOPPED,
+     .state = RUN_RELEASING,
+     .ev = RE_LOG_FLUSHED,
+     .stopping = true,
+     .next = RUN_RELEASING,
+     .actions = "log release"},
+    {.from = F_RELEASING_STOPPED,
+     .state = RUN_RELEASING,
+     .ev = RE_LEASE_LOST,
+     .stopping = true,
+     .next = RUN_DONE,
+     .actions = "done"},
 };
 
 static const char *case_name(const struct cell_case *c, char *buf, size_t len)
