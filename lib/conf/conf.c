@@ -1290,17 +1290,23 @@ static const struct driver_keys driver_keys[] = {
 /* [workflow.X] keys Camunda 7 takes but has no use for */
 static const char *const camunda7_ignored[] = {"terminal_exit_codes", NULL};
 
+static bool among(const char *const *names, const char *name)
+{
+	for (size_t i = 0; names[i]; i++)
+		if (streq(names[i], name))
+			return true;
+	return false;
+}
+
 bool conf_key_foreign(const char *protocol, const char *section, const char *name)
 {
 	bool api = streq(section, "api");
 
-	if (!api && streq(protocol, "camunda7") &&
-	    strv_contains((char *const *)camunda7_ignored, name))
+	if (!api && streq(protocol, "camunda7") && among(camunda7_ignored, name))
 		return true;
 	for (size_t d = 0; d < ELEMENTSOF(driver_keys); d++)
 		if (!streq(protocol, driver_keys[d].protocol) &&
-		    strv_contains((char *const *)(api ? driver_keys[d].api : driver_keys[d].wf),
-		                  name))
+		    among(api ? driver_keys[d].api : driver_keys[d].wf, name))
 			return true;
 	return false;
 }

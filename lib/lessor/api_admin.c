@@ -3,6 +3,7 @@
 #include "lessor/api-int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +28,18 @@ static int reply_run(lessor_call *c, unsigned status, const char *id)
 
 /* ---- enqueue ---- */
 
-/* input: any JSON value, as sent; absent = {} */
-static char *input_text(const lessor_call *c)
+/* input: any JSON value, as sent; absent = {}.  -EINVAL (c->msg), -ENOMEM. */
+static int input_text(lessor_call *c, char **ret)
 {
 	const cJSON *in = cJSON_GetObjectItemCaseSensitive(c->json, "input");
+	struct json_span v;
 
-	if (!in)
-		return strdup("{}");
-	return lessor_raw_text(lessor_raw_member(lessor_call_body(c), "input"), in);
+	if (lessor_raw_member(lessor_call_body(c), "input", &v) < 0) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "member names must be written without escapes");
+		return -EINVAL;
+	}
+	*ret = in ? lessor_raw_text(v, in) : strdup("{}");
+	return *ret ? 0 : -ENOMEM;
 }
 
 static int enqueue_fields(lessor_call *c, struct lessor_enqueue *e, char ***tags)
@@ -67,10 +72,10 @@ int lessor_h_enqueue(lessor_call *c)
 		strv_free(tags);
 		return lessor_reply_invalid(c);
 	}
-	input = input_text(c);
-	if (!input) {
+	r = input_text(c, &input);
+	if (r < 0) {
 		strv_free(tags);
-		return lessor_reply_store_error(c, -ENOMEM);
+		return r == -EINVAL ? lessor_reply_invalid(c) : lessor_reply_store_error(c, r);
 	}
 	e.input_json = input;
 	e.tags = tags;

@@ -726,7 +726,14 @@ static int completion_fields(lessor_call *c, const cJSON *j, struct json_span ra
                              const char *within, struct lessor_completion *in, char **ret_output)
 {
 	const cJSON *output = cJSON_GetObjectItemCaseSensitive(j, "output");
+	struct json_span v;
 
+	if (lessor_raw_member(raw, "output", &v) < 0) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "member names must be written without escapes");
+		if (within)
+			msg_within(c, within);
+		return -EINVAL;
+	}
 	if (completion_members(c, j, in) < 0) {
 		if (within)
 			msg_within(c, within);
@@ -734,7 +741,7 @@ static int completion_fields(lessor_call *c, const cJSON *j, struct json_span ra
 	}
 	if (!output || cJSON_IsNull(output))
 		return 0;
-	if (!(*ret_output = lessor_raw_text(lessor_raw_member(raw, "output"), output)))
+	if (!(*ret_output = lessor_raw_text(v, output)))
 		return -ENOMEM;
 	in->output_json = *ret_output;
 	return 0;
@@ -861,11 +868,11 @@ static void complete_batch_free(void *p)
 
 /* The i-th of "completions": a completion body (with its "next") and the
  * run's "id"; an error names it ("'completions[3].status' ..."). */
-static int completion_entry(lessor_call *c, const cJSON *e, size_t i, struct complete_batch *b)
+static int completion_entry(lessor_call *c, const cJSON *e, struct json_span raw, size_t i,
+                            struct complete_batch *b)
 {
 	struct lessor_complete_item *it = &b->v[i];
 	struct complete_entry *x = &b->x[i];
-	struct json_span raw;
 	char within[48];
 	int r;
 
@@ -879,7 +886,6 @@ static int completion_entry(lessor_call *c, const cJSON *e, size_t i, struct com
 		msg_within(c, within);
 		return -EINVAL;
 	}
-	raw = lessor_raw_element(lessor_raw_member(lessor_call_body(c), "completions"), i);
 	if ((r = completion_fields(c, e, raw, within, &it->in, &x->output_json)) < 0 ||
 	    (r = next_parse(c, e, within, &x->next)) < 0)
 		return r;
@@ -892,6 +898,8 @@ static int complete_batch_parse(lessor_call *c, struct complete_batch *b)
 	const cJSON *all = cJSON_GetObjectItemCaseSensitive(c->json, "completions"), *e;
 	size_t n = cJSON_IsArray(all) ? (size_t)cJSON_GetArraySize(all) : 0, i = 0;
 	_cleanup_free_ const char **ids = NULL;
+	_cleanup_free_ struct json_span *raw = NULL;
+	struct json_span raw_all;
 	int r;
 
 	if (n < 1 || n > V1_COMPLETE_MAX) {
@@ -902,12 +910,19 @@ static int complete_batch_parse(lessor_call *c, struct complete_batch *b)
 	b->v = calloc(n, sizeof(*b->v));
 	b->x = calloc(n, sizeof(*b->x));
 	ids = calloc(n, sizeof(*ids));
-	if (!b->v || !b->x || !ids)
+	raw = calloc(n, sizeof(*raw));
+	if (!b->v || !b->x || !ids || !raw)
 		return -ENOMEM;
 	b->n = n;
+	/* each entry as written, found in one walk of the body */
+	if (lessor_raw_member(lessor_call_body(c), "completions", &raw_all) < 0 ||
+	    lessor_raw_elements(raw_all, raw, n) < 0) {
+		snprintf(c->msg, LESSOR_MSG_MAX, "member names must be written without escapes");
+		return -EINVAL;
+	}
 	cJSON_ArrayForEach(e, all)
 	{
-		if ((r = completion_entry(c, e, i, b)) < 0)
+		if ((r = completion_entry(c, e, raw[i], i, b)) < 0)
 			return r;
 		ids[i] = b->v[i].id;
 		i++;

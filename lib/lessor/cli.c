@@ -56,24 +56,26 @@ static int call(const struct lessor_cli *o, const char *method, const char *path
 	return 0;
 }
 
-/* A 2xx JSON response, or NULL (after saying why). */
 /* A run's input and output, printed as the server sent them (json_raw.h). */
 static void keep_as_sent(cJSON *j, struct json_span text)
 {
 	static const char *const keys[] = {"input", "output"};
 
 	for (size_t i = 0; cJSON_IsObject(j) && i < ELEMENTSOF(keys); i++) {
-		struct json_span v = lessor_raw_member(text, keys[i]);
+		struct json_span v;
 		_cleanup_free_ char *s = NULL;
 		cJSON *raw;
 
-		if (!v.p || !cJSON_GetObjectItemCaseSensitive(j, keys[i]) ||
+		if (lessor_raw_member(text, keys[i], &v) < 0 || !v.p ||
+		    !cJSON_GetObjectItemCaseSensitive(j, keys[i]) ||
 		    !(s = lessor_raw_text(v, NULL)) || !(raw = lessor_raw_item(s)))
 			continue;
-		cJSON_ReplaceItemInObjectCaseSensitive(j, keys[i], raw);
+		if (!cJSON_ReplaceItemInObjectCaseSensitive(j, keys[i], raw))
+			cJSON_Delete(raw);
 	}
 }
 
+/* A 2xx JSON response, or NULL (after saying why). */
 static cJSON *call_json(const struct lessor_cli *o, const char *method, const char *path,
                         const char *body)
 {

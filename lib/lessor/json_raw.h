@@ -12,11 +12,14 @@
 #include "proto/json_scan.h"
 
 /* The first member named key of the object at obj (cJSON's choice among
- * duplicates), as written; {NULL, 0} when absent or written with escapes in
- * its name.  obj must have passed json_scan_value. */
-struct json_span lessor_raw_member(struct json_span obj, const char *key);
-/* The i-th element of the array at arr; {NULL, 0} past its end. */
-struct json_span lessor_raw_element(struct json_span arr, size_t i);
+ * duplicates too), as written, in *ret ({NULL, 0}: absent).  -EINVAL when
+ * a member name of obj is written with an escape: cJSON compares names
+ * decoded ("\u0069nput" is "input"), so which one it took cannot be told.
+ * obj must have passed json_scan_value. */
+int lessor_raw_member(struct json_span obj, const char *key, struct json_span *ret);
+/* The n elements of the array at arr, in one walk; -EINVAL when it holds
+ * fewer. */
+int lessor_raw_elements(struct json_span arr, struct json_span *v, size_t n);
 /* The value as compact text that parses to the same: the span copied, or, when
  * it is absent (NULL), j printed by cJSON; NULL when out of memory. */
 char *lessor_raw_text(struct json_span v, const cJSON *j);

@@ -48,6 +48,7 @@ struct logship {
 	uint64_t maybe[LOGSHIP_MAYBE_MAX];
 
 	uint64_t unmarked_drops;
+	uint64_t marked_at; /* where the truncation marker begins, once truncated_marked */
 	char last_byte;
 	bool finishing, done, abandoned, stopped, truncated_marked;
 	struct logship_stats stats;
@@ -185,10 +186,34 @@ void logship_write(logship_t *ls, const void *data, size_t len)
 	}
 	if (take < len && !ls->truncated_marked) {
 		flush_pending_drops(ls);
-		stream_marker(ls, "log truncated at %" PRIu64 " bytes", stream_end(ls));
+		ls->marked_at = stream_end(ls);
+		stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->marked_at);
 		ls->truncated_marked = true;
 	}
 	schedule(ls);
+}
+
+/* The server's length, known from an answer, may leave less room than the
+ * output taken meanwhile: before the first answer of a re-executed run the
+ * earlier executions' log was not counted.  What is over is cut here, and
+ * the truncation marker still fits. */
+static void trim_to_cap(logship_t *ls)
+{
+	uint64_t limit = ls->max_log_bytes > MARKER_ROOM ? ls->max_log_bytes - MARKER_ROOM : 0;
+	size_t keep;
+
+	/* a marker already in the stream is cut with the rest and put again */
+	if (!ls->max_log_bytes || (ls->truncated_marked ? ls->marked_at : stream_end(ls)) <= limit)
+		return;
+	keep = ls->base < limit ? (size_t)(limit - ls->base) : 0;
+	ls->stats.truncated += ls->pending.len - MIN(keep, ls->pending.len);
+	if (keep < ls->pending.len) {
+		ls->pending.len = keep;
+		ls->pending.data[keep] = '\0';
+	}
+	ls->marked_at = stream_end(ls);
+	stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->marked_at);
+	ls->truncated_marked = true;
 }
 
 /* The server's length is authoritative: skip what it has, or note what it lost. */
@@ -262,6 +287,8 @@ static void first_answer(logship_t *ls, bool resync_answer, uint64_t server_len)
 	ls->stats.accepted += (uint64_t)n;
 	buf_done(&ls->pending);
 	ls->pending = b;
+	/* the stream moves to where the server's log ends, after the line */
+	ls->marked_at += server_len + (uint64_t)n - ls->base;
 	ls->base = server_len;
 }
 
@@ -314,6 +341,7 @@ static bool took(logship_t *ls, const struct drv_answer *a)
 		if (!ls->synced)
 			first_answer(ls, a->verdict == DRV_RESYNC, a->length);
 		resync(ls, a->length);
+		trim_to_cap(ls);
 	}
 	return ls->base != before || ls->pending.len != pending || ls->pending.len == 0;
 }

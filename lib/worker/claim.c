@@ -153,7 +153,7 @@ static unsigned ready_room(const struct claimer *w)
 	const struct run_table *t = w->p.table;
 	unsigned want = claimer_conf(w)->worker.prefetch;
 
-	if (!prefetch_on(w) || w->ready_idle || w->queue_depth == 0 ||
+	if (w->hold_why[0] || !prefetch_on(w) || w->ready_idle || w->queue_depth == 0 ||
 	    !w->p.ops->running(w->p.host) ||
 	    t->reporting >= conf_max_reporting(&claimer_conf(w)->worker))
 		return 0;
@@ -910,11 +910,14 @@ static void start_ready(struct claimer *w)
 
 	if (t->running < slots)
 		w->ready_idle = false;
-	if (!t->ready || !w->p.ops->running(w->p.host) || !w->p.ops->may_start(w->p.host))
+	/* held for the host's trouble: they wait, at most prefetch_hold */
+	if (!t->ready || w->hold_why[0] || !w->p.ops->running(w->p.host) ||
+	    !w->p.ops->may_start(w->p.host))
 		return;
 	w->in_arrival = true; /* no claim from inside a run's transition */
 	release_blocked_ready(w);
-	for (unsigned n = t->ready; n > 0 && t->running < slots && (r = ready_next(w)); n--) {
+	for (unsigned n = t->ready;
+	     n > 0 && t->running < slots && !w->hold_why[0] && (r = ready_next(w)); n--) {
 		snprintf(r->note, sizeof(r->note), "a slot came free");
 		run_dispatch(r, start_or_wait(w, r));
 	}
@@ -1021,8 +1024,9 @@ static enum run_event triage(struct claimer *w, struct run *r)
 		r->release_reason = DRV_RELEASE_BLOCKED_WORKFLOW;
 		return RE_RELEASE;
 	}
-	if (w->p.table->running > w->p.ops->slots(w->p.host)) {
-		/* claimed ahead of a free slot: it waits for one */
+	if (w->hold_why[0] || w->p.table->running > w->p.ops->slots(w->p.host)) {
+		/* claimed ahead of a free slot, or while this host cannot start
+		 * runs (claim_host_trouble): it waits, at most prefetch_hold */
 		if (prefetch_on(w) && w->p.table->ready < claimer_conf(w)->worker.prefetch)
 			return RE_READY;
 		/* more than we asked for (a carried claim answered past its
@@ -1204,6 +1208,8 @@ void claim_host_trouble(struct claimer *w, const char *why)
 		w->hold_streak = 0;
 		return;
 	}
+	if (w->hold_why[0]) /* held already: one more of the same batch */
+		return;
 	hold = MIN(HOLD_BASE << MIN(w->hold_streak, 6u), HOLD_CAP);
 	w->hold_streak++;
 	time_format_duration(d, sizeof(d), hold);

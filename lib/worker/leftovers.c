@@ -37,9 +37,37 @@ static bool environ_has(pid_t pid, const char *prefix, size_t n)
 	return false;
 }
 
+struct killed {
+	pid_t *v;
+	size_t n, alloc;
+};
+
+static bool killed_before(const struct killed *k, pid_t pid)
+{
+	for (size_t i = 0; i < k->n; i++)
+		if (k->v[i] == pid)
+			return true;
+	return false;
+}
+
+static void killed_add(struct killed *k, pid_t pid)
+{
+	if (k->n == k->alloc) {
+		size_t na = k->alloc ? 2 * k->alloc : 16;
+		pid_t *nv = realloc(k->v, na * sizeof(*nv));
+
+		if (!nv)
+			return; /* counted again in a later pass, at worst */
+		k->v = nv;
+		k->alloc = na;
+	}
+	k->v[k->n++] = pid;
+}
+
 /* One walk of /proc: SIGKILL, through a pidfd (a pid reused meanwhile is not
- * hit), to each process whose environment names the directory. */
-static unsigned kill_pass(const char *prefix, size_t n)
+ * hit), to each process whose environment names the directory and that was
+ * not signalled before (killed, not yet gone); how many new ones. */
+static unsigned kill_pass(const char *prefix, size_t n, struct killed *k)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
@@ -52,14 +80,16 @@ static unsigned kill_pass(const char *prefix, size_t n)
 		long pid = strtol(de->d_name, &end, 10);
 		int fd;
 
-		if (*end || pid <= 0 || pid == getpid())
+		if (*end || pid <= 0 || pid == getpid() || killed_before(k, (pid_t)pid))
 			continue;
 		fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 		if (fd < 0)
 			continue;
 		if (environ_has((pid_t)pid, prefix, n) &&
-		    syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0)
+		    syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0) {
+			killed_add(k, (pid_t)pid);
 			killed++;
+		}
 		close(fd);
 	}
 	closedir(d);
@@ -69,6 +99,7 @@ static unsigned kill_pass(const char *prefix, size_t n)
 unsigned leftovers_kill(const char *run_dir, long pid)
 {
 	char prefix[PATH_MAX + 64];
+	struct killed done = {0};
 	unsigned total = 0, k = 1;
 	size_t n;
 
@@ -77,6 +108,7 @@ unsigned leftovers_kill(const char *run_dir, long pid)
 	if (n >= sizeof(prefix))
 		return 0;
 	for (unsigned pass = 0; pass < LEFTOVER_PASSES && k > 0; pass++)
-		total += k = kill_pass(prefix, n);
+		total += k = kill_pass(prefix, n, &done);
+	free(done.v);
 	return total;
 }

@@ -976,7 +976,7 @@ static void on_complete(const struct drv_answer *a, void *userdata)
 		run_log(r, LOG_ERR, "the API refused the result for good (%s): giving up on it",
 			a->detail);
 		r->result_refused = true;
-		snprintf(r->note, sizeof(r->note), "result refused: %s", a->detail);
+		snprintf(r->note, sizeof(r->note), "result refused: %.78s", a->detail);
 		run_dispatch(r, RE_REPORTED);
 		break;
 	}

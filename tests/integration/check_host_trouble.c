@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jsonutil.h"
@@ -69,39 +70,85 @@ static void fill(void)
 	close(fd);
 }
 
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* The time of the log line holding needle (its ts=...Z, ms since the
+ * epoch); -1 when there is none. */
+static long long line_ms(const char *log, const char *needle)
+{
+	const char *p = strstr(log, needle), *ts;
+	struct tm tm = {0};
+	int ms = 0;
+
+	if (!p)
+		return -1;
+	for (ts = p; ts > log && ts[-1] != '\n'; ts--)
+		;
+	if (sscanf(ts, "ts=%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+	           &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	return (long long)timegm(&tm) * 1000 + ms;
+}
+
 START_TEST(test_full_run_dir_is_a_retry)
 {
-	_cleanup_free_ char *id = NULL, *conf = NULL, *ready = NULL;
-	cJSON *run;
+	_cleanup_free_ char *conf = NULL, *ready = NULL, *log = NULL;
+	char *ids[3], *second;
 	long status = 0;
+	usec_t until;
 
 	fill();
-	conf = tu_fmt("[worker]\nconcurrency = 2\nrun_dir = %s\nmax_consecutive_failures = 1\n"
-	              "[status]\nlisten = 127.0.0.1:0\n"
+	/* one slot, two runs claimed ahead of it (worker.prefetch) */
+	conf = tu_fmt("[worker]\nconcurrency = 1\nprefetch = 2\nrun_dir = %s\n"
+	              "max_consecutive_failures = 1\n[status]\nlisten = 127.0.0.1:0\n"
 	              "[workflow.w]\ncommand = /bin/true\n",
 	              runs);
-	id = tu_lessor_enqueue(L, "{\"workflow\":\"w\",\"max_attempts\":2,"
-	                          "\"input\":{\"text\":\"a run's input, for input.json\"}}");
-	ck_assert_ptr_nonnull(id);
+	for (int i = 0; i < 3; i++) {
+		ids[i] =
+		    tu_lessor_enqueue(L, "{\"workflow\":\"w\",\"max_attempts\":8,"
+		                         "\"input\":{\"text\":\"a run's input, for input.json\"}}");
+		ck_assert_ptr_nonnull(ids[i]);
+	}
 	ck_assert_int_eq(tu_lessee_start(&(struct tu_lessee_opts){.lessor = L, .conf = conf}, &D),
 	                 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "No space left on device", tu_timeout(10 * SEC)), 0);
-	ck_assert_int_eq(tu_lessee_wait_log(D, "finished: retry", tu_timeout(10 * SEC)), 0);
-	/* held back, and saying why */
-	ready = tu_lessee_status_get(D, "/readyz", &status);
-	ck_assert_ptr_nonnull(ready);
-	ck_assert_int_eq(status, 503);
-	ck_assert_msg(strstr(ready, "No space left on device"), "/readyz: %s", ready);
-	/* room again: the next attempt runs */
+	/* held back, and saying why, while the disk stays full */
+	until = time_mono() + tu_timeout(20 * SEC);
+	do {
+		free(ready);
+		ready = tu_lessee_status_get(D, "/readyz", &status);
+	} while ((status != 503 || !ready || !strstr(ready, "No space left on device")) &&
+	         time_mono() < until && (tu_sleep(20 * USEC_PER_MSEC), true));
+	ck_assert_msg(status == 503 && ready && strstr(ready, "No space left on device"),
+	              "/readyz: %ld %s", status, ready ? ready : "-");
+	/* one run tried per hold, not the runs claimed ahead one after another */
+	ck_assert_int_eq(tu_lessee_wait_log(D, "no claims for 2s", tu_timeout(20 * SEC)), 0);
+	log = tu_lessee_log(D);
+	ck_assert_ptr_nonnull(log);
+	/* the second hold began when the first was over, not at the next run of
+	 * the same claim */
+	ck_assert_int_ge(line_ms(log, "no claims for 2s") - line_ms(log, "no claims for 1s"), 900);
+	second = strstr(log, "no claims for 2s");
+	*second = '\0';
+	ck_assert_uint_eq(count(log, "could not start"), 2);
+	/* room again: the runs run */
 	ck_assert_int_eq(unlink(filler), 0);
-	ck_assert_int_eq(tu_lessor_wait_status(L, id, "succeeded", tu_timeout(90 * SEC)), 0);
-	run = tu_lessor_get_run(L, id);
-	ck_assert_ptr_nonnull(run);
-	ck_assert_int_eq((int)tu_jnum(run, "attempts_used"), 2);
-	cJSON_Delete(run);
-	/* not the workflow's failure: no verdict for its breaker (1 failure opens it) */
-	ck_assert_double_eq(tu_lessee_metric(D, "lessee_runs_finished_total", "outcome", "retry"),
-	                    1);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(
+		    tu_lessor_wait_status(L, ids[i], "succeeded", tu_timeout(90 * SEC)), 0);
+		free(ids[i]);
+	}
+	/* not the workflow's failures: no verdict for its breaker (1 failure opens it) */
+	ck_assert_double_ge(tu_lessee_metric(D, "lessee_runs_finished_total", "outcome", "retry"),
+	                    2);
 	ck_assert_double_eq(
 	    tu_lessee_metric(D, "lessee_runs_finished_total", "outcome", "spawn_error"), 0);
 	ck_assert_double_eq(tu_lessee_metric(D, "lessee_workflow_blocked", "workflow", "w"), 0);

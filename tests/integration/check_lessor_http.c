@@ -862,6 +862,49 @@ START_TEST(test_input_and_output_kept_as_sent)
 }
 END_TEST
 
+/* A member name written with an escape ("\u0069nput" is "input" to cJSON) is
+ * refused: the value checked and the value kept as written could be two
+ * different members, and a batch's entry i matched to another array's. */
+START_TEST(test_escaped_member_names_refused)
+{
+	_cleanup_free_ char *id = NULL, *id2 = NULL, *tok = NULL, *tok2 = NULL, *path = NULL;
+	_cleanup_free_ char *body = NULL;
+	long status = 0;
+	cJSON *j;
+
+	start();
+	free(raw_req("POST", "/v1/runs",
+	             "{\"workflow\":\"w\",\"\\u0069nput\":{\"a\":1},\"input\":{\"b\":2}}",
+	             &status));
+	ck_assert_int_eq(status, 400);
+	id = enqueue("{\"workflow\":\"w\"}");
+	id2 = enqueue("{\"workflow\":\"w\"}");
+	j = claim("c", "w", 2, 60, 0, NULL);
+	for (const cJSON *r = runs_of(j)->child; r; r = r->next)
+		*(streq(jstr(r, "id"), id) ? &tok : &tok2) = token_of(r);
+	cJSON_Delete(j);
+	path = tu_fmt("/v1/runs/%s/complete", id);
+	body =
+	    tu_fmt("{\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\",\"exit_code\":0,"
+	           "\"duration_ms\":1,\"log_length\":0,\"\\u006futput\":1,\"output\":2}",
+	           tok);
+	free(raw_req("POST", path, body, &status));
+	ck_assert_int_eq(status, 400);
+	free(body);
+	body =
+	    tu_fmt("{\"c\\u006fmpletions\":[{\"id\":\"%s\",\"token\":\"%s\",\"status\":"
+	           "\"succeeded\",\"reason\":\"exit\",\"exit_code\":0,\"duration_ms\":1,"
+	           "\"log_length\":0,\"output\":{\"mine\":1}}],\"completions\":[{\"id\":\"%s\","
+	           "\"token\":\"%s\",\"status\":\"succeeded\",\"reason\":\"exit\",\"exit_code\":0,"
+	           "\"duration_ms\":1,\"log_length\":0,\"output\":{\"other\":1}}]}",
+	           id, tok, id2, tok2);
+	free(raw_req("POST", "/v1/completions", body, &status));
+	ck_assert_int_eq(status, 400);
+	assert_run_str(id, "status", "running");
+	assert_run_str(id2, "status", "running");
+}
+END_TEST
+
 /* Text that is not UTF-8, or a lone UTF-16 surrogate, is refused with a 400
  * naming it, and changes nothing: SQLite kept it and served JSON no client
  * could read; PostgreSQL answered 500 at every retry of the completion. */
@@ -1578,6 +1621,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_complete_resent_while_in_flight);
 	tcase_add_test(tc, test_input_and_output_kept_as_sent);
 	tcase_add_test(tc, test_bad_utf8_refused);
+	tcase_add_test(tc, test_escaped_member_names_refused);
 	tcase_add_test(tc, test_log_content_range_resync);
 	tcase_add_test(tc, test_retry_backoff_and_attempt_budget);
 	tcase_add_test(tc, test_release_keeps_attempt);

@@ -243,8 +243,9 @@ START_TEST(test_hard_stop_ships_the_log_and_marks_it)
 	/* every line the run wrote is in the log, in order, then the marker */
 	ck_assert_msg(len >= text_len && memcmp(log, text, text_len) == 0,
 	              "the log (%zu bytes) lacks what the run wrote (%zu bytes)", len, text_len);
-	ck_assert_msg(strstr(log + text_len, "[lessee: "), "no marker after the output: %s",
-	              log + text_len);
+	ck_assert_msg(
+	    strstr(log + text_len, "[lessee: execution stopped: the worker is shutting down"),
+	    "no marker after the output: %s", log + text_len);
 	rm_rf(dir);
 }
 END_TEST

@@ -264,6 +264,49 @@ START_TEST(test_marker_fits_a_server_cap_as_large)
 }
 END_TEST
 
+/* A re-executed run: the server holds an earlier execution's 700 bytes,
+ * which the new execution learns only from its first append's answer.
+ * Output taken meanwhile is cut there, so the log, restart line and
+ * truncation marker included, still fits the cap both sides share. */
+START_TEST(test_cap_counts_earlier_executions)
+{
+	struct env t;
+	char *const args[] = {"--max-log-bytes", "1000", NULL};
+	_cleanup_free_ char *log = NULL;
+	char first[700], data[5000];
+	size_t len;
+
+	memset(first, 'a', sizeof(first));
+	memset(data, 'b', sizeof(data));
+	env_up(&t, args);
+	ship_start(&t, 1000, 0, false);
+	logship_write(t.ls, first, sizeof(first));
+	logship_finish(t.ls);
+	run_until_finished(&t);
+	t.ls = logship_free(t.ls);
+	t.finished = 0;
+	ck_assert_int_eq(logship_new(&(struct logship_params){.ev = t.e,
+	                                                      .drv = t.d,
+	                                                      .run = t.run,
+	                                                      .lease_key = t.token,
+	                                                      .max_log_bytes = 1000,
+	                                                      .flush_interval = 50 * USEC_PER_MSEC,
+	                                                      .attempt = 2},
+	                             on_event, &t, &t.ls),
+	                 0);
+	logship_write(t.ls, data, sizeof(data));
+	logship_finish(t.ls);
+	run_until_finished(&t);
+	log = server_log(&t, &len);
+	ck_assert_uint_le(len, 1000);
+	ck_assert_msg(strstr(log, "execution restarted") && len > 8 &&
+	                  strcmp(log + len - 8, " bytes]\n") == 0 &&
+	                  strstr(log, "[lessee: log truncated at "),
+	              "%zu bytes, from the 690th: %.300s", len, log + 690);
+	env_down(&t);
+}
+END_TEST
+
 /* The lease went to someone else: LEASE_LOST, and not one byte more. */
 START_TEST(test_409_lease_lost)
 {
@@ -429,6 +472,7 @@ int main(void)
 	tcase_add_test(tc, test_max_log_bytes_marker);
 	tcase_add_test(tc, test_413_stops);
 	tcase_add_test(tc, test_marker_fits_a_server_cap_as_large);
+	tcase_add_test(tc, test_cap_counts_earlier_executions);
 	tcase_add_test(tc, test_409_lease_lost);
 	tcase_add_test(tc, test_backpressure_no_loss);
 	tcase_add_test(tc, test_stall_budget_then_drop);
