@@ -83,7 +83,7 @@ struct claimer {
 	usec_t claim_fail_logged_at;
 	char claim_error[256]; /* why the last claim failed, "" after a good one (/readyz) */
 	ev_timer_t *hold_timer; /* claims held for the host's trouble: until it fires */
-	unsigned hold_streak;   /* runs in a row that this host could not start */
+	unsigned hold_streak;   /* holds in a row, no run started between them */
 	char hold_why[320];     /* "" when not held (/readyz) */
 	bool cancels_known;    /* the API's claim answers carry cancel events */
 	bool ahead_idle;       /* a claim ahead came back empty: none until one brings runs */
@@ -1203,8 +1203,8 @@ void claim_host_trouble(struct claimer *w, const char *why)
 
 	if (!why) {
 		if (w->hold_streak > 0)
-			log_notice("runs start again, after %u that this host could not start",
-			           w->hold_streak);
+			log_notice("runs start again, after %u hold%s for this host's trouble",
+			           w->hold_streak, w->hold_streak == 1 ? "" : "s");
 		w->hold_streak = 0;
 		return;
 	}
