@@ -718,10 +718,10 @@ static int completion_members(lessor_call *c, const cJSON *j, struct lessor_comp
 	return 0;
 }
 
-/* The completion body j, written as raw: the request's own (within NULL),
- * or an entry of a batch (within "completions[3]", which the error messages
- * name).  Its "output", as sent, goes into *ret_output (the caller's),
- * in->output_json. */
+/* The completion body j, whose text is raw: the request's own (within
+ * NULL), or an entry of a batch (within "completions[3]", which the error
+ * messages name).  Its "output", as sent, goes into *ret_output (the
+ * caller's), in->output_json. */
 static int completion_fields(lessor_call *c, const cJSON *j, struct json_span raw,
                              const char *within, struct lessor_completion *in, char **ret_output)
 {
