@@ -617,6 +617,16 @@ static bool is_restart_marker(const char *line, size_t len)
 	       line[len - 1] == ']' && memmem(line, len, "restarted", strlen("restarted"));
 }
 
+/* Is it lessee's line for an execution a hard stop killed?  It ends that
+ * execution's output, and the next execution's restart marker follows it. */
+static bool is_stop_marker(const char *line, size_t len)
+{
+	static const char prefix[] = "[lessee: execution stopped: ";
+
+	return len >= strlen(prefix) && memcmp(line, prefix, strlen(prefix)) == 0 &&
+	       line[len - 1] == ']';
+}
+
 static bool is_prefix(const char *full, size_t flen, const char *p, size_t n)
 {
 	return n <= flen && memcmp(full, p, n) == 0;
@@ -626,14 +636,17 @@ static bool is_prefix(const char *full, size_t flen, const char *p, size_t n)
  * executions separated by restart markers M (is_restart_marker, each a line of
  * its own), every Ei a prefix of the run's full deterministic output F and the
  * last one F itself.  lessee starts a marker on a new line: when Ei ends in the
- * middle of a line, the '\n' it adds before M is not part of Ei.  Any other
- * "[lessee: " line (bytes dropped, bytes lost, ...) makes the log inexact: the
- * job never writes one.  *ret_markers: the markers seen. */
+ * middle of a line, the '\n' it adds before M is not part of Ei.  An execution
+ * a hard stop killed ends with lessee's stop line (is_stop_marker), right
+ * before the next M.  Any other "[lessee: " line (bytes dropped, bytes lost,
+ * ...) makes the log inexact: the job never writes one.  *ret_markers: the
+ * restart markers seen. */
 static bool log_exact(const char *id, const char *log, size_t len, unsigned *ret_markers)
 {
 	size_t flen = 0, seg = 0;
 	_cleanup_free_ char *full = chaos_output(id, &flen);
 	unsigned markers = 0;
+	bool stopped = false; /* a stop line ended the last segment: M comes next */
 
 	if (!full)
 		return false;
@@ -643,18 +656,25 @@ static bool log_exact(const char *id, const char *log, size_t len, unsigned *ret
 		size_t body = nl ? e - p - 1 : e - p;
 
 		if (body >= 9 && memcmp(log + p, "[lessee: ", 9) == 0) {
-			if (!is_restart_marker(log + p, body))
+			bool stop = is_stop_marker(log + p, body);
+
+			/* M starts with a '\n' of its own: after a stop line, an empty line */
+			if ((!stop && !is_restart_marker(log + p, body)) ||
+			    (stopped &&
+			     (stop || (p != seg && !(p == seg + 1 && log[seg] == '\n')))))
 				return false;
-			if (!is_prefix(full, flen, log + seg, p - seg) &&
+			if (!stopped && !is_prefix(full, flen, log + seg, p - seg) &&
 			    !(p > seg && is_prefix(full, flen, log + seg, p - seg - 1)))
 				return false;
-			markers++;
+			markers += !stop;
+			stopped = stop;
 			seg = e;
-		}
+		} else if (stopped && !(body == 0 && p == seg))
+			return false;
 		p = e;
 	}
 	*ret_markers = markers;
-	return len - seg == flen && memcmp(full, log + seg, flen) == 0;
+	return !stopped && len - seg == flen && memcmp(full, log + seg, flen) == 0;
 }
 
 static void explain_log(const char *id, const char *log, size_t len)
@@ -669,6 +689,13 @@ static void explain_log(const char *id, const char *log, size_t len)
 	printf("chaos: log of %s not exact: %zu bytes, expected %zu, first difference at %zu: "
 	       "\"%.60s\"\n",
 	       id, len, flen, d, d < len ? log + d : "(end)");
+	/* and lessee's own lines, where they are */
+	for (const char *p = log; (p = memmem(p, len - (size_t)(p - log), "[lessee: ", 9)); p++) {
+		const char *nl = memchr(p, '\n', len - (size_t)(p - log));
+
+		printf("chaos:   at %zu: %.*s\n", (size_t)(p - log),
+		       (int)(nl ? nl - p : (ptrdiff_t)(len - (size_t)(p - log))), p);
+	}
 }
 
 /* The log check on made-up logs, so that a change to the marker's wording
@@ -677,6 +704,8 @@ static bool log_check_self_test(void)
 {
 	static const char id[] = "r-self";
 	static const char marker[] = "[lessee: attempt 2, execution restarted]\n";
+	static const char stop[] = "[lessee: execution stopped: the worker is shutting down; the "
+	                           "run goes back to the queue]\n";
 	size_t flen = 0, cut;
 	_cleanup_free_ char *full = chaos_output(id, &flen);
 	_cleanup_free_ char *buf = malloc(3 * flen + 256);
@@ -718,6 +747,19 @@ static bool log_check_self_test(void)
 	memcpy(buf + n, full, cut), n += cut;
 	n += (size_t)sprintf(buf + n, "[lessee: 12 bytes dropped: log shipping fell behind]\n");
 	memcpy(buf + n, full + cut, flen - cut), n += flen - cut;
+	ok &= !log_exact(id, buf, n, &m);
+	/* an execution a hard stop killed: its line, then the next one's marker */
+	n = 0;
+	memcpy(buf + n, full, cut), n += cut;
+	n += (size_t)sprintf(buf + n, "%s\n", stop);
+	memcpy(buf + n, marker, strlen(marker)), n += strlen(marker);
+	memcpy(buf + n, full, flen), n += flen;
+	ok &= log_exact(id, buf, n, &m) && m == 1;
+	/* ...but output after the stop line, before a marker, is not exact */
+	n = 0;
+	memcpy(buf + n, full, cut), n += cut;
+	n += (size_t)sprintf(buf + n, "%s", stop);
+	memcpy(buf + n, full, flen), n += flen;
 	ok &= !log_exact(id, buf, n, &m);
 	return ok;
 }
