@@ -35,7 +35,7 @@ static int input_text(lessor_call *c, char **ret)
 	struct json_span v;
 
 	if (lessor_raw_member(lessor_call_body(c), "input", &v) < 0) {
-		snprintf(c->msg, LESSOR_MSG_MAX, "member names must be written without escapes");
+		snprintf(c->msg, LESSOR_MSG_MAX, LESSOR_RAW_ESCAPED_MSG);
 		return -EINVAL;
 	}
 	*ret = in ? lessor_raw_text(v, in) : strdup("{}");

@@ -729,7 +729,7 @@ static int completion_fields(lessor_call *c, const cJSON *j, struct json_span ra
 	struct json_span v;
 
 	if (lessor_raw_member(raw, "output", &v) < 0) {
-		snprintf(c->msg, LESSOR_MSG_MAX, "member names must be written without escapes");
+		snprintf(c->msg, LESSOR_MSG_MAX, LESSOR_RAW_ESCAPED_MSG);
 		if (within)
 			msg_within(c, within);
 		return -EINVAL;
@@ -917,7 +917,7 @@ static int complete_batch_parse(lessor_call *c, struct complete_batch *b)
 	/* each entry as written, found in one walk of the body */
 	if (lessor_raw_member(lessor_call_body(c), "completions", &raw_all) < 0 ||
 	    lessor_raw_elements(raw_all, raw, n) < 0) {
-		snprintf(c->msg, LESSOR_MSG_MAX, "member names must be written without escapes");
+		snprintf(c->msg, LESSOR_MSG_MAX, LESSOR_RAW_ESCAPED_MSG);
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(e, all)

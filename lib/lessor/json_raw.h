@@ -17,6 +17,8 @@
  * decoded ("\u0069nput" is "input"), so which one it took cannot be told.
  * obj must have passed json_scan_value. */
 int lessor_raw_member(struct json_span obj, const char *key, struct json_span *ret);
+/* What a client is told for that -EINVAL. */
+#define LESSOR_RAW_ESCAPED_MSG "member names must be written without escapes"
 /* The n elements of the array at arr, in one walk; -EINVAL when it holds
  * fewer. */
 int lessor_raw_elements(struct json_span arr, struct json_span *v, size_t n);

@@ -1,8 +1,8 @@
 #include "logship/logship.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,19 +153,32 @@ static uint64_t stream_end(const logship_t *ls)
 	return ls->base + ls->pending.len;
 }
 
+/* Where output stops: MARKER_ROOM short of max_log_bytes (set). */
+static uint64_t output_limit(const logship_t *ls)
+{
+	return ls->max_log_bytes > MARKER_ROOM ? ls->max_log_bytes - MARKER_ROOM : 0;
+}
+
 /* How much of len bytes of output still fits max_log_bytes: the log as the
  * server keeps it, every execution and marker included, so that a server with
  * the same cap takes the truncation marker too. */
 static size_t fits(const logship_t *ls, size_t len)
 {
-	uint64_t limit, end = stream_end(ls);
+	uint64_t limit = output_limit(ls), end = stream_end(ls);
 
 	if (!ls->max_log_bytes)
 		return len;
 	if (ls->truncated_marked)
 		return 0;
-	limit = ls->max_log_bytes > MARKER_ROOM ? ls->max_log_bytes - MARKER_ROOM : 0;
 	return end >= limit ? 0 : (size_t)MIN((uint64_t)len, limit - end);
+}
+
+/* The truncation marker, where the stream ends now. */
+static void mark_truncated(logship_t *ls)
+{
+	ls->marked_at = stream_end(ls);
+	stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->marked_at);
+	ls->truncated_marked = true;
 }
 
 void logship_write(logship_t *ls, const void *data, size_t len)
@@ -186,9 +199,7 @@ void logship_write(logship_t *ls, const void *data, size_t len)
 	}
 	if (take < len && !ls->truncated_marked) {
 		flush_pending_drops(ls);
-		ls->marked_at = stream_end(ls);
-		stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->marked_at);
-		ls->truncated_marked = true;
+		mark_truncated(ls);
 	}
 	schedule(ls);
 }
@@ -199,7 +210,7 @@ void logship_write(logship_t *ls, const void *data, size_t len)
  * the truncation marker still fits. */
 static void trim_to_cap(logship_t *ls)
 {
-	uint64_t limit = ls->max_log_bytes > MARKER_ROOM ? ls->max_log_bytes - MARKER_ROOM : 0;
+	uint64_t limit = output_limit(ls);
 	size_t keep;
 
 	/* a marker already in the stream is cut with the rest and put again */
@@ -211,9 +222,7 @@ static void trim_to_cap(logship_t *ls)
 		ls->pending.len = keep;
 		ls->pending.data[keep] = '\0';
 	}
-	ls->marked_at = stream_end(ls);
-	stream_marker(ls, "log truncated at %" PRIu64 " bytes", ls->marked_at);
-	ls->truncated_marked = true;
+	mark_truncated(ls);
 }
 
 /* The server's length is authoritative: skip what it has, or note what it lost. */

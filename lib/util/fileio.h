@@ -21,9 +21,9 @@ int pwrite_all(int fd, const void *data, size_t len, off_t off);
 
 /* Every missing directory of path, each made with exactly mode (umask ignored). */
 int mkdir_p(const char *path, mode_t mode);
-/* Remove a tree, not following symlinks and not crossing mounts (openat-based). */
 /* Directory fds one rm_rf holds at most, whatever the tree's depth. */
 #define RM_RF_FDS_MAX 17
+/* Remove a tree, not following symlinks and not crossing mounts (openat-based). */
 int rm_rf(const char *path);
 
 /* How many fds this process has open (from /proc/self/fd), for leak checks. */

@@ -141,7 +141,7 @@ struct run {
 	bool lost;            /* the lease is gone: nothing more is written */
 	bool result_refused;  /* the API refused the completion for good: dropped */
 	bool log_before_release; /* RELEASING: the log is shipped first */
-	bool host_trouble;    /* failed for want of a host resource: a retry, no verdict */
+	bool host_trouble;       /* failed for want of a host resource: a retry, no verdict */
 	bool spool_log;       /* the spooled result carries the unshipped log */
 	bool log_failed;      /* its log shipper could not be made: output not shipped */
 
